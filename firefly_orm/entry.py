@@ -1,0 +1,453 @@
+"""The unit of storage: :class:`MemoryScope` and :class:`MemoryEntry`.
+
+``MemoryEntry`` is one SQLModel table (``memory_entries``) registered on the
+library's own :data:`metadata` (never ``SQLModel.metadata``), so a host app that
+also uses SQLModel does not see our table in its own autogenerate.  The same class
+is the value object every store (in-memory, file, SQL, MongoDB) reads and writes.
+
+Validation happens in :func:`validate_entry`, which every store calls before it
+writes anything: importance in 0.0-1.0, JSON-serialisable content and metadata,
+timezone-aware datetimes (naive ones are *rejected*), and no NUL characters in
+namespace or key.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+import os
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import registry
+from sqlmodel import Field, SQLModel
+
+from firefly_orm.errors import EntryValidationError
+
+__all__ = [
+    "TABLE_NAME",
+    "MemoryEntry",
+    "MemoryScope",
+    "metadata",
+    "derived_entry_id",
+    "new_entry_id",
+    "utcnow",
+    "validate_entry",
+    "validate_key",
+    "validate_namespace",
+]
+
+TABLE_NAME = "memory_entries"
+
+#: The library's own MetaData (with a naming convention so Alembic names match).
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+_registry = registry(metadata=metadata)
+
+
+class MemoryScope(enum.StrEnum):
+    """What kind of memory an entry belongs to (compares equal to plain strings)."""
+
+    CONVERSATION = "conversation"
+    WORKING = "working"
+    LONG_TERM = "long_term"
+
+
+# --------------------------------------------------------------------------- time and ids
+
+_clock_lock = threading.Lock()
+_last_now = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def utcnow() -> datetime:
+    """Timezone-aware UTC now, strictly increasing within this process.
+
+    Entries are ordered by ``(created_at, entry_id)``; a strictly increasing clock
+    keeps entries created one after another in this process in creation order even
+    when the system clock has coarse resolution.
+    """
+    global _last_now
+    now = datetime.now(UTC)
+    with _clock_lock:
+        if now <= _last_now:
+            now = _last_now + timedelta(microseconds=1)
+        _last_now = now
+    return now
+
+
+_id_lock = threading.Lock()
+_last_id_ms = 0
+_id_seq = 0
+
+
+def new_entry_id() -> str:
+    """A new 32-hex-character id, ordered by creation time (UUIDv7-like layout).
+
+    48 bits of milliseconds, a 16-bit per-millisecond counter, 64 random bits.
+    """
+    global _last_id_ms, _id_seq
+    ms = time.time_ns() // 1_000_000
+    with _id_lock:
+        if ms <= _last_id_ms:
+            ms = _last_id_ms
+            _id_seq += 1
+            if _id_seq > 0xFFFF:
+                ms += 1
+                _id_seq = 0
+        else:
+            _id_seq = 0
+        _last_id_ms = ms
+        seq = _id_seq
+    return f"{ms & 0xFFFFFFFFFFFF:012x}{seq:04x}{os.urandom(8).hex()}"
+
+
+def derived_entry_id(namespace: str, key: str) -> str:
+    """A deterministic 32-hex-character id for the entry ``key`` of ``namespace``.
+
+    Entries that must exist at most once per key (a working-memory fact, a
+    conversation head, a turn) use it, so a plain upsert on ``entry_id`` is the
+    atomic "set" on every store, and two concurrent inserts of the same key
+    collide on the primary key instead of leaving duplicates.
+    """
+    digest = hashlib.sha256(f"{namespace}\x00{key}".encode()).hexdigest()
+    return digest[:32]
+
+
+# --------------------------------------------------------------------------- column types
+
+
+class UTCDateTime(sa.TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend.
+
+    PostgreSQL keeps ``TIMESTAMPTZ``; SQLite (which has no time zone type) stores
+    the UTC wall time and gets ``tzinfo=UTC`` back on load.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise EntryValidationError("datetime", "naive datetimes are not accepted; use UTC")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+#: Key used to wrap JSON values that PostgreSQL's JSONB cannot hold as they are.
+NUL_WRAPPER_KEY = "__firefly_orm_json__"
+
+
+def encode_json_for_jsonb(value: Any) -> Any:
+    """Make a JSON value storable in JSONB, reversibly.
+
+    JSONB rejects ``\\u0000`` inside strings.  Such values (and, so that the
+    encoding stays reversible, values that already look like our wrapper) are
+    stored as ``{NUL_WRAPPER_KEY: "<their JSON text>"}``; the JSON text escapes
+    NUL as the six characters ``\\u0000``, which JSONB accepts.
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    if "\\u0000" in text or _is_wrapper(value):
+        return {NUL_WRAPPER_KEY: text}
+    return value
+
+
+def decode_json_from_jsonb(value: Any) -> Any:
+    """Inverse of :func:`encode_json_for_jsonb`."""
+    if _is_wrapper(value) and isinstance(value[NUL_WRAPPER_KEY], str):
+        return json.loads(value[NUL_WRAPPER_KEY])
+    return value
+
+
+def _is_wrapper(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and NUL_WRAPPER_KEY in value
+
+
+class JSONValue(sa.TypeDecorator[Any]):
+    """JSON on SQLite, JSONB on PostgreSQL (with the NUL escape above)."""
+
+    impl = sa.JSON(none_as_null=False)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(postgresql.JSONB(none_as_null=False))
+        return dialect.type_descriptor(sa.JSON(none_as_null=False))
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
+        if dialect.name == "postgresql":
+            return encode_json_for_jsonb(value)
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Any:
+        if dialect.name == "postgresql":
+            return decode_json_from_jsonb(value)
+        return value
+
+
+_SCOPE_VALUES = tuple(s.value for s in MemoryScope)
+
+
+class _Base(SQLModel, registry=_registry):
+    """Declarative base bound to the library's own metadata."""
+
+
+class MemoryEntry(_Base, table=True):
+    """One stored memory item.
+
+    Attributes:
+        entry_id: Primary key; a 32-hex-character, time-ordered id by default.
+        namespace: The partition the entry lives in (``working:<scope>``, ...).
+        scope: :class:`MemoryScope` (stored as a string with a CHECK constraint).
+        key: Optional lookup key within the namespace.
+        content: Any JSON value.
+        metadata: A JSON object (column ``metadata``; the Python attribute of the
+            mapped column is ``metadata_``, ``entry.metadata`` reads and writes it).
+        created_at: Timezone-aware UTC creation time.
+        expires_at: Optional timezone-aware expiry; expired entries are never returned.
+        importance: 0.0-1.0 (validated, and a CHECK constraint in SQL).
+        version: Incremented by the store on every write (optimistic concurrency).
+    """
+
+    __tablename__ = TABLE_NAME
+    __table_args__ = (
+        sa.CheckConstraint("importance >= 0.0 AND importance <= 1.0", name="importance_range"),
+        sa.CheckConstraint(
+            "scope IN (" + ", ".join(f"'{v}'" for v in _SCOPE_VALUES) + ")", name="scope_values"
+        ),
+        sa.Index("ix_memory_entries_namespace_created", "namespace", "created_at", "entry_id"),
+        sa.Index(
+            "ix_memory_entries_namespace_key",
+            "namespace",
+            "key",
+            "created_at",
+            postgresql_where=sa.text("key IS NOT NULL"),
+            sqlite_where=sa.text("key IS NOT NULL"),
+        ),
+        sa.Index(
+            "ix_memory_entries_expires_at",
+            "expires_at",
+            postgresql_where=sa.text("expires_at IS NOT NULL"),
+            sqlite_where=sa.text("expires_at IS NOT NULL"),
+        ),
+    )
+
+    entry_id: str = Field(default_factory=new_entry_id, primary_key=True, sa_type=sa.String(64))
+    namespace: str = Field(default="", sa_type=sa.String(), nullable=False)
+    scope: MemoryScope = Field(
+        default=MemoryScope.WORKING,
+        sa_type=sa.Enum(
+            MemoryScope,
+            native_enum=False,
+            create_constraint=False,
+            length=16,
+            values_callable=lambda e: [m.value for m in e],
+        ),
+        nullable=False,
+    )
+    key: str | None = Field(default=None, sa_type=sa.String(), nullable=True)
+    content: Any = Field(default=None, sa_type=JSONValue(), nullable=False)
+    metadata_: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="metadata",
+        sa_column=sa.Column("metadata", JSONValue(), nullable=False),
+    )
+    created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime(), nullable=False)
+    expires_at: datetime | None = Field(default=None, sa_type=UTCDateTime(), nullable=True)
+    importance: float = Field(default=0.5, sa_type=sa.Float(), nullable=False)
+    version: int = Field(default=1, sa_type=sa.Integer(), nullable=False)
+
+    # ``metadata`` on the class is the SQLAlchemy MetaData (the declarative API
+    # requires it); on an instance it is the entry's metadata dict.  The
+    # descriptor that does this is installed right after the class body.
+    _metadata_attr: ClassVar[str] = "metadata_"
+
+    @property
+    def is_expired(self) -> bool:
+        """True once ``expires_at`` has passed (the boundary counts as expired)."""
+        if self.expires_at is None:
+            return False
+        return utcnow() >= self.expires_at
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "metadata":
+            name = "metadata_"
+        super().__setattr__(name, value)
+
+    def copy_entry(self, **changes: Any) -> MemoryEntry:
+        """A detached deep copy, optionally with some fields changed."""
+        data = self.to_dict()
+        data.update(changes)
+        return MemoryEntry.from_dict(data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python dict of every field (datetimes stay ``datetime``)."""
+        return {
+            "entry_id": self.entry_id,
+            "namespace": self.namespace,
+            "scope": MemoryScope(self.scope),
+            "key": self.key,
+            "content": json.loads(json.dumps(self.content)),
+            "metadata": json.loads(json.dumps(self.metadata_)),
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "importance": self.importance,
+            "version": self.version,
+        }
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (ISO-8601 datetimes), as the file store writes it."""
+        data = self.to_dict()
+        data["scope"] = str(data["scope"])
+        data["created_at"] = self.created_at.isoformat()
+        data["expires_at"] = self.expires_at.isoformat() if self.expires_at else None
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MemoryEntry:
+        """Build an entry from :meth:`to_dict` / :meth:`to_json_dict` output."""
+        values = dict(data)
+        if "metadata" in values:
+            values["metadata_"] = values.pop("metadata")
+        for name in ("created_at", "expires_at"):
+            raw = values.get(name)
+            if isinstance(raw, str):
+                values[name] = datetime.fromisoformat(raw)
+        if "scope" in values and values["scope"] is not None:
+            values["scope"] = MemoryScope(values["scope"])
+        entry = cls()
+        for name, value in values.items():
+            if name not in _FIELD_NAMES:
+                raise EntryValidationError(name, "unknown MemoryEntry field")
+            setattr(entry, name, value)
+        return entry
+
+
+class _MetadataDescriptor:
+    """Class access -> SQLAlchemy MetaData; instance access -> the entry's dict."""
+
+    def __get__(self, obj: MemoryEntry | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return metadata
+        return obj.metadata_
+
+    def __set__(self, obj: MemoryEntry, value: dict[str, Any]) -> None:
+        obj.metadata_ = value
+
+
+type.__setattr__(MemoryEntry, "metadata", _MetadataDescriptor())
+
+_FIELD_NAMES = frozenset(
+    {
+        "entry_id",
+        "namespace",
+        "scope",
+        "key",
+        "content",
+        "metadata_",
+        "created_at",
+        "expires_at",
+        "importance",
+        "version",
+    }
+)
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate_namespace(namespace: Any) -> str:
+    """Return ``namespace`` if it is a usable namespace, else raise."""
+    if not isinstance(namespace, str) or not namespace:
+        raise EntryValidationError("namespace", "must be a non-empty string")
+    if "\x00" in namespace:
+        raise EntryValidationError("namespace", "must not contain NUL characters")
+    return namespace
+
+
+def validate_key(key: Any) -> str:
+    """Return ``key`` if it is a usable lookup key, else raise."""
+    if not isinstance(key, str):
+        raise EntryValidationError("key", f"must be a string, got {type(key).__name__}")
+    if "\x00" in key:
+        raise EntryValidationError("key", "must not contain NUL characters")
+    return key
+
+
+def _check_json(field: str, value: Any) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise EntryValidationError(field, f"must be JSON-serialisable ({exc})") from None
+
+
+def _check_aware(field: str, value: Any, *, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, datetime):
+        raise EntryValidationError(field, f"must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise EntryValidationError(
+            field, "must be timezone-aware (naive datetimes are rejected; use UTC)"
+        )
+
+
+def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
+    """Check an entry before it is written; raise :class:`EntryValidationError`.
+
+    Returns the entry so callers can chain.  Nothing is modified.
+    """
+    if not isinstance(entry, MemoryEntry):
+        raise EntryValidationError("entry", f"must be a MemoryEntry, got {type(entry).__name__}")
+    if namespace is not None:
+        validate_namespace(namespace)
+    if not isinstance(entry.entry_id, str) or not entry.entry_id or len(entry.entry_id) > 64:
+        raise EntryValidationError("entry_id", "must be a non-empty string of at most 64 chars")
+    if "\x00" in entry.entry_id:
+        raise EntryValidationError("entry_id", "must not contain NUL characters")
+    try:
+        MemoryScope(entry.scope)
+    except ValueError:
+        raise EntryValidationError(
+            "scope", f"must be one of {', '.join(_SCOPE_VALUES)}, got {entry.scope!r}"
+        ) from None
+    if entry.key is not None:
+        validate_key(entry.key)
+    importance = entry.importance
+    if (
+        isinstance(importance, bool)
+        or not isinstance(importance, int | float)
+        or math.isnan(importance)
+        or not 0.0 <= importance <= 1.0
+    ):
+        raise EntryValidationError("importance", f"must be between 0.0 and 1.0, got {importance!r}")
+    _check_json("content", entry.content)
+    if not isinstance(entry.metadata_, dict):
+        raise EntryValidationError("metadata", "must be a JSON object (dict)")
+    _check_json("metadata", entry.metadata_)
+    _check_aware("created_at", entry.created_at, optional=False)
+    _check_aware("expires_at", entry.expires_at, optional=True)
+    if not isinstance(entry.version, int) or entry.version < 0:
+        raise EntryValidationError("version", "must be a non-negative integer")
+    return entry

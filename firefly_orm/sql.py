@@ -1,0 +1,954 @@
+"""One SQLAlchemy store for SQLite and PostgreSQL, sync and async.
+
+:class:`SQLAlchemyStore` runs every operation as a plain function over a sync
+:class:`~sqlalchemy.orm.Session` (the ``_op_*`` functions below).  Sync methods
+call them inside ``with Session(engine)``; the ``async_*`` twins await the very
+same functions through :meth:`AsyncSession.run_sync` on SQLAlchemy's native async
+engine (aiosqlite, psycopg async) — no thread hop, one implementation.
+
+The schema name is applied per store with ``schema_translate_map``; the table
+definition has no schema, so stores with different schemas share one process.
+
+Ownership: engines the store builds from a URL are disposed by :meth:`close`;
+engines you pass in (``engine=``, ``async_engine=``) are never disposed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
+
+from firefly_orm import migrate
+from firefly_orm.entry import (
+    MemoryEntry,
+    MemoryScope,
+    utcnow,
+    validate_entry,
+    validate_key,
+    validate_namespace,
+)
+from firefly_orm.errors import (
+    ConcurrencyError,
+    DatabaseConnectionError,
+    EntryValidationError,
+    FireflyOrmError,
+    MissingExtraError,
+    StoreError,
+    redact_url,
+)
+
+__all__ = ["PostgreSQLStore", "SQLAlchemyStore", "SQLiteStore"]
+
+logger = logging.getLogger("firefly_orm")
+T = TypeVar("T")
+
+TABLE: sa.Table = MemoryEntry.__table__  # type: ignore[attr-defined]
+_C = TABLE.c
+_COLUMNS = (
+    _C.entry_id,
+    _C.namespace,
+    _C.scope,
+    _C.key,
+    _C.content,
+    _C["metadata"],
+    _C.created_at,
+    _C.expires_at,
+    _C.importance,
+    _C.version,
+)
+_WRITE_OPTION = "firefly_orm_write"
+
+
+# --------------------------------------------------------------------------- row mapping
+
+
+def _row_to_entry(row: Any) -> MemoryEntry:
+    entry = MemoryEntry.from_dict(
+        {
+            "entry_id": row[0],
+            "namespace": row[1],
+            "scope": row[2],
+            "key": row[3],
+            "content": row[4],
+            "metadata": row[5],
+            "created_at": row[6],
+            "expires_at": row[7],
+            "importance": row[8],
+            "version": row[9],
+        }
+    )
+    return entry
+
+
+def _values(namespace: str, entry: MemoryEntry) -> dict[str, Any]:
+    return {
+        "entry_id": entry.entry_id,
+        "namespace": namespace,
+        "scope": MemoryScope(entry.scope),
+        "key": entry.key,
+        "content": entry.content,
+        "metadata": entry.metadata_,
+        "created_at": entry.created_at,
+        "expires_at": entry.expires_at,
+        "importance": float(entry.importance),
+        "version": max(entry.version, 1),
+    }
+
+
+def _not_expired(now: datetime) -> sa.ColumnElement[bool]:
+    return sa.or_(_C.expires_at.is_(None), _C.expires_at > now)
+
+
+def _prefix_upper(prefix: str) -> str:
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+# --------------------------------------------------------------------------- operations
+# Each operation is written once, over a sync Session.  Sync methods call them
+# directly; async methods await them through AsyncSession.run_sync.
+
+
+def _op_save(session: Session, namespace: str, entry: MemoryEntry) -> None:
+    values = _values(namespace, entry)
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert(TABLE) if dialect == "postgresql" else sqlite.insert(TABLE)
+    update: dict[str, Any] = {
+        name: insert.excluded[name] for name in values if name not in ("entry_id", "version")
+    }
+    update["version"] = _C.version + 1
+    stmt = insert.values(values).on_conflict_do_update(index_elements=[_C.entry_id], set_=update)
+    session.execute(stmt)
+
+
+def _op_save_versioned(
+    session: Session, namespace: str, entry: MemoryEntry, expected_version: int
+) -> None:
+    values = _values(namespace, entry)
+    if expected_version == 0:
+        values["version"] = 1
+        try:
+            with session.begin_nested():
+                session.execute(sa.insert(TABLE).values(values))
+        except sa.exc.IntegrityError as exc:
+            raise ConcurrencyError(
+                f"entry {entry.entry_id!r} already exists in {namespace!r}"
+            ) from exc
+        return
+    values["version"] = expected_version + 1
+    del values["entry_id"]
+    result = session.execute(
+        sa.update(TABLE)
+        .where(
+            _C.entry_id == entry.entry_id,
+            _C.namespace == namespace,
+            _C.version == expected_version,
+        )
+        .values(values)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise ConcurrencyError(
+            f"entry {entry.entry_id!r} in {namespace!r} is no longer at version {expected_version}"
+        )
+
+
+def _op_load(session: Session, namespace: str) -> list[MemoryEntry]:
+    stmt = (
+        sa.select(*_COLUMNS)
+        .where(_C.namespace == namespace, _not_expired(utcnow()))
+        .order_by(_C.created_at, _C.entry_id)
+    )
+    return [_row_to_entry(row) for row in session.execute(stmt)]
+
+
+def _op_get(session: Session, namespace: str, entry_id: str) -> MemoryEntry | None:
+    stmt = sa.select(*_COLUMNS).where(
+        _C.entry_id == entry_id, _C.namespace == namespace, _not_expired(utcnow())
+    )
+    row = session.execute(stmt).first()
+    return _row_to_entry(row) if row is not None else None
+
+
+def _op_load_by_key(
+    session: Session, namespace: str, key: str, for_update: bool = False
+) -> MemoryEntry | None:
+    stmt = (
+        sa.select(*_COLUMNS)
+        .where(_C.namespace == namespace, _C.key == key, _not_expired(utcnow()))
+        .order_by(_C.created_at.desc(), _C.entry_id.desc())
+        .limit(1)
+    )
+    if for_update:
+        stmt = stmt.with_for_update()
+    row = session.execute(stmt).first()
+    return _row_to_entry(row) if row is not None else None
+
+
+def _op_list(
+    session: Session,
+    namespace: str,
+    key_prefix: str | None,
+    limit: int | None,
+    newest_first: bool,
+) -> list[MemoryEntry]:
+    stmt = sa.select(*_COLUMNS).where(_C.namespace == namespace, _not_expired(utcnow()))
+    if key_prefix is not None:
+        if key_prefix:
+            stmt = stmt.where(_C.key >= key_prefix, _C.key < _prefix_upper(key_prefix))
+        else:
+            stmt = stmt.where(_C.key.is_not(None))
+        order = [_C.key, _C.created_at, _C.entry_id]
+    else:
+        order = [_C.created_at, _C.entry_id]
+    ordering: list[sa.ColumnElement[Any]] = list(order)
+    if newest_first:
+        ordering = [col.desc() for col in order]
+    stmt = stmt.order_by(*ordering)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return [_row_to_entry(row) for row in session.execute(stmt)]
+
+
+def _op_delete(session: Session, namespace: str, entry_ids: list[str]) -> None:
+    if entry_ids:
+        session.execute(
+            sa.delete(TABLE).where(_C.namespace == namespace, _C.entry_id.in_(entry_ids))
+        )
+
+
+def _op_clear(session: Session, namespace: str) -> None:
+    session.execute(sa.delete(TABLE).where(_C.namespace == namespace))
+
+
+def _op_cleanup_expired(session: Session) -> int:
+    result = session.execute(sa.delete(TABLE).where(_C.expires_at <= utcnow()))
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+# --------------------------------------------------------------------------- unit of work
+
+
+class SQLEntryRepository:
+    """:class:`~firefly_orm.uow.EntryRepository` over one Session transaction."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def get(self, namespace: str, entry_id: str) -> MemoryEntry | None:
+        validate_namespace(namespace)
+        return _op_get(self.session, namespace, entry_id)
+
+    def get_by_key(
+        self, namespace: str, key: str, *, for_update: bool = False
+    ) -> MemoryEntry | None:
+        validate_namespace(namespace)
+        validate_key(key)
+        return _op_load_by_key(self.session, namespace, key, for_update)
+
+    def list(
+        self,
+        namespace: str,
+        *,
+        key_prefix: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[MemoryEntry]:
+        validate_namespace(namespace)
+        return _op_list(self.session, namespace, key_prefix, limit, newest_first)
+
+    def save(
+        self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None
+    ) -> None:
+        validate_entry(entry, namespace)
+        if expected_version is None:
+            _op_save(self.session, namespace, entry)
+        else:
+            _op_save_versioned(self.session, namespace, entry, expected_version)
+
+    def delete(self, namespace: str, entry_ids: str | Iterable[str]) -> None:
+        validate_namespace(namespace)
+        ids = [entry_ids] if isinstance(entry_ids, str) else list(entry_ids)
+        _op_delete(self.session, namespace, ids)
+
+    def clear(self, namespace: str) -> None:
+        validate_namespace(namespace)
+        _op_clear(self.session, namespace)
+
+
+class SQLUnitOfWork:
+    """One Session transaction; rolls back unless :meth:`commit` is called.
+
+    With a caller's ``session``, the work runs inside a SAVEPOINT
+    (``begin_nested``): :meth:`commit` releases the savepoint and the caller's
+    own commit (or rollback) decides the outcome; a failure rolls back only the
+    savepoint.
+    """
+
+    def __init__(self, store: SQLAlchemyStore, session: Session | None = None) -> None:
+        self._store = store
+        self._external = session
+        self._session: Session | None = None
+        self._nested: sa.orm.SessionTransaction | None = None
+        self._done = False
+        self.entries: SQLEntryRepository
+
+    def __enter__(self) -> Self:
+        if self._external is not None:
+            self._session = self._external
+            self._nested = self._external.begin_nested()
+        else:
+            self._session = Session(self._store._write_engine(), expire_on_commit=False)
+            self._session.begin()
+        self.entries = SQLEntryRepository(self._session)
+        return self
+
+    def commit(self) -> None:
+        if self._done or self._session is None:
+            raise RuntimeError("this unit of work is not active")
+        with self._store._wrap("commit"):
+            if self._nested is not None:
+                self._nested.commit()
+            else:
+                self._session.commit()
+        self._done = True
+
+    def rollback(self) -> None:
+        if self._session is None or self._done:
+            return
+        if self._nested is not None:
+            if self._nested.is_active:
+                self._nested.rollback()
+        else:
+            self._session.rollback()
+        self._done = True
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if not self._done:
+                self.rollback()
+        finally:
+            if self._external is None and self._session is not None:
+                self._session.close()
+
+
+class AsyncSQLUnitOfWork:
+    """Async unit of work on an :class:`AsyncSession` (native async driver).
+
+    ``await uow.run_sync(fn, *args)`` calls ``fn(sync_uow, *args)`` where
+    ``sync_uow`` is a :class:`SQLUnitOfWork`-like object over the AsyncSession's
+    sync facade, so the logic written for sync units of work runs unchanged.
+    """
+
+    def __init__(self, store: SQLAlchemyStore, session: AsyncSession | None = None) -> None:
+        self._store = store
+        self._external = session
+        self._session: AsyncSession | None = None
+        self._nested: Any = None
+        self._done = False
+
+    async def __aenter__(self) -> Self:
+        await self._store.async_ensure_initialized()
+        if self._external is not None:
+            self._session = self._external
+            self._nested = await self._external.begin_nested()
+        else:
+            self._session = AsyncSession(self._store._async_write_engine(), expire_on_commit=False)
+            await self._session.begin()
+        return self
+
+    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(uow, *args)`` with a sync unit-of-work view of this session."""
+        if self._session is None:
+            raise RuntimeError("this unit of work is not active")
+
+        def call(sync_session: Session) -> T:
+            view = _SessionUnitOfWork(sync_session)
+            return fn(view, *args)
+
+        with self._store._wrap("unit of work"):
+            return await self._session.run_sync(call)
+
+    async def commit(self) -> None:
+        if self._done or self._session is None:
+            raise RuntimeError("this unit of work is not active")
+        with self._store._wrap("commit"):
+            if self._nested is not None:
+                await self._nested.commit()
+            else:
+                await self._session.commit()
+        self._done = True
+
+    async def rollback(self) -> None:
+        if self._session is None or self._done:
+            return
+        if self._nested is not None:
+            if self._nested.is_active:
+                await self._nested.rollback()
+        else:
+            await self._session.rollback()
+        self._done = True
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if not self._done:
+                await self.rollback()
+        finally:
+            if self._external is None and self._session is not None:
+                await self._session.close()
+
+
+class _SessionUnitOfWork:
+    """Sync view handed to ``run_sync`` callbacks; commit is the async owner's job."""
+
+    def __init__(self, session: Session) -> None:
+        self.entries = SQLEntryRepository(session)
+
+    def commit(self) -> None:
+        raise RuntimeError("inside run_sync, commit with `await uow.commit()` afterwards")
+
+    def rollback(self) -> None:
+        raise RuntimeError("inside run_sync, roll back with `await uow.rollback()` afterwards")
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------- the store
+
+
+def _async_url_for(url: URL) -> URL:
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    if backend == "sqlite":
+        return url.set(drivername="sqlite+aiosqlite")
+    if backend == "postgresql":
+        if driver in ("psycopg", "asyncpg", "psycopg_async"):
+            return url
+        return url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def _sync_url_for(url: URL) -> URL:
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    if backend == "sqlite":
+        return url.set(drivername="sqlite")
+    if backend == "postgresql" and driver in ("asyncpg", "psycopg_async"):
+        return url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def _install_sqlite_hooks(sync_engine: Engine) -> None:
+    """WAL + busy_timeout per connection; SQLAlchemy-controlled BEGIN.
+
+    The driver's own transaction handling is switched off so that SAVEPOINTs
+    work and write units of work start with ``BEGIN IMMEDIATE`` (taking the
+    write lock up front instead of failing to upgrade a read lock later).
+    """
+    is_memory = sync_engine.url.database in (None, "", ":memory:")
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if not is_memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA synchronous=FULL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get(_WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+class SQLAlchemyStore:
+    """Memory store on SQLAlchemy: SQLite or PostgreSQL, sync and async.
+
+    Args:
+        url: Database URL (``sqlite:///path``, ``postgresql+psycopg://...``); the
+            store builds (and owns) a sync engine and, on first async use, an
+            async one (aiosqlite / psycopg async).
+        engine: A caller-owned sync :class:`Engine` (never disposed by us).
+        async_engine: A caller-owned :class:`AsyncEngine` (never disposed by us).
+        async_url: URL for the async engine when it differs from ``url``.
+        schema_name: PostgreSQL schema for our tables (``None``: the connection's
+            default schema). Not supported on SQLite.
+        engine_kwargs: Extra keyword arguments for engines the store creates.
+
+    Operations initialise the store on first use (running the migrations);
+    call :meth:`initialize` yourself to fail fast at start-up, or
+    ``initialize(migrate=False)`` when an admin migrates and this process only
+    has DML rights (it then checks the schema is at head).
+    """
+
+    def __init__(
+        self,
+        url: str | URL | None = None,
+        *,
+        engine: Engine | None = None,
+        async_engine: AsyncEngine | None = None,
+        async_url: str | URL | None = None,
+        schema_name: str | None = None,
+        engine_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if url is None and engine is None and async_engine is None:
+            raise EntryValidationError("url", "give a database URL, an engine or an async_engine")
+        if url is not None and engine is not None:
+            raise EntryValidationError("url", "give either url or engine, not both")
+        self._engine_kwargs = dict(engine_kwargs or {})
+        self._owned: list[Engine | AsyncEngine] = []
+        try:
+            self._url = make_url(url) if url is not None else None
+            self._async_url = make_url(async_url) if async_url is not None else None
+        except (sa.exc.ArgumentError, ValueError) as exc:
+            raise EntryValidationError("url", f"not a database URL: {redact_url(url)}") from exc
+        self._base_engine = engine
+        self._base_async_engine = async_engine
+        self._sync_engine: Engine | None = None
+        self._async_engine_proxy: AsyncEngine | None = None
+        dialect = self._dialect_name()
+        if dialect not in ("sqlite", "postgresql"):
+            raise EntryValidationError(
+                "url", f"unsupported database {dialect!r} (SQLite and PostgreSQL are supported)"
+            )
+        if dialect == "sqlite" and schema_name is not None:
+            raise EntryValidationError("schema_name", "SQLite has no schemas; leave it None")
+        self._schema = migrate.validate_schema_name(schema_name)
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ engines
+    def _dialect_name(self) -> str:
+        if self._base_engine is not None:
+            return self._base_engine.dialect.name
+        if self._base_async_engine is not None:
+            return self._base_async_engine.dialect.name
+        assert self._url is not None
+        return self._url.get_backend_name()
+
+    def _display_url(self) -> str:
+        for candidate in (self._url, self._base_engine, self._base_async_engine):
+            if candidate is not None:
+                url = candidate if isinstance(candidate, URL) else candidate.url
+                return redact_url(url)
+        return "<unknown>"
+
+    def _translate(self, engine: Engine) -> Engine:
+        if self._schema is None:
+            return engine
+        return engine.execution_options(schema_translate_map={None: self._schema})
+
+    def _create_engine(self, url: URL, *, is_async: bool) -> Any:
+        kwargs = dict(self._engine_kwargs)
+        kwargs.update(self._engine_options(url))
+        try:
+            if is_async:
+                return create_async_engine(url, **kwargs)
+            return sa.create_engine(url, **kwargs)
+        except ImportError as exc:
+            raise MissingExtraError(
+                f"{url.get_backend_name()} with driver {url.get_driver_name()}",
+                "postgres" if url.get_backend_name() == "postgresql" else "sqlite",
+                exc.name,
+            ) from exc
+
+    def _engine_options(self, url: URL) -> dict[str, Any]:
+        """Per-backend engine arguments; presets override this."""
+        return {}
+
+    @property
+    def engine(self) -> Engine:
+        """The sync engine (with our schema translation applied)."""
+        if self._closed:
+            raise StoreError("this store is closed")
+        if self._sync_engine is None:
+            with self._lock:
+                if self._sync_engine is None:
+                    base = self._base_engine
+                    if base is None:
+                        url = self._url
+                        if url is None:
+                            assert self._base_async_engine is not None
+                            url = _sync_url_for(self._base_async_engine.url)
+                        base = self._create_engine(url, is_async=False)
+                        if base.dialect.name == "sqlite":
+                            _install_sqlite_hooks(base)
+                        self._owned.append(base)
+                    self._sync_engine = self._translate(base)
+        return self._sync_engine
+
+    @property
+    def async_engine(self) -> AsyncEngine:
+        """The async engine (native async driver, schema translation applied)."""
+        if self._closed:
+            raise StoreError("this store is closed")
+        if self._async_engine_proxy is None:
+            with self._lock:
+                if self._async_engine_proxy is None:
+                    base = self._base_async_engine
+                    if base is None:
+                        source = self._async_url or self._url
+                        if source is None:
+                            assert self._base_engine is not None
+                            source = self._base_engine.url
+                        base = self._create_engine(_async_url_for(source), is_async=True)
+                        if base.dialect.name == "sqlite":
+                            _install_sqlite_hooks(base.sync_engine)
+                        self._owned.append(base)
+                    if self._schema is not None:
+                        base = base.execution_options(schema_translate_map={None: self._schema})
+                    self._async_engine_proxy = base
+        return self._async_engine_proxy
+
+    def _write_engine(self) -> Engine:
+        return self.engine.execution_options(**{_WRITE_OPTION: True})
+
+    def _async_write_engine(self) -> AsyncEngine:
+        return self.async_engine.execution_options(**{_WRITE_OPTION: True})
+
+    @property
+    def schema_name(self) -> str | None:
+        """The schema our tables live in (None: the default one / SQLite)."""
+        return self._schema
+
+    # ------------------------------------------------------------------ errors
+    @contextmanager
+    def _wrap(self, what: str) -> Iterator[None]:
+        try:
+            yield
+        except FireflyOrmError:
+            raise
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            if isinstance(exc.orig, Exception) and "locked" in str(exc.orig):
+                raise StoreError(f"{what} failed on {self._display_url()}: {exc.orig}") from exc
+            raise DatabaseConnectionError(
+                f"{what} failed on {self._display_url()}: {_short(exc)}"
+            ) from exc
+        except sa.exc.IntegrityError as exc:
+            raise StoreError(
+                f"{what} violated a constraint on {self._display_url()}: {_short(exc)}"
+            ) from exc
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"{what} failed on {self._display_url()}: {_short(exc)}") from exc
+        except OSError as exc:
+            raise DatabaseConnectionError(f"{what} failed on {self._display_url()}: {exc}") from exc
+
+    # ------------------------------------------------------------------ lifecycle
+    def initialize(self, *, migrate: bool = True) -> None:
+        """Create or upgrade our tables (idempotent; safe across processes).
+
+        Args:
+            migrate: ``True`` runs the Alembic migrations (under an advisory
+                lock on PostgreSQL).  ``False`` only checks that the database is
+                at head and raises :class:`MigrationRequiredError` otherwise —
+                for processes whose role has DML rights only.
+        """
+        if self._initialized:
+            return
+        with self._wrap("initialize"):
+            if migrate:
+                self._migrate_sync()
+            else:
+                migrate_module().require_head(self.engine, schema_name=self._schema)
+        self._initialized = True
+        logger.debug("store initialised on %s", self._display_url())
+
+    def _migrate_sync(self) -> None:
+        migrate_module().upgrade(self.engine, schema_name=self._schema)
+
+    async def async_initialize(self, *, migrate: bool = True) -> None:
+        """Async twin of :meth:`initialize` (runs on the async engine)."""
+        if self._initialized:
+            return
+        with self._wrap("initialize"):
+            async with self.async_engine.connect() as conn:
+                if migrate:
+                    await conn.run_sync(_upgrade_on_connection, self._schema)
+                else:
+                    await conn.run_sync(_require_head_on_connection, self._schema)
+        self._initialized = True
+
+    def ensure_initialized(self) -> None:
+        """Initialise on first use (called by every operation)."""
+        if not self._initialized:
+            self.initialize()
+
+    async def async_ensure_initialized(self) -> None:
+        """Async twin of :meth:`ensure_initialized`."""
+        if not self._initialized:
+            await self.async_initialize()
+
+    def close(self) -> None:
+        """Dispose the engines this store created (never a caller's engine)."""
+        for engine in self._owned:
+            if isinstance(engine, Engine):
+                engine.dispose()
+        self._owned = [e for e in self._owned if isinstance(e, AsyncEngine)]
+        if self._owned:
+            # Async engines need an event loop to close their connections.
+            import asyncio
+
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                asyncio.run(self.async_close())
+                return
+            for engine in self._owned:
+                if isinstance(engine, AsyncEngine):
+                    engine.sync_engine.dispose(close=False)
+            self._owned = []
+        self._reset()
+
+    async def async_close(self) -> None:
+        """Async twin of :meth:`close`."""
+        for engine in self._owned:
+            if isinstance(engine, AsyncEngine):
+                await engine.dispose()
+            else:
+                engine.dispose()
+        self._owned = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._sync_engine = None
+        self._async_engine_proxy = None
+        self._initialized = False
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.async_close()
+
+    # ------------------------------------------------------------------ running ops
+    def _run(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        self.ensure_initialized()
+        engine = self._write_engine() if write else self.engine
+        with self._wrap(what), Session(engine) as session, session.begin():
+            return fn(session, *args)
+
+    async def _async_run(
+        self, what: str, fn: Callable[..., T], *args: Any, write: bool = False
+    ) -> T:
+        await self.async_ensure_initialized()
+        engine = self._async_write_engine() if write else self.async_engine
+        with self._wrap(what):
+            async with AsyncSession(engine) as session, session.begin():
+                return await session.run_sync(fn, *args)
+
+    # ------------------------------------------------------------------ protocol
+    def save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Upsert ``entry`` into ``namespace`` (validated first)."""
+        validate_entry(entry, namespace)
+        self._run("save", _op_save, namespace, entry, write=True)
+
+    def load(self, namespace: str) -> list[MemoryEntry]:
+        """Non-expired entries of ``namespace`` in ``(created_at, entry_id)`` order."""
+        validate_namespace(namespace)
+        return self._run("load", _op_load, namespace)
+
+    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """The newest non-expired entry with ``key``."""
+        validate_namespace(namespace)
+        validate_key(key)
+        return self._run("load_by_key", _op_load_by_key, namespace, key)
+
+    def delete(self, namespace: str, entry_id: str) -> None:
+        """Delete one entry (no error if absent)."""
+        validate_namespace(namespace)
+        self._run("delete", _op_delete, namespace, [entry_id], write=True)
+
+    def clear(self, namespace: str) -> None:
+        """Delete every entry of ``namespace``."""
+        validate_namespace(namespace)
+        self._run("clear", _op_clear, namespace, write=True)
+
+    def cleanup_expired(self) -> int:
+        """Delete expired entries in every namespace; return how many."""
+        return self._run("cleanup_expired", _op_cleanup_expired, write=True)
+
+    async def async_save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Async twin of :meth:`save`."""
+        validate_entry(entry, namespace)
+        await self._async_run("save", _op_save, namespace, entry, write=True)
+
+    async def async_load(self, namespace: str) -> list[MemoryEntry]:
+        """Async twin of :meth:`load`."""
+        validate_namespace(namespace)
+        return await self._async_run("load", _op_load, namespace)
+
+    async def async_load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """Async twin of :meth:`load_by_key`."""
+        validate_namespace(namespace)
+        validate_key(key)
+        return await self._async_run("load_by_key", _op_load_by_key, namespace, key)
+
+    async def async_delete(self, namespace: str, entry_id: str) -> None:
+        """Async twin of :meth:`delete`."""
+        validate_namespace(namespace)
+        await self._async_run("delete", _op_delete, namespace, [entry_id], write=True)
+
+    async def async_clear(self, namespace: str) -> None:
+        """Async twin of :meth:`clear`."""
+        validate_namespace(namespace)
+        await self._async_run("clear", _op_clear, namespace, write=True)
+
+    async def async_cleanup_expired(self) -> int:
+        """Async twin of :meth:`cleanup_expired`."""
+        return await self._async_run("cleanup_expired", _op_cleanup_expired, write=True)
+
+    # ------------------------------------------------------------------ units of work
+    @contextmanager
+    def unit_of_work(self, session: Session | None = None) -> Iterator[SQLUnitOfWork]:
+        """A unit of work: one transaction, or a SAVEPOINT in the caller's ``session``."""
+        self.ensure_initialized()
+        with self._wrap("unit of work"), SQLUnitOfWork(self, session) as uow:
+            yield uow
+
+    @asynccontextmanager
+    async def async_unit_of_work(
+        self, session: AsyncSession | None = None
+    ) -> AsyncIterator[AsyncSQLUnitOfWork]:
+        """Async unit of work on the native async engine (or the caller's AsyncSession)."""
+        with self._wrap("unit of work"):
+            async with AsyncSQLUnitOfWork(self, session) as uow:
+                yield uow
+
+    def __repr__(self) -> str:
+        schema = f", schema_name={self._schema!r}" if self._schema else ""
+        return f"{type(self).__name__}({self._display_url()!r}{schema})"
+
+
+def migrate_module() -> Any:
+    """The migrate module (indirection keeps imports lazy for tooling)."""
+    return migrate
+
+
+def _upgrade_on_connection(conn: Connection, schema: str | None) -> None:
+    migrate.upgrade(conn, schema_name=schema)
+
+
+def _require_head_on_connection(conn: Connection, schema: str | None) -> None:
+    migrate.require_head(conn, schema_name=schema)
+
+
+def _short(exc: sa.exc.SQLAlchemyError) -> str:
+    orig = getattr(exc, "orig", None)
+    text = str(orig) if orig is not None else str(exc).split("\n", 1)[0]
+    return text.strip().split("\n", 1)[0]
+
+
+class SQLiteStore(SQLAlchemyStore):
+    """SQLite preset: a file path, parent directories created, WAL + busy_timeout.
+
+    ``SQLiteStore(":memory:")`` is refused (each connection would see its own
+    empty database); use :class:`~firefly_orm.store.InMemoryStore` instead.
+    """
+
+    def __init__(self, path: str | Path, **kwargs: Any) -> None:
+        path = Path(path)
+        if str(path) == ":memory:":
+            raise EntryValidationError("path", "use InMemoryStore for a non-persistent store")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        super().__init__(URL.create("sqlite", database=str(path)), **kwargs)
+
+
+class PostgreSQLStore(SQLAlchemyStore):
+    """PostgreSQL preset (psycopg 3, sync and async).
+
+    Args:
+        url: ``postgresql://`` or ``postgresql+psycopg://`` URL.
+        pool_size: Connections kept in the pool (SQLAlchemy ``pool_size``; the
+            pool grows by up to the same number again under load).
+        pool_min_size: Connections opened by :meth:`initialize` so the pool is
+            warm before the first request.
+        timeout: Seconds to wait for a connection (connect and pool checkout).
+        schema_name: Schema for our tables (created by the migrations).
+    """
+
+    def __init__(
+        self,
+        url: str | URL,
+        *,
+        pool_size: int = 10,
+        pool_min_size: int = 2,
+        timeout: float = 30.0,
+        schema_name: str | None = migrate.DEFAULT_SCHEMA,
+        **kwargs: Any,
+    ) -> None:
+        if pool_size < 1 or pool_min_size < 0 or pool_min_size > pool_size:
+            raise EntryValidationError(
+                "pool_size", "need pool_size >= 1 and 0 <= pool_min_size <= pool_size"
+            )
+        if timeout <= 0:
+            raise EntryValidationError("timeout", "must be positive")
+        self.pool_size = pool_size
+        self.pool_min_size = pool_min_size
+        self.timeout = timeout
+        try:
+            parsed = make_url(url)
+        except (sa.exc.ArgumentError, ValueError) as exc:
+            raise EntryValidationError("url", f"not a database URL: {redact_url(url)}") from exc
+        if parsed.get_backend_name() != "postgresql":
+            raise EntryValidationError("url", f"not a PostgreSQL URL: {redact_url(parsed)}")
+        if parsed.drivername == "postgresql" or parsed.get_driver_name() in (
+            "psycopg2",
+            "pg8000",
+            "asyncpg",
+        ):
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        super().__init__(parsed, schema_name=schema_name, **kwargs)
+
+    def _engine_options(self, url: URL) -> dict[str, Any]:
+        return {
+            "pool_size": self.pool_size,
+            "max_overflow": self.pool_size,
+            "pool_timeout": self.timeout,
+            "pool_pre_ping": True,
+            "connect_args": {"connect_timeout": max(1, int(self.timeout))},
+        }
+
+    def initialize(self, *, migrate: bool = True) -> None:
+        """See :meth:`SQLAlchemyStore.initialize`; also warms ``pool_min_size`` connections."""
+        already = self._initialized
+        super().initialize(migrate=migrate)
+        if not already and self.pool_min_size:
+            with self._wrap("initialize"):
+                conns = [self.engine.connect() for _ in range(self.pool_min_size)]
+                for conn in conns:
+                    conn.close()
