@@ -1,0 +1,59 @@
+# firefly_orm — the two commands: `make demo` and `make test`.
+# Everything is installed into .venv from pyproject.toml, pinned by
+# requirements/constraints.txt, so a fresh clone needs nothing else.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+EXTRAS := postgres,mongo,pydantic-ai,tiktoken,dev
+
+# Use the local PostgreSQL when it answers and no URL was given (CI exports its own).
+LOCAL_PG_URL := postgresql+psycopg://postgres@127.0.0.1:5432/test
+ifeq ($(strip $(FIREFLY_ORM_TEST_POSTGRES_URL)),)
+  ifneq ($(shell command -v pg_isready >/dev/null 2>&1 && pg_isready -q -h 127.0.0.1 -p 5432 && echo yes),)
+    export FIREFLY_ORM_TEST_POSTGRES_URL := $(LOCAL_PG_URL)
+  endif
+endif
+
+PYTEST_ARGS ?=
+
+.PHONY: install demo test test-fast lint format bench bench-quick migrate clean
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=24"
+	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	$(PY) -m firefly_orm.demo
+
+lint: install
+	$(VENV)/bin/ruff check firefly_orm tests migrations bench
+	$(VENV)/bin/ruff format --check firefly_orm tests migrations bench
+	$(VENV)/bin/mypy --strict firefly_orm
+
+format: install
+	$(VENV)/bin/ruff format firefly_orm tests migrations bench
+	$(VENV)/bin/ruff check --fix firefly_orm tests migrations bench
+
+test: install lint
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-fast: install
+	$(PY) -m pytest -q -x -m "not slow" $(PYTEST_ARGS)
+
+bench: install
+	$(PY) -m bench
+
+bench-quick: install
+	$(PY) -m bench --quick
+
+migrate: install
+	$(VENV)/bin/alembic upgrade head
+
+clean:
+	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache
