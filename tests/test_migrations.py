@@ -1,0 +1,263 @@
+"""Alembic migrations: one head, round trips, model == migrated schema, CLI, wheel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from firefly_orm import migrate
+from firefly_orm.entry import TABLE_NAME, metadata
+from firefly_orm.errors import EntryValidationError, MigrationRequiredError
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _diff(url: str, schema: str | None, model: sa.MetaData = metadata) -> list[object]:
+    """Autogenerate comparison between ``model`` and the migrated database."""
+    target = sa.MetaData()
+    for table in model.tables.values():
+        table.to_metadata(target, schema=schema)
+
+    def include(name: str | None, type_: str, parent: object) -> bool:
+        if type_ == "schema":
+            return name == schema
+        if type_ == "table":
+            return name == TABLE_NAME
+        return True
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            ctx = MigrationContext.configure(
+                conn,
+                opts={
+                    "compare_type": True,
+                    "include_schemas": schema is not None,
+                    "include_name": include,
+                },
+            )
+            return list(compare_metadata(ctx, target))
+    finally:
+        engine.dispose()
+
+
+def _tables(url: str, schema: str | None) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        return set(sa.inspect(engine).get_table_names(schema=schema))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'migrate.sqlite3'}"
+
+
+@pytest.fixture
+def pg_schema(postgres_url: str) -> Iterator[str]:
+    schema = "mig_" + uuid.uuid4().hex[:10]
+    yield schema
+    _drop_schema(postgres_url, schema)
+
+
+def _drop_schema(url: str, schema: str) -> None:
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.schema.DropSchema(schema, cascade=True, if_exists=True))
+    finally:
+        engine.dispose()
+
+
+def test_one_head_with_branch_label() -> None:
+    script = ScriptDirectory.from_config(migrate.make_config())
+    assert len(script.get_heads()) == 1
+    bases = [script.get_revision(rev) for rev in script.get_bases()]
+    assert len(bases) == 1
+    assert bases[0] is not None and "firefly_orm" in bases[0].branch_labels
+    assert migrate.head() == script.get_heads()[0]
+
+
+def test_sqlite_upgrade_downgrade_upgrade(sqlite_url: str) -> None:
+    assert migrate.check(sqlite_url) == [migrate.head()]
+    migrate.upgrade(sqlite_url)
+    assert _tables(sqlite_url, None) == {TABLE_NAME, migrate.VERSION_TABLE}
+    assert migrate.current(sqlite_url) == migrate.head()
+    assert migrate.check(sqlite_url) == []
+    migrate.downgrade(sqlite_url, "base")
+    assert TABLE_NAME not in _tables(sqlite_url, None)
+    assert migrate.current(sqlite_url) is None
+    migrate.upgrade(sqlite_url)
+    assert migrate.current(sqlite_url) == migrate.head()
+    migrate.upgrade(sqlite_url)  # idempotent
+
+
+def test_sqlite_migrated_schema_equals_model(sqlite_url: str) -> None:
+    migrate.upgrade(sqlite_url)
+    assert _diff(sqlite_url, None) == []
+
+
+def test_diff_detects_a_model_change(sqlite_url: str) -> None:
+    """The comparison used above is able to fail."""
+    migrate.upgrade(sqlite_url)
+    changed = sa.MetaData()
+    table = metadata.tables[TABLE_NAME].to_metadata(changed)
+    table.append_column(sa.Column("extra", sa.Integer(), nullable=True))
+    diff = _diff(sqlite_url, None, changed)
+    assert any("extra" in repr(item) for item in diff)
+
+
+@pytest.mark.postgres
+def test_postgres_custom_schema_round_trip(postgres_url: str, pg_schema: str) -> None:
+    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    assert _tables(postgres_url, pg_schema) == {TABLE_NAME, migrate.VERSION_TABLE}
+    # our version table lives in the schema, not in public
+    assert migrate.VERSION_TABLE not in _tables(postgres_url, "public")
+    assert _diff(postgres_url, pg_schema) == []
+    migrate.downgrade(postgres_url, "base", schema_name=pg_schema)
+    assert _tables(postgres_url, pg_schema) == {migrate.VERSION_TABLE}
+    assert migrate.check(postgres_url, schema_name=pg_schema) == [migrate.head()]
+    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    assert _diff(postgres_url, pg_schema) == []
+
+
+@pytest.mark.postgres
+def test_postgres_default_schema_equals_model(postgres_url: str) -> None:
+    schema = migrate.DEFAULT_SCHEMA
+    _drop_schema(postgres_url, schema)
+    try:
+        migrate.upgrade(postgres_url, schema_name=schema)
+        assert _diff(postgres_url, schema) == []
+    finally:
+        _drop_schema(postgres_url, schema)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("reserved", ["user", "select"])
+def test_postgres_reserved_word_schema(postgres_url: str, reserved: str) -> None:
+    """Names that are SQL keywords are quoted, never interpolated."""
+    _drop_schema(postgres_url, reserved)
+    try:
+        migrate.upgrade(postgres_url, schema_name=reserved)
+        assert TABLE_NAME in _tables(postgres_url, reserved)
+    finally:
+        _drop_schema(postgres_url, reserved)
+
+
+@pytest.mark.parametrize("bad", ["", "1abc", "a;drop table x", "a-b", "x" * 64, "sch ema"])
+def test_bad_schema_names_rejected(bad: str) -> None:
+    with pytest.raises(EntryValidationError) as info:
+        migrate.validate_schema_name(bad)
+    assert info.value.field == "schema_name"
+
+
+def test_require_head(sqlite_url: str) -> None:
+    with pytest.raises(MigrationRequiredError, match="not at head"):
+        migrate.require_head(sqlite_url)
+    migrate.upgrade(sqlite_url)
+    migrate.require_head(sqlite_url)
+
+
+def _alembic(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("alembic")
+    return subprocess.run(
+        [str(exe), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("FIREFLY_AGENTIC_")},
+    )
+
+
+def test_alembic_cli_from_repo_root_sqlite(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
+    result = _alembic("-x", f"url={url}", "upgrade", "head")
+    assert result.returncode == 0, result.stderr
+    assert migrate.current(url) == migrate.head()
+    result = _alembic("-x", f"url={url}", "downgrade", "base")
+    assert result.returncode == 0, result.stderr
+    assert migrate.current(url) is None
+
+
+def test_alembic_cli_without_url_explains() -> None:
+    result = _alembic("upgrade", "head")
+    assert result.returncode != 0
+    assert "-x url=" in result.stderr
+
+
+@pytest.mark.postgres
+def test_alembic_cli_postgres_schema(postgres_url: str, pg_schema: str) -> None:
+    result = _alembic("-x", f"url={postgres_url}", "-x", f"schema={pg_schema}", "upgrade", "head")
+    assert result.returncode == 0, result.stderr
+    assert migrate.current(postgres_url, schema_name=pg_schema) == migrate.head()
+    assert _diff(postgres_url, pg_schema) == []
+
+
+@pytest.mark.slow
+def test_wheel_carries_migrations_and_migrates(tmp_path: Path) -> None:
+    """Build the wheel, install it in a fresh venv, migrate and round-trip from there."""
+    dist = tmp_path / "dist"
+    build = subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert build.returncode == 0, build.stderr[-2000:]
+    wheel = next(dist.glob("firefly_orm-*.whl"))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    vpy = venv / "bin" / "python"
+    install = subprocess.run(
+        [
+            str(vpy),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "-c",
+            str(REPO / "requirements" / "constraints.txt"),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert install.returncode == 0, install.stderr[-2000:]
+    script = tmp_path / "check.py"
+    script.write_text(
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import firefly_orm\n"
+        "from firefly_orm import migrate, SQLiteStore, MemoryEntry\n"
+        "loc = Path(migrate.script_location())\n"
+        "assert 'site-packages' in str(loc), loc\n"
+        "url = 'sqlite:///' + sys.argv[1]\n"
+        "migrate.upgrade(url)\n"
+        "assert migrate.check(url) == []\n"
+        "store = SQLiteStore(sys.argv[1])\n"
+        "store.save('ns', MemoryEntry(key='k', content={'x': 1}))\n"
+        "print(store.load_by_key('ns', 'k').content['x'])\n"
+        "store.close()\n"
+    )
+    run = subprocess.run(
+        [str(vpy), str(script), str(tmp_path / "wheel.sqlite3")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "1"
