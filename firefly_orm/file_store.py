@@ -32,6 +32,9 @@ Writes
     file with :func:`os.replace`: readers see the old file or the new one, never
     a torn one.  Reads take the same lock, so a unit of work spanning several
     namespaces is observed all-or-nothing by other threads and processes.
+    Lock files are empty and stay in place after the namespace is cleared
+    (deleting a lock file that another process may be waiting on would break
+    mutual exclusion); reads of a namespace that has no file create nothing.
 
 Corruption
     A file that cannot be read or parsed raises
@@ -240,8 +243,7 @@ class FileStore:
             StoreCorruptedError: If the namespace file is corrupt or unreadable.
         """
         path = self.path_for(namespace)
-        with self._locked([path]):
-            entries = self._read(path, namespace)
+        entries = self._read_locked(path, namespace)
         return [e for e in sort_entries(entries.values()) if not e.is_expired]
 
     def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
@@ -260,8 +262,7 @@ class FileStore:
         """
         path = self.path_for(namespace)
         validate_key(key)
-        with self._locked([path]):
-            entries = self._read(path, namespace)
+        entries = self._read_locked(path, namespace)
         matches = [e for e in entries.values() if e.key == key and not e.is_expired]
         return sort_entries(matches)[-1] if matches else None
 
@@ -279,6 +280,8 @@ class FileStore:
             StoreError: If the file cannot be written.
         """
         path = self.path_for(namespace)
+        if not os.path.lexists(path):
+            return
         with self._locked([path]):
             entries = self._read(path, namespace)
             if entries.pop(entry_id, None) is None:
@@ -300,6 +303,8 @@ class FileStore:
             StoreError: If the file cannot be removed.
         """
         path = self.path_for(namespace)
+        if not os.path.lexists(path):
+            return
         with self._locked([path]):
             self._write_files({path: {}})
         logger.debug("FileStore: cleared %r (%s)", namespace, path.name)
@@ -410,9 +415,7 @@ class FileStore:
 
     # ------------------------------------------------------------------ staged backend
     def _staged_read(self, namespace: str) -> list[MemoryEntry]:
-        path = self.path_for(namespace)
-        with self._locked([path]):
-            return list(self._read(path, namespace).values())
+        return list(self._read_locked(self.path_for(namespace), namespace).values())
 
     def _staged_apply(self, changes: StagedChanges) -> None:
         namespaces = sorted(changes.namespaces())
@@ -469,6 +472,17 @@ class FileStore:
         except OSError as exc:
             raise StoreError(f"cannot list the FileStore directory {self._base_dir}") from exc
         return [self._base_dir / name for name in names if _DATA_FILE.fullmatch(name)]
+
+    def _read_locked(self, path: Path, namespace: str) -> dict[str, MemoryEntry]:
+        """Read under the lock; a missing file needs no lock (a rename is atomic).
+
+        Skipping the lock for namespaces that were never written also keeps
+        reads of unknown namespaces from leaving lock files behind.
+        """
+        if not os.path.lexists(path):
+            return {}
+        with self._locked([path]):
+            return self._read(path, namespace)
 
     def _read(self, path: Path, namespace: str) -> dict[str, MemoryEntry]:
         return self._parse(path, namespace)[1]

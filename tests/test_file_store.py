@@ -64,7 +64,12 @@ def all_paths(root: Path) -> list[Path]:
 
 
 def snapshot(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
+    """Contents of the data files (lock files are empty and may appear on any access)."""
+    return {
+        p.name: p.read_bytes()
+        for p in directory.iterdir()
+        if p.is_file() and not p.name.endswith(".lock")
+    }
 
 
 # --------------------------------------------------------------------------- layout
@@ -294,6 +299,19 @@ def test_cleanup_expired_over_all_files(tmp_path: Path) -> None:
     assert store.namespaces == ["one", "three"]
 
 
+def test_reads_of_unknown_namespaces_create_no_files(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    assert store.load("nothing") == []
+    assert store.load_by_key("nothing", "k") is None
+    store.delete("nothing", "id")
+    store.clear("nothing")
+    with store.unit_of_work() as uow:
+        assert uow.entries.list("nothing") == []
+    assert store.namespaces == []
+    assert store.cleanup_expired() == 0
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_foreign_files_in_base_dir_are_ignored(tmp_path: Path) -> None:
     (tmp_path / "notes.json").write_text("not json at all")
     (tmp_path / "README").write_text("hello")
@@ -340,9 +358,7 @@ def test_corrupt_file_raises_and_is_never_overwritten(tmp_path: Path, kind: str)
             call()
         assert str(path) in str(info.value)
         assert path.read_bytes() == original
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [path.name, path.name + ".lock"]
-    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, path.name + ".lock"])
 
 
 def test_corrupt_entries_are_detected(tmp_path: Path) -> None:
@@ -694,9 +710,7 @@ async def test_async_unit_of_work(tmp_path: Path) -> None:
     def bump(uow: UnitOfWork) -> int:
         current = uow.entries.get_by_key("ns", "k")
         assert current is not None
-        uow.entries.save(
-            "ns", current.copy_entry(content=current.content + 1), expected_version=1
-        )
+        uow.entries.save("ns", current.copy_entry(content=current.content + 1), expected_version=1)
         return int(current.content)
 
     async with store.async_unit_of_work() as uow:
