@@ -76,21 +76,22 @@ _WRITE_OPTION = "firefly_orm_write"
 
 
 def _row_to_entry(row: Any) -> MemoryEntry:
-    entry = MemoryEntry.from_dict(
+    # Values come straight from typed columns (UTC datetimes, MemoryScope,
+    # decoded JSON), so the fast constructor is safe here.
+    return MemoryEntry._from_values(
         {
             "entry_id": row[0],
             "namespace": row[1],
             "scope": row[2],
             "key": row[3],
             "content": row[4],
-            "metadata": row[5],
+            "metadata_": row[5],
             "created_at": row[6],
             "expires_at": row[7],
             "importance": row[8],
             "version": row[9],
         }
     )
-    return entry
 
 
 def _values(namespace: str, entry: MemoryEntry) -> dict[str, Any]:
