@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "SQLiteStore": "firefly_orm.sql",
     "PostgreSQLStore": "firefly_orm.sql",
     "MongoDBStore": "firefly_orm.mongo",
+    "MemoryDocument": "firefly_orm.mongo",
     "TokenEstimator": "firefly_orm.tokens",
     "create_llm_summarizer": "firefly_orm.summarization",
     "FireflyOrmError": "firefly_orm.errors",
@@ -74,7 +75,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from firefly_orm.file_store import FileStore
     from firefly_orm.manager import MemoryManager
-    from firefly_orm.mongo import MongoDBStore
+    from firefly_orm.mongo import MemoryDocument, MongoDBStore
     from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
     from firefly_orm.store import AsyncMemoryStore, InMemoryStore, MemoryStore
     from firefly_orm.summarization import create_llm_summarizer

@@ -23,7 +23,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from firefly_orm.errors import (
@@ -136,6 +136,15 @@ class MemorySettings(BaseSettings):
             return None
         return value
 
+    @model_validator(mode="after")
+    def _pool_sizes_agree(self) -> MemorySettings:
+        if self.postgres_pool_min_size > self.postgres_pool_size:
+            raise ValueError(
+                f"{env_var('postgres_pool_min_size')} ({self.postgres_pool_min_size}) must not "
+                f"exceed {env_var('postgres_pool_size')} ({self.postgres_pool_size})"
+            )
+        return self
+
     def resolved_sqlite_path(self) -> Path:
         """The SQLite database file: ``sqlite_path`` or ``<file_dir>/memory.sqlite3``."""
         if self.sqlite_path is not None:
@@ -168,8 +177,11 @@ def load_settings(**overrides: Any) -> MemorySettings:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            field = str(err["loc"][0]) if err["loc"] else "?"
             message = str(err["msg"]).removeprefix("Value error, ")
+            if not err["loc"]:  # a check across fields; its message names the variables
+                problems.append(message)
+                continue
+            field = str(err["loc"][0])
             if field in _URL_FIELDS:
                 # The input may hold a password: report the problem, never the value.
                 message = str(err["type"])
@@ -329,9 +341,7 @@ async def async_build_store(settings: MemorySettings | None = None) -> MemorySto
     settings = settings if settings is not None else load_settings()
     store, url = _construct(settings)
     if settings.backend != "in_memory":
-        initialize = getattr(store, "async_initialize", None) or getattr(
-            store, "initialize", None
-        )
+        initialize = getattr(store, "async_initialize", None) or getattr(store, "initialize", None)
         if initialize is not None:
             try:
                 result = initialize()

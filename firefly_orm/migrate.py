@@ -18,7 +18,21 @@ Use from code::
 
 On PostgreSQL, :func:`upgrade` holds a transaction-level advisory lock, so
 several workers starting together migrate exactly once; the others wait and
-then find the schema at head.
+then find the schema at head.  A database already at head is left alone (no
+DDL, no lock), so a least-privilege role may call ``initialize()`` too.
+
+Inside a host application's Alembic (two ways, see the README):
+
+* (a) keep our own version table: call :func:`upgrade` (or ``firefly-orm
+  migrate``) beside the host's ``alembic upgrade head``;
+* (b) add :func:`versions_location` (``firefly_orm:migrations/versions`` in an
+  ``alembic.ini``) to the host's ``version_locations`` and run ``alembic upgrade
+  firefly_orm@head``: the HOST's env.py then runs our revisions, they are
+  recorded in the host's version table and land in the host connection's
+  default schema, or in the schema named by ``-x firefly_orm_schema=NAME`` /
+  ``config.attributes["firefly_orm_schema"]`` (see :func:`revision_schema`).
+  :func:`current`, :func:`check` and ``initialize(migrate=False)`` recognise a
+  database migrated that way.
 """
 
 from __future__ import annotations
@@ -40,10 +54,18 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, Connection, Engine
 
 from firefly_orm.entry import TABLE_NAME, metadata
-from firefly_orm.errors import EntryValidationError, MigrationRequiredError
+from firefly_orm.errors import (
+    DatabaseConnectionError,
+    EntryValidationError,
+    MigrationRequiredError,
+    MissingExtraError,
+    redact_url,
+)
 
 __all__ = [
     "DEFAULT_SCHEMA",
+    "HOST_SCHEMA_OPTION",
+    "HOST_VERSION_TABLE",
     "VERSION_TABLE",
     "check",
     "current",
@@ -51,17 +73,26 @@ __all__ = [
     "head",
     "include_name",
     "include_object",
+    "make_config",
+    "normalize_url",
+    "require_head",
+    "revision_schema",
     "run_environment",
     "script_location",
     "stamp",
     "upgrade",
     "validate_schema_name",
+    "versions_location",
 ]
 
 logger = logging.getLogger("firefly_orm")
 
 VERSION_TABLE = "firefly_orm_alembic_version"
 DEFAULT_SCHEMA = "firefly_memory"
+#: The version table a host's Alembic uses by default (mode (b): our branch inside it).
+HOST_VERSION_TABLE = "alembic_version"
+#: ``-x`` argument / ``config.attributes`` key naming the schema for our tables in mode (b).
+HOST_SCHEMA_OPTION = "firefly_orm_schema"
 _OUR_TABLES = frozenset({TABLE_NAME, VERSION_TABLE})
 _SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 
@@ -93,6 +124,43 @@ def script_location() -> str:
         if (candidate / "env.py").is_file():
             return str(candidate)
     raise FileNotFoundError("firefly_orm's migrations directory was not found")
+
+
+def versions_location() -> str:
+    """Directory of our revision files, for a host's ``version_locations`` (mode (b)).
+
+    In an ``alembic.ini`` an installed package can also be named as the
+    resource ``firefly_orm:migrations/versions`` (with ``path_separator =
+    space``); from code, append this path::
+
+        cfg.set_main_option(
+            "version_locations", f"{host_versions} {migrate.versions_location()}"
+        )
+    """
+    return str(Path(script_location()) / "versions")
+
+
+def revision_schema() -> str | None:
+    """The schema our revisions should name explicitly (called inside a revision).
+
+    * Our own environment (``firefly_orm_alembic_version``): ``None`` — the
+      schema is applied by ``schema_translate_map`` on the connection.
+    * A host's environment (mode (b)): the schema given as
+      ``alembic -x firefly_orm_schema=NAME`` or
+      ``config.attributes["firefly_orm_schema"]``; ``None`` (the host
+      connection's default schema) when neither is set.
+    """
+    from alembic import context as env_context
+    from alembic import op
+
+    if op.get_context().opts.get("version_table") == VERSION_TABLE:
+        return None
+    config = env_context.config
+    name = config.attributes.get(HOST_SCHEMA_OPTION)
+    if name is None:
+        x_args: dict[str, str] = env_context.get_x_argument(as_dictionary=True)
+        name = x_args.get(HOST_SCHEMA_OPTION) or None
+    return validate_schema_name(name)
 
 
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
@@ -153,21 +221,57 @@ def _schema_for(connection: Connection, schema_name: str | None) -> str | None:
     return validate_schema_name(schema_name)
 
 
+def normalize_url(url: str | URL) -> URL:
+    """Parse ``url``; plain ``postgresql://`` gets the psycopg (3) driver we ship with.
+
+    Raises:
+        EntryValidationError: not a database URL (the message hides the password).
+    """
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError, TypeError) as exc:
+        raise EntryValidationError("url", f"not a database URL: {redact_url(url)}") from exc
+    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
 @contextmanager
 def _connect(target: Target) -> Iterator[Connection]:
     if isinstance(target, Connection):
         yield target
         return
     if isinstance(target, Engine):
-        with target.connect() as conn:
+        with _open(target) as conn:
             yield conn
         return
-    engine = sa.create_engine(target, poolclass=sa.pool.NullPool)
+    url = normalize_url(target)
     try:
-        with engine.connect() as conn:
+        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    except ImportError as exc:
+        extra = "postgres" if url.get_backend_name() == "postgresql" else url.get_backend_name()
+        raise MissingExtraError(f"{url.get_backend_name()} URLs", extra, exc.name) from exc
+    except sa.exc.ArgumentError as exc:
+        raise EntryValidationError("url", f"{redact_url(url)}: {exc}") from exc
+    try:
+        with _open(engine) as conn:
             yield conn
     finally:
         engine.dispose()
+
+
+@contextmanager
+def _open(engine: Engine) -> Iterator[Connection]:
+    """Connect, turning a failure into :class:`DatabaseConnectionError` (password hidden)."""
+    try:
+        conn = engine.connect()
+    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+        lines = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+        raise DatabaseConnectionError(
+            f"cannot connect to {redact_url(engine.url)}: {lines[0] if lines else exc}"
+        ) from exc
+    with conn:
+        yield conn
 
 
 def _run(target: Target, schema_name: str | None, fn: Any, *args: Any) -> Any:
@@ -180,25 +284,63 @@ def _run(target: Target, schema_name: str | None, fn: Any, *args: Any) -> Any:
         return result
 
 
+def _is_permission_error(exc: sa.exc.DBAPIError) -> bool:
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) == "42501":  # insufficient_privilege
+        return True
+    text = str(orig).lower()
+    return "readonly database" in text or "permission denied" in text
+
+
 def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "head") -> None:
     """Upgrade our tables to ``revision`` (default: head); creates the schema if needed.
 
-    On PostgreSQL the upgrade holds an advisory lock (per schema name) for its
+    A database already at head is left untouched (no DDL, no lock).  On
+    PostgreSQL the upgrade holds an advisory lock (per schema name) for its
     whole transaction, so concurrent callers migrate once and the rest wait.
+
+    Raises:
+        MigrationRequiredError: the role may not create the schema or tables
+            (migrate as an admin, then use ``initialize(migrate=False)``), or the
+            database is managed by a host's Alembic (mode (b)) and not at head.
     """
     with _connect(target) as conn:
         schema = _schema_for(conn, schema_name)
-        if conn.dialect.name == "postgresql":
-            if conn.in_transaction():
-                conn.commit()
-            with conn.begin():
-                conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(schema))))
+        at, managed_by = _state(conn, schema)
+        if conn.in_transaction():
+            conn.commit()
+        if managed_by == HOST_VERSION_TABLE:
+            if at == head() and revision in ("head", "heads", head()):
+                return
+            raise MigrationRequiredError(
+                f"database not at head: firefly_orm's revisions are recorded in the host's "
+                f"{HOST_VERSION_TABLE} table (at {at}); run the host's "
+                "`alembic upgrade firefly_orm@head`"
+            )
+        if revision in ("head", "heads") and at == head():
+            logger.debug("firefly_orm schema %s already at head", schema or "(default)")
+            return
+        try:
+            if conn.dialect.name == "postgresql":
+                with conn.begin():
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(schema))))
+                    command.upgrade(make_config(conn, schema_name=schema), revision)
+            else:
                 command.upgrade(make_config(conn, schema_name=schema), revision)
-        else:
-            command.upgrade(make_config(conn, schema_name=schema), revision)
+                if conn.in_transaction():
+                    conn.commit()
+        except (sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
+            if not _is_permission_error(exc):
+                raise
             if conn.in_transaction():
-                conn.commit()
-    logger.info("firefly_orm schema %s upgraded to %s", schema_name or "(default)", revision)
+                conn.rollback()
+            reason = str(exc.orig).strip().splitlines()[0]
+            raise MigrationRequiredError(
+                f"database not at head and this role may not migrate it "
+                f"(schema {schema or '(default)'}: {reason}); run `firefly-orm migrate` "
+                "with a role that may create tables, then use initialize(migrate=False)"
+            ) from exc
+    logger.info("firefly_orm schema %s upgraded to %s", schema or "(default)", revision)
 
 
 def downgrade(target: Target, revision: str, *, schema_name: str | None = None) -> None:
@@ -220,14 +362,41 @@ def head() -> str:
     return heads[0]
 
 
+def _our_revisions() -> set[str]:
+    script = ScriptDirectory.from_config(make_config())
+    return {rev.revision for rev in script.walk_revisions()}
+
+
+def _state(conn: Connection, schema: str | None) -> tuple[str | None, str | None]:
+    """(revision, version table holding it): ours first, then a host's (mode (b))."""
+    ctx = MigrationContext.configure(
+        conn, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
+    )
+    rev = ctx.get_current_revision()
+    if rev is not None:
+        return rev, VERSION_TABLE
+    inspector = sa.inspect(conn)
+    ours = _our_revisions()
+    for where in dict.fromkeys((schema, None)):
+        if not inspector.has_table(HOST_VERSION_TABLE, schema=where):
+            continue
+        table = sa.table(HOST_VERSION_TABLE, sa.column("version_num"), schema=where)
+        found = [v for v in conn.execute(sa.select(table.c.version_num)).scalars() if v in ours]
+        if found:
+            return found[0], HOST_VERSION_TABLE
+    return None, None
+
+
 def current(target: Target, *, schema_name: str | None = None) -> str | None:
-    """The revision the database is at (None when never migrated)."""
+    """The revision the database is at (None when never migrated).
+
+    Reads our own version table; when it is absent or empty, a host's
+    ``alembic_version`` (in the schema, then the default schema) holding one of
+    our revisions counts too (migrated from the host's Alembic, mode (b)).
+    """
     with _connect(target) as conn:
         schema = _schema_for(conn, schema_name)
-        ctx = MigrationContext.configure(
-            conn, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
-        )
-        rev = ctx.get_current_revision()
+        rev, _ = _state(conn, schema)
         if conn.in_transaction():
             conn.rollback()
         return rev
@@ -267,7 +436,10 @@ def _env_url(x_args: dict[str, str]) -> str | None:
 def _configure_and_run(context: Any, connection: Connection, schema: str | None) -> None:
     is_sqlite = connection.dialect.name == "sqlite"
     if schema is not None:
-        connection.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
+        # CREATE SCHEMA needs the CREATE right on the database even with IF NOT
+        # EXISTS; skip it when the schema is there (an admin may have made it).
+        if not sa.inspect(connection).has_schema(schema):
+            connection.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
         connection = connection.execution_options(schema_translate_map={None: schema})
     context.configure(
         connection=connection,

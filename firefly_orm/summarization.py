@@ -186,8 +186,7 @@ def fallback_summary(turns: Sequence[TurnLike]) -> str:
     """
     parts: list[str] = []
     candidates = [
-        _summary_text(t) if _is_previous_summary(t) else _text(t.assistant_response)
-        for t in turns
+        _summary_text(t) if _is_previous_summary(t) else _text(t.assistant_response) for t in turns
     ]
     for text in [c for c in candidates if c.strip()][-5:]:
         sentence = text.split(".", 1)[0].strip()
@@ -275,7 +274,8 @@ class LLMSummarizer:
         name = os.environ.get(SUMMARY_MODEL_ENV, "").strip()
         if not name:
             raise ValueError(
-                f"no summary model: pass create_llm_summarizer(model=...) or set {SUMMARY_MODEL_ENV}"
+                "no summary model: pass create_llm_summarizer(model=...) "
+                f"or set {SUMMARY_MODEL_ENV}"
             )
         return name
 

@@ -136,7 +136,7 @@ class WorkingMemory:
             key=key,
             content=value,
             importance=_check_importance(importance),
-            metadata_={"scope_id": self._scope_id},
+            metadata={"scope_id": self._scope_id},
         )
         return validate_entry(entry, self._namespace)
 

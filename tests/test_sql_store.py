@@ -264,4 +264,3 @@ def test_store_reopens_after_close(tmp_path: Path) -> None:
     # close() releases connections; the store can be used again afterwards
     assert len(store.load("ns")) == 1
     store.close()
-
