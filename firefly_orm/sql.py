@@ -15,6 +15,7 @@ engines you pass in (``engine=``, ``async_engine=``) are never disposed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -70,6 +71,10 @@ _COLUMNS = (
     _C.version,
 )
 _WRITE_OPTION = "firefly_orm_write"
+#: Alembic's ``context``/``op`` are process-wide proxies: one migration at a time
+#: per process (PostgreSQL adds an advisory lock, SQLite BEGIN IMMEDIATE, for
+#: other processes).
+_MIGRATION_LOCK = threading.Lock()
 
 
 # --------------------------------------------------------------------------- row mapping
@@ -297,9 +302,12 @@ class SQLUnitOfWork:
     savepoint.
     """
 
-    def __init__(self, store: SQLAlchemyStore, session: Session | None = None) -> None:
+    def __init__(
+        self, store: SQLAlchemyStore, session: Session | None = None, *, read_only: bool = False
+    ) -> None:
         self._store = store
         self._external = session
+        self._read_only = read_only
         self._session: Session | None = None
         self._nested: sa.orm.SessionTransaction | None = None
         self._done = False
@@ -310,7 +318,8 @@ class SQLUnitOfWork:
             self._session = self._external
             self._nested = self._external.begin_nested()
         else:
-            self._session = Session(self._store._write_engine(), expire_on_commit=False)
+            engine = self._store.engine if self._read_only else self._store._write_engine()
+            self._session = Session(engine, expire_on_commit=False)
             self._session.begin()
         self.entries = SQLEntryRepository(self._session)
         return self
@@ -357,9 +366,16 @@ class AsyncSQLUnitOfWork:
     sync facade, so the logic written for sync units of work runs unchanged.
     """
 
-    def __init__(self, store: SQLAlchemyStore, session: AsyncSession | None = None) -> None:
+    def __init__(
+        self,
+        store: SQLAlchemyStore,
+        session: AsyncSession | None = None,
+        *,
+        read_only: bool = False,
+    ) -> None:
         self._store = store
         self._external = session
+        self._read_only = read_only
         self._session: AsyncSession | None = None
         self._nested: Any = None
         self._done = False
@@ -370,7 +386,10 @@ class AsyncSQLUnitOfWork:
             self._session = self._external
             self._nested = await self._external.begin_nested()
         else:
-            self._session = AsyncSession(self._store._async_write_engine(), expire_on_commit=False)
+            engine = (
+                self._store.async_engine if self._read_only else self._store._async_write_engine()
+            )
+            self._session = AsyncSession(engine, expire_on_commit=False)
             await self._session.begin()
         return self
 
@@ -664,38 +683,53 @@ class SQLAlchemyStore:
 
     # ------------------------------------------------------------------ lifecycle
     def initialize(self, *, migrate: bool = True) -> None:
-        """Create or upgrade our tables (idempotent; safe across processes).
+        """Create or upgrade our tables (idempotent; safe across threads and processes).
 
         Args:
             migrate: ``True`` runs the Alembic migrations (under an advisory
-                lock on PostgreSQL).  ``False`` only checks that the database is
-                at head and raises :class:`MigrationRequiredError` otherwise —
-                for processes whose role has DML rights only.
+                lock on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite).  ``False``
+                only checks that the database is at head and raises
+                :class:`MigrationRequiredError` otherwise — for processes whose
+                role has DML rights only.
         """
         if self._initialized:
             return
-        with self._wrap("initialize"):
-            if migrate:
-                self._migrate_sync()
-            else:
-                migrate_module().require_head(self.engine, schema_name=self._schema)
-        self._initialized = True
+        with _MIGRATION_LOCK:
+            if self._initialized:
+                return
+            with self._wrap("initialize"):
+                if migrate:
+                    migrate_module().upgrade(self._write_engine(), schema_name=self._schema)
+                else:
+                    migrate_module().require_head(self.engine, schema_name=self._schema)
+                self._after_initialize()
+            self._initialized = True
         logger.debug("store initialised on %s", self._display_url())
 
-    def _migrate_sync(self) -> None:
-        migrate_module().upgrade(self.engine, schema_name=self._schema)
+    def _after_initialize(self) -> None:
+        """Hook for presets (e.g. warming the pool); runs once, under the init lock."""
 
     async def async_initialize(self, *, migrate: bool = True) -> None:
-        """Async twin of :meth:`initialize` (runs on the async engine)."""
+        """Async twin of :meth:`initialize` (Alembic runs on the async engine via run_sync)."""
         if self._initialized:
             return
-        with self._wrap("initialize"):
-            async with self.async_engine.connect() as conn:
-                if migrate:
-                    await conn.run_sync(_upgrade_on_connection, self._schema)
-                else:
-                    await conn.run_sync(_require_head_on_connection, self._schema)
-        self._initialized = True
+        # Poll the process-wide lock instead of blocking: a coroutine holding it
+        # awaits I/O inside run_sync, and a blocking acquire on the same loop
+        # thread would deadlock.
+        while not _MIGRATION_LOCK.acquire(blocking=False):
+            await asyncio.sleep(0.005)
+        try:
+            if self._initialized:
+                return
+            with self._wrap("initialize"):
+                async with self._async_write_engine().connect() as conn:
+                    if migrate:
+                        await conn.run_sync(_upgrade_on_connection, self._schema)
+                    else:
+                        await conn.run_sync(_require_head_on_connection, self._schema)
+            self._initialized = True
+        finally:
+            _MIGRATION_LOCK.release()
 
     def ensure_initialized(self) -> None:
         """Initialise on first use (called by every operation)."""
@@ -715,8 +749,6 @@ class SQLAlchemyStore:
         self._owned = [e for e in self._owned if isinstance(e, AsyncEngine)]
         if self._owned:
             # Async engines need an event loop to close their connections.
-            import asyncio
-
             try:
                 asyncio.get_running_loop()
             except RuntimeError:
@@ -834,19 +866,29 @@ class SQLAlchemyStore:
 
     # ------------------------------------------------------------------ units of work
     @contextmanager
-    def unit_of_work(self, session: Session | None = None) -> Iterator[SQLUnitOfWork]:
-        """A unit of work: one transaction, or a SAVEPOINT in the caller's ``session``."""
+    def unit_of_work(
+        self, session: Session | None = None, *, read_only: bool = False
+    ) -> Iterator[SQLUnitOfWork]:
+        """A unit of work: one transaction, or a SAVEPOINT in the caller's ``session``.
+
+        Args:
+            session: The caller's Session; the work joins its transaction through
+                a SAVEPOINT and the caller's commit decides the outcome.
+            read_only: Start a plain (deferred) transaction.  On SQLite write
+                units of work start with ``BEGIN IMMEDIATE``; read-only ones let
+                readers run alongside writers under WAL.
+        """
         self.ensure_initialized()
-        with self._wrap("unit of work"), SQLUnitOfWork(self, session) as uow:
+        with self._wrap("unit of work"), SQLUnitOfWork(self, session, read_only=read_only) as uow:
             yield uow
 
     @asynccontextmanager
     async def async_unit_of_work(
-        self, session: AsyncSession | None = None
+        self, session: AsyncSession | None = None, *, read_only: bool = False
     ) -> AsyncIterator[AsyncSQLUnitOfWork]:
         """Async unit of work on the native async engine (or the caller's AsyncSession)."""
         with self._wrap("unit of work"):
-            async with AsyncSQLUnitOfWork(self, session) as uow:
+            async with AsyncSQLUnitOfWork(self, session, read_only=read_only) as uow:
                 yield uow
 
     def __repr__(self) -> str:
@@ -944,12 +986,8 @@ class PostgreSQLStore(SQLAlchemyStore):
             "connect_args": {"connect_timeout": max(1, int(self.timeout))},
         }
 
-    def initialize(self, *, migrate: bool = True) -> None:
-        """See :meth:`SQLAlchemyStore.initialize`; also warms ``pool_min_size`` connections."""
-        already = self._initialized
-        super().initialize(migrate=migrate)
-        if not already and self.pool_min_size:
-            with self._wrap("initialize"):
-                conns = [self.engine.connect() for _ in range(self.pool_min_size)]
-                for conn in conns:
-                    conn.close()
+    def _after_initialize(self) -> None:
+        # Open pool_min_size connections now so the pool is warm before the first request.
+        conns = [self.engine.connect() for _ in range(self.pool_min_size)]
+        for conn in conns:
+            conn.close()

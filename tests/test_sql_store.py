@@ -264,3 +264,73 @@ def test_store_reopens_after_close(tmp_path: Path) -> None:
     # close() releases connections; the store can be used again afterwards
     assert len(store.load("ns")) == 1
     store.close()
+
+
+def test_first_use_from_many_threads_initializes_once(tmp_path: Path) -> None:
+    """A fresh store (and fresh stores on one file) used from 8 threads at once."""
+    path = tmp_path / "race.sqlite3"
+    shared = SQLiteStore(path)
+    others = [SQLiteStore(path) for _ in range(4)]
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def work(n: int) -> None:
+        store = shared if n % 2 else others[n // 2]
+        try:
+            barrier.wait()
+            store.save("ns", MemoryEntry(key=str(n), content=n))
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(int(e.key or -1) for e in shared.load("ns")) == list(range(8))
+    for store in [shared, *others]:
+        store.close()
+
+
+def _sqlite_init_worker(path: str, n: int, queue: multiprocessing.Queue[str]) -> None:
+    try:
+        store = SQLiteStore(path)
+        store.save("ns", MemoryEntry(key=str(n), content=n))
+        store.close()
+        queue.put("ok")
+    except Exception as exc:  # pragma: no cover - reported to the parent
+        queue.put(f"error: {exc!r}")
+
+
+@pytest.mark.slow
+def test_first_use_from_many_processes_sqlite(tmp_path: Path) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    queue: multiprocessing.Queue[str] = ctx.Queue()
+    path = str(tmp_path / "procs.sqlite3")
+    procs = [ctx.Process(target=_sqlite_init_worker, args=(path, n, queue)) for n in range(4)]
+    for p in procs:
+        p.start()
+    results = [queue.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    assert results == ["ok"] * 4
+    store = SQLiteStore(path)
+    assert len(store.load("ns")) == 4
+    store.close()
+
+
+def test_read_only_unit_of_work_does_not_block_writers(tmp_path: Path) -> None:
+    """Under WAL a read-only unit of work runs alongside a writer's transaction."""
+    store = SQLiteStore(tmp_path / "m.sqlite3")
+    store.save("ns", MemoryEntry(key="a", content=1))
+    with store.unit_of_work(read_only=True) as reader:
+        assert [e.key for e in reader.entries.list("ns")] == ["a"]
+        # a writer commits while the reader's transaction is open
+        with store.unit_of_work() as writer:
+            writer.entries.save("ns", MemoryEntry(key="b", content=2))
+            writer.commit()
+        # the reader keeps its snapshot
+        assert [e.key for e in reader.entries.list("ns")] == ["a"]
+    assert sorted(e.key or "" for e in store.load("ns")) == ["a", "b"]
+    store.close()
