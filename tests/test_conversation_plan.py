@@ -1,0 +1,163 @@
+"""The pure planning functions of conversation memory, on plain lists."""
+
+from __future__ import annotations
+
+import pytest
+
+from firefly_orm.conversation import (
+    SUMMARY_TURN_ID,
+    SUMMARY_TURN_PROMPT,
+    AppendPlan,
+    ConversationTurn,
+    HeadState,
+    history_suffix,
+    plan_append,
+    summary_input,
+)
+
+
+def turn(turn_id: int, tokens: int) -> ConversationTurn:
+    return ConversationTurn(turn_id=turn_id, user_prompt=f"p{turn_id}", token_estimate=tokens)
+
+
+def stored(*tokens: int, first_id: int = 0) -> list[ConversationTurn]:
+    return [turn(first_id + i, t) for i, t in enumerate(tokens)]
+
+
+def head_for(
+    turns: list[ConversationTurn], *, version: int = 3, summary: str | None = None
+) -> HeadState:
+    return HeadState(
+        next_turn_id=(turns[-1].turn_id + 1) if turns else 0,
+        total_tokens=sum(t.token_estimate for t in turns),
+        turn_count=len(turns),
+        summary=summary,
+        version=version,
+    )
+
+
+def test_no_eviction_under_budget() -> None:
+    existing = stored(10, 10)
+    plan = plan_append(head_for(existing), turn(99, 10), existing, 40, 0)
+    assert plan.turn.turn_id == 2  # from the head, not from the given turn
+    assert plan.evicted_turn_ids == ()
+    assert plan.total_tokens == 30
+    assert plan.turn_count == 3
+    assert plan.next_turn_id == 3
+    assert plan.expected_version == 3
+    assert not plan.summarize
+
+
+def test_evicts_oldest_until_within_budget() -> None:
+    existing = stored(10, 10, 10, first_id=5)
+    plan = plan_append(head_for(existing), turn(0, 15), existing, 30, 0, has_summarizer=True)
+    assert plan.turn.turn_id == 8
+    assert plan.evicted_turn_ids == (5, 6)
+    assert [t.turn_id for t in plan.evicted_turns] == [5, 6]
+    assert plan.total_tokens == 25
+    assert plan.turn_count == 2
+    assert plan.summarize
+
+
+def test_without_summarizer_it_still_evicts_but_does_not_summarize() -> None:
+    existing = stored(10, 10, 10)
+    plan = plan_append(head_for(existing), turn(0, 10), existing, 20, 0)
+    assert plan.evicted_turn_ids == (0, 1)
+    assert not plan.summarize
+
+
+def test_threshold_below_max_tokens_changes_nothing_until_max_tokens() -> None:
+    existing = stored(10, 10)
+    plan = plan_append(head_for(existing), turn(0, 10), existing, 30, 5)
+    assert plan.evicted_turn_ids == ()  # 30 > 5 but not > 30
+    plan = plan_append(head_for(stored(10, 10, 10)), turn(0, 1), stored(10, 10, 10), 30, 5)
+    assert plan.evicted_turn_ids == (0,)
+    assert plan.total_tokens == 21
+
+
+def test_threshold_above_max_tokens_lets_it_grow_then_trims_to_max_tokens() -> None:
+    existing = stored(10, 10, 10, 10)
+    plan = plan_append(head_for(existing), turn(0, 10), existing, 20, 50)
+    assert plan.evicted_turn_ids == ()  # 50 is not > 50
+    existing = stored(10, 10, 10, 10, 10)
+    plan = plan_append(head_for(existing), turn(0, 10), existing, 20, 50)
+    assert plan.evicted_turn_ids == (0, 1, 2, 3)
+    assert plan.total_tokens == 20
+
+
+def test_newest_turn_is_never_evicted_even_when_oversize() -> None:
+    existing = stored(5, 5)
+    plan = plan_append(head_for(existing), turn(0, 100), existing, 20, 0)
+    assert plan.evicted_turn_ids == (0, 1)
+    assert plan.turn_count == 1
+    assert plan.total_tokens == 100
+
+
+def test_first_turn_of_a_new_conversation() -> None:
+    plan = plan_append(HeadState(), turn(7, 50), [], 10, 0, has_summarizer=True)
+    assert plan.turn.turn_id == 0
+    assert plan.evicted_turn_ids == ()
+    assert plan.expected_version == 0
+    assert plan.total_tokens == 50
+    assert not plan.summarize
+
+
+def test_provider_is_only_asked_when_eviction_is_needed_and_in_batches() -> None:
+    asked: list[int] = []
+    existing = stored(*([1] * 100))
+
+    def provider(n: int) -> list[ConversationTurn]:
+        asked.append(n)
+        return existing[:n]
+
+    plan = plan_append(head_for(existing), turn(0, 1), provider, 200, 0)
+    assert asked == []
+    assert plan.evicted_turn_ids == ()
+
+    plan = plan_append(head_for(existing), turn(0, 3), provider, 100, 0)
+    assert plan.evicted_turn_ids == (0, 1, 2)
+    assert len(asked) == 1 and asked[0] < 100  # a small first batch, not the whole list
+
+    asked.clear()
+    plan = plan_append(head_for(existing), turn(0, 60), provider, 100, 0)
+    assert plan.evicted_turn_ids == tuple(range(60))
+    assert asked == sorted(asked) and len(asked) >= 2  # growing batches
+
+
+def test_provider_shorter_than_head_claims_stops_cleanly() -> None:
+    existing = stored(10)
+    head = HeadState(next_turn_id=5, total_tokens=100, turn_count=5, version=2)
+    plan = plan_append(head, turn(0, 10), existing, 20, 0)
+    assert plan.evicted_turn_ids == (0,)
+    assert plan.turn.turn_id == 5
+
+
+def test_plan_is_frozen_and_does_not_mutate_inputs() -> None:
+    new = turn(42, 10)
+    existing = stored(10, 10)
+    plan = plan_append(head_for(existing), new, existing, 15, 0)
+    assert new.turn_id == 42
+    assert [t.turn_id for t in existing] == [0, 1]
+    assert isinstance(plan, AppendPlan)
+    with pytest.raises(AttributeError):
+        plan.total_tokens = 1  # type: ignore[misc]
+
+
+def test_summary_input_prepends_previous_summary() -> None:
+    evicted = stored(3, 4)
+    turns = summary_input("earlier stuff", evicted)
+    assert [t.turn_id for t in turns] == [SUMMARY_TURN_ID, 0, 1]
+    assert turns[0].user_prompt == SUMMARY_TURN_PROMPT
+    assert turns[0].assistant_response == "earlier stuff"
+    assert [t.turn_id for t in summary_input(None, evicted)] == [0, 1]
+    assert [t.turn_id for t in summary_input("", evicted)] == [0, 1]
+
+
+def test_history_suffix_is_contiguous_newest_run() -> None:
+    turns = stored(5, 1, 8, 3, 4)
+    assert [t.turn_id for t in history_suffix(turns, 15)] == [2, 3, 4]
+    # turn 2 (8 tokens) does not fit in 10: stop there, do not skip to the smaller turn 1
+    assert [t.turn_id for t in history_suffix(turns, 10)] == [3, 4]
+    assert [t.turn_id for t in history_suffix(turns, 100)] == [0, 1, 2, 3, 4]
+    assert history_suffix(turns, 3) == []  # oversize newest turn -> []
+    assert history_suffix([], 10) == []
