@@ -436,6 +436,7 @@ class _Tx:
 
     fn: Callable[..., _TxResult]
     args: tuple[Any, ...] = ()
+    read_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -725,7 +726,7 @@ class ConversationMemory:
     @property
     def conversation_ids(self) -> list[str]:
         """Ids of the stored conversations, in creation order (reads the store)."""
-        return self._drive(self._single(self._ids_tx))
+        return self._drive(self._read(self._ids_tx))
 
     def __repr__(self) -> str:
         return (
@@ -776,17 +777,17 @@ class ConversationMemory:
         ``[]`` (kept from the module this is modelled on).  The summary is not
         injected; read it with :meth:`get_summary`.
         """
-        return self._drive(self._single(self._history_tx, _check_conversation_id(conversation_id)))
+        return self._drive(self._read(self._history_tx, _check_conversation_id(conversation_id)))
 
     def get_turns(self, conversation_id: str) -> list[ConversationTurn]:
         """Every retained turn, oldest first (unknown id -> ``[]``)."""
         cid = _check_conversation_id(conversation_id)
-        return self._drive(self._single(self._turns_tx, conversation_namespace(cid)))
+        return self._drive(self._read(self._turns_tx, conversation_namespace(cid)))
 
     def get_archived_turns(self, conversation_id: str) -> list[ConversationTurn]:
         """Turns evicted while ``keep_evicted`` was on, oldest first."""
         cid = _check_conversation_id(conversation_id)
-        return self._drive(self._single(self._turns_tx, archive_namespace(cid)))
+        return self._drive(self._read(self._turns_tx, archive_namespace(cid)))
 
     def get_total_tokens(self, conversation_id: str) -> int:
         """Sum of the retained turns' token estimates (unknown id -> 0)."""
@@ -818,7 +819,7 @@ class ConversationMemory:
         Unknown id -> the same shape with no turns.
         """
         cid = _check_conversation_id(conversation_id)
-        return self._drive(self._single(self._export_tx, cid))
+        return self._drive(self._read(self._export_tx, cid))
 
     def import_conversation(
         self, data: Mapping[str, Any], *, conversation_id: str | None = None
@@ -864,17 +865,17 @@ class ConversationMemory:
     async def async_get_message_history(self, conversation_id: str) -> list[Any]:
         """Async twin of :meth:`get_message_history`."""
         cid = _check_conversation_id(conversation_id)
-        return await self._adrive(self._single(self._history_tx, cid))
+        return await self._adrive(self._read(self._history_tx, cid))
 
     async def async_get_turns(self, conversation_id: str) -> list[ConversationTurn]:
         """Async twin of :meth:`get_turns`."""
         cid = _check_conversation_id(conversation_id)
-        return await self._adrive(self._single(self._turns_tx, conversation_namespace(cid)))
+        return await self._adrive(self._read(self._turns_tx, conversation_namespace(cid)))
 
     async def async_get_archived_turns(self, conversation_id: str) -> list[ConversationTurn]:
         """Async twin of :meth:`get_archived_turns`."""
         cid = _check_conversation_id(conversation_id)
-        return await self._adrive(self._single(self._turns_tx, archive_namespace(cid)))
+        return await self._adrive(self._read(self._turns_tx, archive_namespace(cid)))
 
     async def async_get_total_tokens(self, conversation_id: str) -> int:
         """Async twin of :meth:`get_total_tokens`."""
@@ -897,12 +898,12 @@ class ConversationMemory:
 
     async def async_conversation_ids(self) -> list[str]:
         """Async twin of :attr:`conversation_ids`."""
-        return await self._adrive(self._single(self._ids_tx))
+        return await self._adrive(self._read(self._ids_tx))
 
     async def async_export_conversation(self, conversation_id: str) -> dict[str, Any]:
         """Async twin of :meth:`export_conversation`."""
         cid = _check_conversation_id(conversation_id)
-        return await self._adrive(self._single(self._export_tx, cid))
+        return await self._adrive(self._read(self._export_tx, cid))
 
     async def async_import_conversation(
         self, data: Mapping[str, Any], *, conversation_id: str | None = None
@@ -912,10 +913,10 @@ class ConversationMemory:
         return await self._adrive(self._import_op(cid, turns, summary))
 
     def _head(self, cid: str) -> HeadState:
-        return cast(HeadState, self._drive(self._single(self._head_tx, cid)))
+        return cast(HeadState, self._drive(self._read(self._head_tx, cid)))
 
     async def _async_head(self, cid: str) -> HeadState:
-        return cast(HeadState, await self._adrive(self._single(self._head_tx, cid)))
+        return cast(HeadState, await self._adrive(self._read(self._head_tx, cid)))
 
     # ------------------------------------------------------------------ drivers
     # Every operation is a generator of steps (_Tx / _Summarize / _Sleep) written
@@ -933,7 +934,7 @@ class ConversationMemory:
             value, error = None, None
             try:
                 if isinstance(step, _Tx):
-                    with unit_of_work_for(self._store) as uow:
+                    with unit_of_work_for(self._store, read_only=step.read_only) as uow:
                         result = step.fn(uow, *step.args)
                         if result.commit:
                             uow.commit()
@@ -956,7 +957,7 @@ class ConversationMemory:
             value, error = None, None
             try:
                 if isinstance(step, _Tx):
-                    async with async_unit_of_work_for(self._store) as uow:
+                    async with async_unit_of_work_for(self._store, read_only=step.read_only) as uow:
                         result = await uow.run_sync(step.fn, *step.args)
                         if result.commit:
                             await uow.commit()
@@ -971,6 +972,12 @@ class ConversationMemory:
     @staticmethod
     def _single(fn: Callable[..., _TxResult], *args: Any) -> _Op[Any]:
         value = yield _Tx(fn, args)
+        return value
+
+    @staticmethod
+    def _read(fn: Callable[..., _TxResult], *args: Any) -> _Op[Any]:
+        """A one-step read: a read-only unit of work (readers don't queue behind writers)."""
+        value = yield _Tx(fn, args, read_only=True)
         return value
 
     def _summarize_sync(self, turns: list[ConversationTurn]) -> str:

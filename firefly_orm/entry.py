@@ -168,9 +168,27 @@ def encode_json_for_jsonb(value: Any) -> Any:
     NUL as the six characters ``\\u0000``, which JSONB accepts.
     """
     text = json.dumps(value, ensure_ascii=False)
-    if "\\u0000" in text or _is_wrapper(value):
+    if "\\u0000" in text or _is_wrapper(value) or _has_exponent_float(value, text):
         return {NUL_WRAPPER_KEY: text}
     return value
+
+
+def _has_exponent_float(value: Any, text: str | None = None) -> bool:
+    """True if ``value`` holds a float JSONB would turn into an int (e.g. ``1e20``).
+
+    JSONB stores numbers as ``numeric``: ``1e20`` comes back as the integer
+    ``100000000000000000000``.  Floats whose JSON form has an exponent are
+    therefore stored through the wrapper, which keeps the JSON text verbatim.
+    """
+    if text is not None and "e" not in text and "E" not in text:
+        return False
+    if isinstance(value, float):
+        return "e" in repr(value)
+    if isinstance(value, dict):
+        return any(_has_exponent_float(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_exponent_float(v) for v in value)
+    return False
 
 
 def decode_json_from_jsonb(value: Any) -> Any:

@@ -33,6 +33,7 @@ What each store guarantees:
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -40,16 +41,21 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
-from firefly_orm.entry import MemoryEntry, utcnow, validate_entry, validate_key, validate_namespace
+from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
 from firefly_orm.errors import ConcurrencyError
 
 __all__ = [
     "AsyncUnitOfWork",
     "BestEffortUnitOfWork",
     "EntryRepository",
+    "StagedBackend",
+    "StagedChanges",
     "StagedUnitOfWork",
+    "SyncBackedAsyncUnitOfWork",
     "UnitOfWork",
+    "apply_version",
     "async_unit_of_work_for",
+    "check_preconditions",
     "sort_entries",
     "unit_of_work_for",
 ]
@@ -191,6 +197,9 @@ class _StagedRepository:
         by_id = {e.entry_id: e for e in base}
         for (ns, entry_id), entry in changes.writes.items():
             if ns != namespace:
+                # an id saved into another namespace in this unit of work has moved
+                if entry is not None:
+                    by_id.pop(entry_id, None)
                 continue
             if entry is None:
                 by_id.pop(entry_id, None)
@@ -390,33 +399,44 @@ class BestEffortUnitOfWork(StagedUnitOfWork):
         super().__init__(_ProtocolBackend(store))
 
 
+def _call_factory(factory: Callable[..., Any], read_only: bool) -> Any:
+    """Call a store's unit-of-work factory, passing ``read_only`` only if it takes it."""
+    if read_only:
+        try:
+            params = inspect.signature(factory).parameters
+        except (TypeError, ValueError):  # pragma: no cover - builtins without signatures
+            params = {}  # type: ignore[assignment]
+        if "read_only" in params:
+            return factory(read_only=True)
+    return factory()
+
+
 @contextmanager
-def unit_of_work_for(store: Any) -> Iterator[UnitOfWork]:
-    """``store.unit_of_work()`` when the store has one, else a best-effort one."""
+def unit_of_work_for(store: Any, *, read_only: bool = False) -> Iterator[UnitOfWork]:
+    """``store.unit_of_work()`` when the store has one, else a best-effort one.
+
+    ``read_only=True`` is a hint for stores that can use it (SQL stores start a
+    plain transaction instead of a write-locking one); the unit of work must then
+    not write.
+    """
     factory = getattr(store, "unit_of_work", None)
     if factory is not None:
-        with factory() as uow:
+        with _call_factory(factory, read_only) as uow:
             yield uow
     else:
         with BestEffortUnitOfWork(store) as uow:
             yield uow
 
 
-def async_unit_of_work_for(store: Any) -> Any:
+def async_unit_of_work_for(store: Any, *, read_only: bool = False) -> Any:
     """``store.async_unit_of_work()`` when the store has one, else a sync-backed one."""
     factory = getattr(store, "async_unit_of_work", None)
     if factory is not None:
-        return factory()
+        return _call_factory(factory, read_only)
     sync_factory = getattr(store, "unit_of_work", None)
-    uow = sync_factory() if sync_factory is not None else BestEffortUnitOfWork(store)
+    uow = (
+        _call_factory(sync_factory, read_only)
+        if sync_factory is not None
+        else BestEffortUnitOfWork(store)
+    )
     return SyncBackedAsyncUnitOfWork(uow)
-
-
-__all__ += [
-    "SyncBackedAsyncUnitOfWork",
-    "StagedChanges",
-    "StagedBackend",
-    "apply_version",
-    "check_preconditions",
-    "utcnow",
-]
