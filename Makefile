@@ -31,14 +31,16 @@ install: $(STAMP)
 demo: install
 	$(PY) -m firefly_orm.demo
 
+LINT_PATHS := firefly_orm tests migrations $(wildcard bench)
+
 lint: install
-	$(VENV)/bin/ruff check firefly_orm tests migrations bench
-	$(VENV)/bin/ruff format --check firefly_orm tests migrations bench
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy --strict firefly_orm
 
 format: install
-	$(VENV)/bin/ruff format firefly_orm tests migrations bench
-	$(VENV)/bin/ruff check --fix firefly_orm tests migrations bench
+	$(VENV)/bin/ruff format $(LINT_PATHS)
+	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
 
 test: install lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)

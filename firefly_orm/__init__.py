@@ -44,7 +44,35 @@ _EXPORTS: dict[str, str] = {
     "MissingExtraError": "firefly_orm.errors",
 }
 
-__all__ = [*_EXPORTS, "__version__"]
+__all__ = [
+    "AsyncMemoryStore",
+    "ConcurrencyError",
+    "ConversationMemory",
+    "ConversationTurn",
+    "DatabaseConnectionError",
+    "EntryValidationError",
+    "FileStore",
+    "FireflyOrmError",
+    "InMemoryStore",
+    "MemoryDocument",
+    "MemoryEntry",
+    "MemoryManager",
+    "MemoryScope",
+    "MemoryStore",
+    "MigrationRequiredError",
+    "MissingExtraError",
+    "MongoDBStore",
+    "PostgreSQLStore",
+    "SQLAlchemyStore",
+    "SQLiteStore",
+    "StoreCorruptedError",
+    "StoreError",
+    "TokenEstimator",
+    "WorkingMemory",
+    "__version__",
+    "create_llm_summarizer",
+]
+assert set(__all__) == {*_EXPORTS, "__version__"}
 
 
 def __getattr__(name: str) -> Any:
