@@ -1,0 +1,151 @@
+"""Adapters that run the workloads through firefly_orm's public API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.common import UNLIMITED, estimate_tokens
+
+
+def _memory(store: Any, max_tokens: int | None) -> Any:
+    from firefly_orm.conversation import ConversationMemory
+
+    if max_tokens is None:  # never evict, never trim
+        return ConversationMemory(store=store, max_tokens=UNLIMITED, summarize_threshold=UNLIMITED)
+    return ConversationMemory(store=store, max_tokens=max_tokens, summarize_threshold=0)
+
+
+def _library_rows(conversations: list[tuple[str, list[tuple[str, str, Any]]]]) -> list[Any]:
+    """Column values of the rows ConversationMemory would store for these conversations."""
+    from firefly_orm import conversation as conv
+    from firefly_orm.sql import _values
+
+    rows = []
+    for cid, turns in conversations:
+        namespace = conv.conversation_namespace(cid)
+        total = 0
+        for number, (user, assistant, messages) in enumerate(turns):
+            turn = conv.ConversationTurn(
+                turn_id=number,
+                user_prompt=user,
+                assistant_response=assistant,
+                token_estimate=estimate_tokens(user, assistant),
+            )
+            encoded = conv.encode_raw_messages(messages)
+            rows.append(_values(namespace, conv._turn_entry(namespace, turn, encoded)))
+            total += turn.token_estimate
+        head = conv._head_entry(
+            cid,
+            None,
+            next_turn_id=len(turns),
+            total_tokens=total,
+            turn_count=len(turns),
+            summary=None,
+        )
+        rows.append(_values(namespace, head))
+        rows.append(_values(conv.INDEX_NAMESPACE, conv._index_entry(cid)))
+    return rows
+
+
+class _Base:
+    def __init__(self, store: Any, *, max_tokens: int | None = None) -> None:
+        self.store = store
+        self.writer = _memory(store, max_tokens)
+        self._readers: dict[int | None, Any] = {}
+        self._working: dict[str, Any] = {}
+
+    def reader(self, budget: int | None) -> Any:
+        """A ConversationMemory whose max_tokens is the read budget (reads never evict)."""
+        if budget not in self._readers:
+            self._readers[budget] = _memory(self.store, budget)
+        return self._readers[budget]
+
+    def working(self, scope: str) -> Any:
+        from firefly_orm.working import WorkingMemory
+
+        if scope not in self._working:
+            self._working[scope] = WorkingMemory(store=self.store, scope_id=scope)
+        return self._working[scope]
+
+
+class Ours(_Base):
+    """Sync API: ConversationMemory.add_turn / get_message_history, WorkingMemory."""
+
+    name = "firefly_orm"
+
+    def add_turn(self, cid: str, user: str, assistant: str, messages: list[dict[str, str]]) -> None:
+        self.writer.add_turn(cid, user, assistant, messages)
+
+    def history(self, cid: str, budget: int | None) -> list[Any]:
+        result: list[Any] = self.reader(budget).get_message_history(cid)
+        return result
+
+    def wm_set(self, scope: str, key: str, value: Any) -> None:
+        self.working(scope).set(key, value)
+
+    def wm_get(self, scope: str, key: str) -> Any:
+        return self.working(scope).get(key)
+
+    def wm_delete(self, scope: str, key: str) -> None:
+        self.working(scope).delete(key)
+
+    def bulk_fill(self, conversations: list[tuple[str, list[tuple[str, str, Any]]]]) -> None:
+        """Untimed set-up for W4: load whole conversations quickly.
+
+        Builds the very rows the library writes (its own row helpers) and inserts
+        them with one executemany; W4 then checks that ours and the baseline read
+        identical histories, so a format drift fails loudly.  Falls back to
+        ``import_conversation`` (one transaction per conversation, ~2 ms a turn)
+        when those helpers are not there.
+        """
+        try:
+            rows = _library_rows(conversations)
+            import sqlalchemy as sa
+
+            from firefly_orm.sql import TABLE
+        except (ImportError, AttributeError):
+            for cid, turns in conversations:
+                data = {
+                    "turns": [
+                        {"turn_id": n, "user_prompt": u, "assistant_response": a, "raw_messages": m}
+                        for n, (u, a, m) in enumerate(turns)
+                    ]
+                }
+                self.writer.import_conversation(data, conversation_id=cid)
+            return
+        self.store.ensure_initialized()
+        with self.store.engine.begin() as conn:
+            conn.execute(sa.insert(TABLE), rows)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class AsyncOurs(_Base):
+    """Async API: async_add_turn / async_get_message_history, WorkingMemory.async_*."""
+
+    name = "firefly_orm async"
+
+    async def open(self) -> None:
+        await self.store.async_initialize()
+
+    async def add_turn(
+        self, cid: str, user: str, assistant: str, messages: list[dict[str, str]]
+    ) -> None:
+        await self.writer.async_add_turn(cid, user, assistant, messages)
+
+    async def history(self, cid: str, budget: int | None) -> list[Any]:
+        result: list[Any] = await self.reader(budget).async_get_message_history(cid)
+        return result
+
+    async def wm_set(self, scope: str, key: str, value: Any) -> None:
+        await self.working(scope).async_set(key, value)
+
+    async def wm_get(self, scope: str, key: str) -> Any:
+        return await self.working(scope).async_get(key)
+
+    async def wm_delete(self, scope: str, key: str) -> None:
+        await self.working(scope).async_delete(key)
+
+    async def close(self) -> None:
+        await self.store.async_close()

@@ -1,0 +1,334 @@
+"""``python -m bench``: run the workloads on SQLite and Postgres, print and save results."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import shutil
+import sqlite3
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench import raw, workloads
+from bench.common import (
+    FULL,
+    QUICK,
+    UNLIMITED,
+    W5_KEPT_TURNS,
+    Row,
+    Sizes,
+    Skip,
+    TextPool,
+    budget_for_turns,
+    postgres_url,
+)
+from bench.ours import AsyncOurs, Ours
+from bench.report import table, write_json
+
+DURABILITY = (
+    "Durability: SQLite in WAL mode with synchronous=FULL on both sides; Postgres with the "
+    "default synchronous_commit=on on both sides; one transaction (one commit) per turn / "
+    "per working-memory write on both sides."
+)
+
+
+class Runner:
+    """Collects rows and errors; runs each workload guarded so one failure never stops the rest."""
+
+    def __init__(self, sizes: Sizes, seed: int) -> None:
+        self.sizes = sizes
+        self.seed = seed
+        self.rows: list[Row] = []
+        self.errors: list[str] = []
+        self.meta: dict[str, Any] = {}
+        self.started = time.perf_counter()
+
+    def log(self, message: str) -> None:
+        print(f"[{time.perf_counter() - self.started:6.1f}s] {message}", flush=True)
+
+    def attempt(self, what: str, fn: Callable[[], Any]) -> Any:
+        self.log(what)
+        try:
+            result = fn()
+        except Exception as exc:
+            self.errors.append(f"{what}: {type(exc).__name__}: {exc}")
+            self.log(f"  FAILED: {type(exc).__name__}: {exc}")
+            traceback.print_exc(limit=6)
+            return None
+        if isinstance(result, Row):
+            self.rows.append(result)
+        elif isinstance(result, list) and all(isinstance(r, Row) for r in result):
+            self.rows.extend(result)
+        return result
+
+    # ------------------------------------------------------------------ one backend
+    def run_backend(
+        self,
+        backend: str,
+        make_pair: Callable[..., tuple[Any, Any]],
+        durability: Callable[[Any, Any], dict[str, Any]],
+        make_async_pair: Callable[[], tuple[Any, Any]] | None,
+    ) -> None:
+        sizes, seed = self.sizes, self.seed
+        pool = TextPool(seed)
+        pair = self.attempt(f"{backend}: set-up", lambda: make_pair("w1"))
+        if pair is None:
+            return
+        ours, base = pair
+        try:
+            self.attempt(f"{backend}: warm-up", lambda: workloads.warm_up(ours, base, pool))
+            self.meta.setdefault("durability", {})[backend] = durability(ours, base)
+            result = self.attempt(
+                f"{backend}: W1 append",
+                lambda: workloads.w1_append(ours, base, sizes, pool, backend),
+            )
+            if result is not None:
+                row, cids = result
+                self.rows.append(row)
+                self.attempt(
+                    f"{backend}: W2 read",
+                    lambda: workloads.w2_read(ours, base, cids, sizes, pool, backend, seed),
+                )
+            self.attempt(
+                f"{backend}: W3 working memory",
+                lambda: workloads.w3_working(ours, base, sizes, backend, seed),
+            )
+        finally:
+            ours.close()
+            base.close()
+        self.attempt(
+            f"{backend}: W4 scale",
+            lambda: workloads.w4_scale(make_pair, sizes, pool, backend, seed, self.log),
+        )
+        w5_budget = budget_for_turns(pool.turn_tokens, W5_KEPT_TURNS)
+        self.attempt(
+            f"{backend}: W5 long conversation",
+            lambda: workloads.w5_long(
+                lambda label: make_pair(label, max_tokens=w5_budget), sizes, pool, backend
+            ),
+        )
+        self.attempt(
+            f"{backend}: W5b long conversation without eviction",
+            lambda: workloads.w5_long(make_pair, sizes, pool, backend, evict=False),
+        )
+        if make_async_pair is not None:
+            factory = make_async_pair
+            self.attempt(
+                f"{backend} async: W1/W2/W3",
+                lambda: asyncio.run(self._async_rows(factory, f"{backend} async", pool)),
+            )
+
+    async def _async_rows(
+        self, factory: Callable[[], tuple[Any, Any]], backend: str, pool: TextPool
+    ) -> list[Row]:
+        ours, base = factory()
+        try:
+            await ours.open()
+            await base.open()
+            return await workloads.async_w1_w2_w3(ours, base, self.sizes, pool, backend, self.seed)
+        finally:
+            await ours.close()
+            await base.close()
+
+    # ------------------------------------------------------------------ SQLite
+    def run_sqlite(self, tmp: Path, with_async: bool) -> None:
+        from firefly_orm.sql import SQLiteStore
+
+        def make_pair(label: str, max_tokens: int | None = None) -> tuple[Any, Any]:
+            ours = Ours(SQLiteStore(tmp / f"ours-{label}.sqlite3"), max_tokens=max_tokens)
+            base = raw.RawSQLite(
+                str(tmp / f"raw-{label}.sqlite3"), max_tokens=max_tokens or UNLIMITED
+            )
+            return ours, base
+
+        def make_async_pair() -> tuple[Any, Any]:
+            ours = AsyncOurs(SQLiteStore(tmp / "ours-async.sqlite3"))
+            return ours, raw.AsyncRawSQLite(str(tmp / "raw-async.sqlite3"))
+
+        def durability(ours: Any, base: Any) -> dict[str, Any]:
+            with ours.store.engine.connect() as conn:
+                mine = {
+                    "journal_mode": conn.exec_driver_sql("PRAGMA journal_mode").scalar(),
+                    "synchronous": conn.exec_driver_sql("PRAGMA synchronous").scalar(),
+                }
+            return {"ours": mine, "baseline": base.durability(), "note": "synchronous 2 = FULL"}
+
+        self.run_backend("sqlite", make_pair, durability, make_async_pair if with_async else None)
+
+    # ------------------------------------------------------------------ Postgres
+    def run_postgres(self, with_async: bool) -> None:
+        import psycopg
+        from sqlalchemy.engine import make_url
+
+        from firefly_orm.errors import redact_url
+        from firefly_orm.sql import PostgreSQLStore
+
+        url, source = postgres_url()
+        parsed = make_url(url)
+        conninfo = parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+        try:
+            admin = psycopg.connect(conninfo, autocommit=True, connect_timeout=3)
+        except psycopg.Error as exc:
+            raise Skip(f"Postgres at {redact_url(url)} ({source}) does not answer: {exc}") from None
+        run_id = uuid.uuid4().hex[:8]
+        schemas: list[str] = []
+        self.meta["postgres"] = {
+            "url": redact_url(url),
+            "source": source,
+            "server_version": admin.info.server_version,
+        }
+        self.log(f"postgres: {redact_url(url)} ({source}), schemas ffbench_{run_id}_*")
+
+        def names(label: str) -> tuple[str, str]:
+            ours_schema, raw_schema = f"ffbench_{run_id}_{label}", f"ffbench_{run_id}_{label}_raw"
+            schemas.extend((ours_schema, raw_schema))
+            return ours_schema, raw_schema
+
+        def make_pair(label: str, max_tokens: int | None = None) -> tuple[Any, Any]:
+            ours_schema, raw_schema = names(label)
+            ours = Ours(PostgreSQLStore(url, schema_name=ours_schema), max_tokens=max_tokens)
+            base = raw.RawPostgres(conninfo, raw_schema, max_tokens=max_tokens or UNLIMITED)
+            return ours, base
+
+        def make_async_pair() -> tuple[Any, Any]:
+            ours_schema, raw_schema = names("async")
+            ours = AsyncOurs(PostgreSQLStore(url, schema_name=ours_schema))
+            return ours, raw.AsyncRawPostgres(conninfo, raw_schema)
+
+        def durability(ours: Any, base: Any) -> dict[str, Any]:
+            with ours.store.engine.connect() as conn:
+                mine = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
+            return {"ours": {"synchronous_commit": mine}, "baseline": base.durability()}
+
+        try:
+            self.run_backend(
+                "postgres", make_pair, durability, make_async_pair if with_async else None
+            )
+        finally:
+            for schema in schemas:
+                admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            admin.close()
+            self.log(f"postgres: dropped {len(schemas)} bench schemas")
+
+
+def _fs_type(path: Path) -> str:
+    best, kind = "", "unknown"
+    try:
+        with open("/proc/mounts") as mounts:
+            for line in mounts:
+                parts = line.split()
+                if len(parts) > 2 and str(path).startswith(parts[1]) and len(parts[1]) > len(best):
+                    best, kind = parts[1], parts[2]
+    except OSError:
+        pass
+    return kind
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
+    for name in ("firefly-orm", "sqlalchemy", "psycopg", "aiosqlite"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "-"
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmarks; 0 when every workload ran (targets missed are reported, not errors)."""
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small sizes (about 30 s)")
+    parser.add_argument(
+        "--backend",
+        action="append",
+        choices=("sqlite", "postgres"),
+        help="run only this backend (repeatable; default both)",
+    )
+    parser.add_argument("--no-async", action="store_true", help="skip the async rows")
+    parser.add_argument("--seed", type=int, default=20240601)
+    parser.add_argument("--tmpdir", help="where the SQLite files go (default: a new temp dir)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="profile W1 and W2 on SQLite with pyinstrument instead of benchmarking",
+    )
+    args = parser.parse_args(argv)
+    if args.profile:
+        from bench.profile import main as profile_main
+
+        return profile_main(quick=args.quick, seed=args.seed)
+
+    sizes = QUICK if args.quick else FULL
+    runner = Runner(sizes, args.seed)
+    backends = args.backend or ["sqlite", "postgres"]
+    tmp = Path(tempfile.mkdtemp(prefix="firefly-bench-", dir=args.tmpdir))
+    runner.meta.update(
+        {
+            "quick": args.quick,
+            "sizes": sizes.__dict__,
+            "seed": args.seed,
+            "machine": {
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                "tmpdir": str(tmp),
+                "tmpdir_fs": _fs_type(tmp),
+                "loadavg_start": os.getloadavg(),
+            },
+            "versions": _versions(),
+            "durability_statement": DURABILITY,
+        }
+    )
+    print(f"firefly_orm benchmarks ({'quick' if args.quick else 'full'} run)")
+    print(DURABILITY)
+    print(f"SQLite files in {tmp} ({_fs_type(tmp)}); {os.cpu_count()} CPUs; {_versions()}")
+    load = os.getloadavg()[0]
+    if load > (os.cpu_count() or 1):
+        print(
+            f"WARNING: load average {load:.1f} on {os.cpu_count()} CPUs: other processes compete "
+            "for CPU and disk, so the numbers will be noisy (ratios less so: the two sides are "
+            "interleaved operation by operation)."
+        )
+    skipped: dict[str, str] = {}
+    try:
+        if "sqlite" in backends:
+            runner.run_sqlite(tmp, with_async=not args.no_async)
+        if "postgres" in backends:
+            try:
+                runner.run_postgres(with_async=not args.no_async)
+            except Skip as exc:
+                skipped["postgres"] = str(exc)
+                runner.log(f"postgres rows skipped: {exc}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    runner.meta["skipped"] = skipped
+    runner.meta["elapsed_s"] = round(time.perf_counter() - runner.started, 1)
+    runner.meta["machine"]["loadavg_end"] = os.getloadavg()
+    print()
+    print(table(runner.rows))
+    print()
+    print(
+        "ratio = our cost as a multiple of the raw driver's (time per operation; lower is "
+        "better); growth rows: latency at the largest size / at the smallest."
+    )
+    print(DURABILITY)
+    for name, reason in skipped.items():
+        print(f"{name} skipped: {reason}")
+    for error in runner.errors:
+        print(f"ERROR {error}")
+    path = write_json(runner.rows, runner.meta, runner.errors)
+    print(f"results: {path}  ({runner.meta['elapsed_s']} s)")
+    return 1 if runner.errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

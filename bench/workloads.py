@@ -1,0 +1,479 @@
+"""W1-W5 (sync) and their async twins; each returns result rows.
+
+Every workload runs the library ("ours") and the raw-driver baseline on the same
+operation sequence, interleaved operation by operation (alternating which side
+goes first), so background noise such as disk flushes hits both sides alike.
+Only the call itself is timed; data generation and sanity checks are not.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from bench.common import (
+    BUDGET_TURNS,
+    Row,
+    Sizes,
+    TextPool,
+    budget_for_turns,
+    median,
+    percentile,
+)
+
+Turn = tuple[str, str, list[dict[str, str]]]
+
+
+class CheckFailed(AssertionError):
+    """Ours and the baseline disagree: the numbers would not be comparable."""
+
+
+def _pair_call(
+    i: int, ours: Callable[..., Any], base: Callable[..., Any], *args: Any
+) -> tuple[float, float, Any, Any]:
+    """Time ``ours(*args)`` and ``base(*args)``, alternating the order with ``i``.
+
+    Returns (ours seconds, baseline seconds, ours result, baseline result).
+    """
+    if i % 2 == 0:
+        t0 = time.perf_counter()
+        mine = ours(*args)
+        t1 = time.perf_counter()
+        theirs = base(*args)
+        t2 = time.perf_counter()
+        return t1 - t0, t2 - t1, mine, theirs
+    t0 = time.perf_counter()
+    theirs = base(*args)
+    t1 = time.perf_counter()
+    mine = ours(*args)
+    t2 = time.perf_counter()
+    return t2 - t1, t1 - t0, mine, theirs
+
+
+async def _apair_call(
+    i: int, ours: Callable[..., Awaitable[Any]], base: Callable[..., Awaitable[Any]], *args: Any
+) -> tuple[float, float, Any, Any]:
+    """Async twin of :func:`_pair_call`."""
+    if i % 2 == 0:
+        t0 = time.perf_counter()
+        mine = await ours(*args)
+        t1 = time.perf_counter()
+        theirs = await base(*args)
+        t2 = time.perf_counter()
+        return t1 - t0, t2 - t1, mine, theirs
+    t0 = time.perf_counter()
+    theirs = await base(*args)
+    t1 = time.perf_counter()
+    mine = await ours(*args)
+    t2 = time.perf_counter()
+    return t2 - t1, t1 - t0, mine, theirs
+
+
+def _new_ids(n: int) -> list[str]:
+    return [uuid.uuid4().hex for _ in range(n)]
+
+
+def _throughput_row(
+    workload: str, backend: str, unit: str, count: int, ours_s: list[float], base_s: list[float]
+) -> Row:
+    ours_rate = count / sum(ours_s)
+    base_rate = count / sum(base_s)
+    target = 2.5
+    return Row(
+        workload,
+        backend,
+        unit,
+        ours_rate,
+        base_rate,
+        base_rate / ours_rate,
+        target,
+        detail={
+            "operations": count,
+            "ours_mean_ms": 1000 * sum(ours_s) / count,
+            "baseline_mean_ms": 1000 * sum(base_s) / count,
+            "ours_p95_ms": 1000 * percentile(ours_s, 95),
+            "baseline_p95_ms": 1000 * percentile(base_s, 95),
+        },
+    )
+
+
+def _latency_row(
+    workload: str,
+    backend: str,
+    ours_s: list[float],
+    base_s: list[float],
+    target: float | None,
+    **extra: Any,
+) -> Row:
+    o50, b50 = median(ours_s), median(base_s)
+    detail = {
+        "samples": len(ours_s),
+        "ours_p50_ms": 1000 * o50,
+        "ours_p95_ms": 1000 * percentile(ours_s, 95),
+        "baseline_p50_ms": 1000 * b50,
+        "baseline_p95_ms": 1000 * percentile(base_s, 95),
+        "p95_ratio": percentile(ours_s, 95) / percentile(base_s, 95),
+    }
+    detail.update(extra)
+    return Row(
+        workload, backend, "p50 ms", 1000 * o50, 1000 * b50, o50 / b50, target, detail=detail
+    )
+
+
+def _check_same(what: str, ours: list[Any], base: list[Any], expected: int) -> None:
+    if len(ours) != expected or len(base) != expected:
+        raise CheckFailed(
+            f"{what}: expected {expected} messages, ours {len(ours)}, raw {len(base)}"
+        )
+    if ours != base:
+        raise CheckFailed(f"{what}: ours and raw returned different messages")
+
+
+# =========================================================================== sync
+
+
+def warm_up(ours: Any, base: Any, pool: TextPool) -> None:
+    """Open connections, run migrations, fill statement caches (untimed)."""
+    cid = "warmup-" + uuid.uuid4().hex
+    for _ in range(3):
+        user, assistant, messages = pool.turn()
+        ours.add_turn(cid, user, assistant, messages)
+        base.add_turn(cid, user, assistant, messages)
+    ours.history(cid, None)
+    base.history(cid, None)
+    ours.wm_set("warmup", "k", 1)
+    base.wm_set("warmup", "k", 1)
+    ours.wm_get("warmup", "k")
+    base.wm_get("warmup", "k")
+
+
+def w1_append(
+    ours: Any, base: Any, sizes: Sizes, pool: TextPool, backend: str
+) -> tuple[Row, list[str]]:
+    """W1: C conversations x T turns, one add_turn (one commit) per turn."""
+    cids = _new_ids(sizes.conversations)
+    ours_s: list[float] = []
+    base_s: list[float] = []
+    i = 0
+    for _ in range(sizes.turns):
+        for cid in cids:
+            user, assistant, messages = pool.turn()
+            o, b, _, _ = _pair_call(
+                i,
+                ours.add_turn,
+                base.add_turn,
+                cid,
+                user,
+                assistant,
+                messages,
+            )
+            ours_s.append(o)
+            base_s.append(b)
+            i += 1
+    row = _throughput_row("W1 append", backend, "turns/s", i, ours_s, base_s)
+    row.detail["shape"] = f"{sizes.conversations} conversations x {sizes.turns} turns"
+    return row, cids
+
+
+def w2_read(
+    ours: Any, base: Any, cids: list[str], sizes: Sizes, pool: TextPool, backend: str, seed: int
+) -> list[Row]:
+    """W2: get_message_history of random conversations, whole and with a ~20-message budget."""
+    rng = random.Random(seed)
+    budget = budget_for_turns(pool.turn_tokens, BUDGET_TURNS)
+    rows = []
+    for label, limit, expected in (
+        (f"W2 read whole ({2 * sizes.turns} msgs)", None, 2 * sizes.turns),
+        (f"W2 read budget ({2 * BUDGET_TURNS} msgs)", budget, 2 * BUDGET_TURNS),
+    ):
+        _check_same(label, ours.history(cids[0], limit), base.history(cids[0], limit), expected)
+        ours_s: list[float] = []
+        base_s: list[float] = []
+        for i in range(sizes.reads):
+            cid = rng.choice(cids)
+            o, b, _, _ = _pair_call(i, ours.history, base.history, cid, limit)
+            ours_s.append(o)
+            base_s.append(b)
+        rows.append(_latency_row(label, backend, ours_s, base_s, 4.0, budget_tokens=limit))
+    return rows
+
+
+def _wm_plan(sizes: Sizes, ops: int, seed: int) -> list[tuple[str, str, str, Any]]:
+    """The W3 operation sequence: set every key, then random get/upsert/delete."""
+    rng = random.Random(seed)
+    scopes = [f"scope-{s}" for s in range(sizes.scopes)]
+    keys = [f"fact-{k}" for k in range(sizes.keys)]
+    plan: list[tuple[str, str, str, Any]] = []
+    for scope in scopes:
+        for key in keys:
+            plan.append(("set", scope, key, {"value": f"{scope}/{key}", "n": 0}))
+    for n in range(ops):
+        op = rng.choices(("get", "set", "delete"), weights=(60, 25, 15))[0]
+        plan.append((op, rng.choice(scopes), rng.choice(keys), {"value": "updated", "n": n + 1}))
+    return plan
+
+
+def _wm_rows(
+    backend: str, plan: list[tuple[str, str, str, Any]], ours_s: list[float], base_s: list[float]
+) -> Row:
+    row = _throughput_row("W3 working memory", backend, "ops/s", len(plan), ours_s, base_s)
+    for op in ("set", "get", "delete"):
+        idx = [n for n, p in enumerate(plan) if p[0] == op]
+        if idx:
+            row.detail[f"{op}_count"] = len(idx)
+            row.detail[f"ours_{op}_p50_ms"] = 1000 * median([ours_s[n] for n in idx])
+            row.detail[f"baseline_{op}_p50_ms"] = 1000 * median([base_s[n] for n in idx])
+    row.detail["shape"] = "scopes x keys sets, then 60% get / 25% upsert / 15% delete"
+    return row
+
+
+def w3_working(ours: Any, base: Any, sizes: Sizes, backend: str, seed: int) -> Row:
+    """W3: S scopes x K keys set, then random get, upsert and delete; ops/s."""
+    plan = _wm_plan(sizes, sizes.wm_ops, seed)
+    ours_s: list[float] = []
+    base_s: list[float] = []
+    for i, (op, scope, key, value) in enumerate(plan):
+        if op == "set":
+            o, b, _, _ = _pair_call(i, ours.wm_set, base.wm_set, scope, key, value)
+        elif op == "get":
+            o, b, mine, theirs = _pair_call(i, ours.wm_get, base.wm_get, scope, key)
+            if mine != theirs:
+                raise CheckFailed(f"W3: get({scope}, {key}) differs: {mine!r} vs {theirs!r}")
+        else:
+            o, b, _, _ = _pair_call(i, ours.wm_delete, base.wm_delete, scope, key)
+        ours_s.append(o)
+        base_s.append(b)
+    return _wm_rows(backend, plan, ours_s, base_s)
+
+
+def w4_scale(
+    make_pair: Callable[[str], tuple[Any, Any]],
+    sizes: Sizes,
+    pool: TextPool,
+    backend: str,
+    seed: int,
+    log: Callable[[str], None],
+) -> list[Row]:
+    """W4: the W2 budget read with 1k, 10k (and 100k) turns in the database.
+
+    One database per level, all filled first; then the reads go round-robin over
+    the levels, so load drift during the run hits every level alike.
+    """
+    rng = random.Random(seed)
+    template: list[Turn] = [pool.turn() for _ in range(sizes.scale_conv_turns)]
+    budget = budget_for_turns(pool.turn_tokens, BUDGET_TURNS)
+    pairs: dict[int, tuple[Any, Any]] = {}
+    cids: dict[int, list[str]] = {}
+    try:
+        for level in sizes.scale_levels:
+            started = time.perf_counter()
+            ours, base = pairs[level] = make_pair(f"w4_{level // 1000}k")
+            warm_up(ours, base, pool)
+            cids[level] = []
+            count = level // sizes.scale_conv_turns
+            for start in range(0, count, 100):
+                chunk = [(uuid.uuid4().hex, template) for _ in range(min(100, count - start))]
+                ours.bulk_fill(chunk)
+                base.bulk_fill(chunk)
+                cids[level].extend(cid for cid, _ in chunk)
+            last = cids[level][-1]
+            _check_same("W4", ours.history(last, budget), base.history(last, budget), 20)
+            log(f"  W4 {backend}: {level} turns loaded ({time.perf_counter() - started:.1f} s)")
+        samples: dict[int, tuple[list[float], list[float]]] = {
+            level: ([], []) for level in sizes.scale_levels
+        }
+        for i in range(sizes.scale_reads):
+            for level, (ours, base) in pairs.items():
+                cid = rng.choice(cids[level])
+                o, b, _, _ = _pair_call(i, ours.history, base.history, cid, budget)
+                samples[level][0].append(o)
+                samples[level][1].append(b)
+        rows: list[Row] = []
+        for level, (ours_s, base_s) in samples.items():
+            row = _latency_row(
+                f"W4 budget read @{level // 1000}k turns", backend, ours_s, base_s, None
+            )
+            row.kind = "info"
+            rows.append(row)
+        low, high = sizes.scale_levels[0], sizes.scale_levels[-1]
+        p50 = {level: (median(o), median(b)) for level, (o, b) in samples.items()}
+        ours_growth = p50[high][0] / p50[low][0]
+        base_growth = p50[high][1] / p50[low][1]
+        rows.append(
+            Row(
+                f"W4 scale {low // 1000}k->{high // 1000}k",
+                backend,
+                "p50 growth",
+                ours_growth,
+                base_growth,
+                ours_growth,
+                1.5,
+                kind="growth",
+                detail={"p50_ms": {str(k): [1000 * v for v in p] for k, p in p50.items()}},
+            )
+        )
+        return rows
+    finally:
+        for ours, base in pairs.values():
+            ours.close()
+            base.close()
+
+
+def w5_long(
+    make_pair: Callable[[str], tuple[Any, Any]],
+    sizes: Sizes,
+    pool: TextPool,
+    backend: str,
+    *,
+    evict: bool = True,
+) -> Row:
+    """W5: add_turn cost at turn 10 vs the late turn, with eviction active.
+
+    With ``evict=False`` (W5b) nothing is evicted, so the conversation really
+    holds ``long_turn`` turns when the late window is measured.
+    """
+    ours, base = make_pair("w5" if evict else "w5b")
+    try:
+        warm_up(ours, base, pool)
+        # Untimed: let the database and WAL files reach their steady size first, so
+        # turn 10 is not charged with the file growth of a brand-new database.
+        settle = uuid.uuid4().hex
+        for _ in range(sizes.settle_turns):
+            user, assistant, messages = pool.turn()
+            ours.add_turn(settle, user, assistant, messages)
+            base.add_turn(settle, user, assistant, messages)
+        cid = uuid.uuid4().hex
+        for _ in range(sizes.long_turn - 10):  # untimed: grow the long conversation
+            user, assistant, messages = pool.turn()
+            ours.add_turn(cid, user, assistant, messages)
+            base.add_turn(cid, user, assistant, messages)
+        fresh = _new_ids(2)
+        for short in fresh:  # untimed: turns 0..4 of two fresh conversations
+            for _ in range(5):
+                user, assistant, messages = pool.turn()
+                ours.add_turn(short, user, assistant, messages)
+                base.add_turn(short, user, assistant, messages)
+        # Timed, interleaved step by step so load drift hits both windows alike:
+        # turns long_turn-10 .. long_turn+11 of the long conversation (late window)
+        # and turns 5..15 of each fresh conversation (early window, around turn 10).
+        early_ours: list[float] = []
+        early_base: list[float] = []
+        late_ours: list[float] = []
+        late_base: list[float] = []
+        for step in range(22):
+            user, assistant, messages = pool.turn()
+            o, b, _, _ = _pair_call(
+                step, ours.add_turn, base.add_turn, cid, user, assistant, messages
+            )
+            late_ours.append(o)
+            late_base.append(b)
+            short = fresh[step // 11]
+            user, assistant, messages = pool.turn()
+            o, b, _, _ = _pair_call(
+                step + 1, ours.add_turn, base.add_turn, short, user, assistant, messages
+            )
+            early_ours.append(o)
+            early_base.append(b)
+        o_early, o_late = median(early_ours), median(late_ours)
+        b_early, b_late = median(early_base), median(late_base)
+        kept = len(ours.history(cid, None)) // 2
+        name = "W5 long conv" if evict else "W5b no eviction"
+        return Row(
+            f"{name} t10->t{sizes.long_turn}",
+            backend,
+            "add_turn growth",
+            o_late / o_early,
+            b_late / b_early,
+            o_late / o_early,
+            1.5,
+            kind="growth",
+            detail={
+                "ours_turn10_ms": 1000 * o_early,
+                f"ours_turn{sizes.long_turn}_ms": 1000 * o_late,
+                "baseline_turn10_ms": 1000 * b_early,
+                f"baseline_turn{sizes.long_turn}_ms": 1000 * b_late,
+                "cost_ratio_late": o_late / b_late,
+                "turns_kept": kept,
+                "eviction": evict,
+                "window": "turns 5-15 of 2 fresh conversations vs late-10..late+11, interleaved",
+            },
+        )
+    finally:
+        ours.close()
+        base.close()
+
+
+# =========================================================================== async
+
+
+async def async_warm_up(ours: Any, base: Any, pool: TextPool) -> None:
+    """Async twin of :func:`warm_up`."""
+    cid = "warmup-" + uuid.uuid4().hex
+    for _ in range(3):
+        user, assistant, messages = pool.turn()
+        await ours.add_turn(cid, user, assistant, messages)
+        await base.add_turn(cid, user, assistant, messages)
+    await ours.history(cid, None)
+    await base.history(cid, None)
+    await ours.wm_set("warmup", "k", 1)
+    await base.wm_set("warmup", "k", 1)
+
+
+async def async_w1_w2_w3(
+    ours: Any, base: Any, sizes: Sizes, pool: TextPool, backend: str, seed: int
+) -> list[Row]:
+    """W1, W2 (budget read) and W3 through the async APIs."""
+    rows: list[Row] = []
+    await async_warm_up(ours, base, pool)
+    cids = _new_ids(sizes.async_conversations)
+    ours_s: list[float] = []
+    base_s: list[float] = []
+    i = 0
+    for _ in range(sizes.async_turns):
+        for cid in cids:
+            user, assistant, messages = pool.turn()
+            o, b, _, _ = await _apair_call(
+                i,
+                ours.add_turn,
+                base.add_turn,
+                cid,
+                user,
+                assistant,
+                messages,
+            )
+            ours_s.append(o)
+            base_s.append(b)
+            i += 1
+    rows.append(_throughput_row("W1 append", backend, "turns/s", i, ours_s, base_s))
+
+    rng = random.Random(seed)
+    budget = budget_for_turns(pool.turn_tokens, BUDGET_TURNS)
+    _check_same(
+        "async W2", await ours.history(cids[0], budget), await base.history(cids[0], budget), 20
+    )
+    ours_s, base_s = [], []
+    for i in range(sizes.async_reads):
+        cid = rng.choice(cids)
+        o, b, _, _ = await _apair_call(i, ours.history, base.history, cid, budget)
+        ours_s.append(o)
+        base_s.append(b)
+    rows.append(
+        _latency_row(f"W2 read budget ({2 * BUDGET_TURNS} msgs)", backend, ours_s, base_s, 4.0)
+    )
+
+    plan = _wm_plan(sizes, sizes.async_wm_ops, seed + 1)
+    ours_s, base_s = [], []
+    for i, (op, scope, key, value) in enumerate(plan):
+        if op == "set":
+            o, b, _, _ = await _apair_call(i, ours.wm_set, base.wm_set, scope, key, value)
+        elif op == "get":
+            o, b, _, _ = await _apair_call(i, ours.wm_get, base.wm_get, scope, key)
+        else:
+            o, b, _, _ = await _apair_call(i, ours.wm_delete, base.wm_delete, scope, key)
+        ours_s.append(o)
+        base_s.append(b)
+    rows.append(_wm_rows(backend, plan, ours_s, base_s))
+    return rows
