@@ -260,6 +260,7 @@ class MemoryEntry(_Base, table=True):
             "namespace",
             "key",
             "created_at",
+            "entry_id",
             postgresql_where=sa.text("key IS NOT NULL"),
             sqlite_where=sa.text("key IS NOT NULL"),
         ),

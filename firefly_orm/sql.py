@@ -16,11 +16,11 @@ engines you pass in (``engine=``, ``async_engine=``) are never disposed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -114,12 +114,79 @@ def _values(namespace: str, entry: MemoryEntry) -> dict[str, Any]:
     }
 
 
-def _not_expired(now: datetime) -> sa.ColumnElement[bool]:
-    return sa.or_(_C.expires_at.is_(None), _C.expires_at > now)
-
-
 def _prefix_upper(prefix: str) -> str:
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+# --------------------------------------------------------------------------- statements
+# Built once and executed with bound parameters: constructing a Core statement
+# (and its cache key) on every call cost more than running it.
+
+_P = sa.bindparam
+_LIVE = sa.or_(_C.expires_at.is_(None), _C.expires_at > _P("now"))
+_SELECT = sa.select(*_COLUMNS)
+_LOAD = _SELECT.where(_C.namespace == _P("ns"), _LIVE).order_by(_C.created_at, _C.entry_id)
+_GET = _SELECT.where(_C.entry_id == _P("eid"), _C.namespace == _P("ns"), _LIVE)
+_BY_KEY = (
+    _SELECT.where(_C.namespace == _P("ns"), _C.key == _P("key"), _LIVE)
+    .order_by(_C.created_at.desc(), _C.entry_id.desc())
+    .limit(1)
+)
+_BY_KEY_FOR_UPDATE = _BY_KEY.with_for_update()
+_DELETE = sa.delete(TABLE).where(
+    _C.namespace == _P("ns"), _C.entry_id.in_(_P("eids", expanding=True))
+)
+_CLEAR = sa.delete(TABLE).where(_C.namespace == _P("ns"))
+_CLEANUP = sa.delete(TABLE).where(_C.expires_at <= _P("now"))
+_UPDATE_VERSIONED = sa.update(TABLE).where(
+    _C.entry_id == _P("w_eid"), _C.namespace == _P("w_ns"), _C.version == _P("w_version")
+)
+
+
+@functools.cache
+def _upsert(dialect: str) -> Any:
+    """``INSERT ... ON CONFLICT (entry_id) DO UPDATE`` (version bumped server-side)."""
+    insert = postgresql.insert(TABLE) if dialect == "postgresql" else sqlite.insert(TABLE)
+    update: dict[str, Any] = {
+        col.key: insert.excluded[col.key]
+        for col in _COLUMNS
+        if col.key not in ("entry_id", "version")
+    }
+    update["version"] = _C.version + 1
+    return insert.on_conflict_do_update(index_elements=[_C.entry_id], set_=update)
+
+
+@functools.cache
+def _insert_new(dialect: str) -> Any:
+    """``INSERT ... ON CONFLICT DO NOTHING``: inserts only if the id is free."""
+    insert = postgresql.insert(TABLE) if dialect == "postgresql" else sqlite.insert(TABLE)
+    # RETURNING tells whether a row was inserted (rowcount is not reliable for
+    # ON CONFLICT DO NOTHING across drivers).
+    return insert.on_conflict_do_nothing(index_elements=[_C.entry_id]).returning(_C.entry_id)
+
+
+@functools.lru_cache(maxsize=128)
+def _list_statement(prefix_mode: str, limit: int | None, newest_first: bool) -> Any:
+    stmt = _SELECT.where(_C.namespace == _P("ns"), _LIVE)
+    if prefix_mode == "range":
+        stmt = stmt.where(_C.key >= _P("lo"), _C.key < _P("hi"))
+    elif prefix_mode == "any_key":
+        stmt = stmt.where(_C.key.is_not(None))
+    order: list[Any] = (
+        [_C.key, _C.created_at, _C.entry_id]
+        if prefix_mode != "none"
+        else [_C.created_at, _C.entry_id]
+    )
+    if newest_first:
+        order = [col.desc() for col in order]
+    stmt = stmt.order_by(*order)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return stmt
+
+
+def _dialect(session: Session) -> str:
+    return session.get_bind().dialect.name
 
 
 # --------------------------------------------------------------------------- operations
@@ -128,15 +195,7 @@ def _prefix_upper(prefix: str) -> str:
 
 
 def _op_save(session: Session, namespace: str, entry: MemoryEntry) -> None:
-    values = _values(namespace, entry)
-    dialect = session.get_bind().dialect.name
-    insert = postgresql.insert(TABLE) if dialect == "postgresql" else sqlite.insert(TABLE)
-    update: dict[str, Any] = {
-        name: insert.excluded[name] for name in values if name not in ("entry_id", "version")
-    }
-    update["version"] = _C.version + 1
-    stmt = insert.values(values).on_conflict_do_update(index_elements=[_C.entry_id], set_=update)
-    session.execute(stmt)
+    session.execute(_upsert(_dialect(session)), _values(namespace, entry))
 
 
 def _op_save_versioned(
@@ -145,25 +204,14 @@ def _op_save_versioned(
     values = _values(namespace, entry)
     if expected_version == 0:
         values["version"] = 1
-        try:
-            with session.begin_nested():
-                session.execute(sa.insert(TABLE).values(values))
-        except sa.exc.IntegrityError as exc:
-            raise ConcurrencyError(
-                f"entry {entry.entry_id!r} already exists in {namespace!r}"
-            ) from exc
+        inserted = session.execute(_insert_new(_dialect(session)), values).first()
+        if inserted is None:
+            raise ConcurrencyError(f"entry {entry.entry_id!r} already exists in {namespace!r}")
         return
     values["version"] = expected_version + 1
     del values["entry_id"]
-    result = session.execute(
-        sa.update(TABLE)
-        .where(
-            _C.entry_id == entry.entry_id,
-            _C.namespace == namespace,
-            _C.version == expected_version,
-        )
-        .values(values)
-    )
+    values.update(w_eid=entry.entry_id, w_ns=namespace, w_version=expected_version)
+    result = session.execute(_UPDATE_VERSIONED, values)
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise ConcurrencyError(
             f"entry {entry.entry_id!r} in {namespace!r} is no longer at version {expected_version}"
@@ -171,34 +219,20 @@ def _op_save_versioned(
 
 
 def _op_load(session: Session, namespace: str) -> list[MemoryEntry]:
-    stmt = (
-        sa.select(*_COLUMNS)
-        .where(_C.namespace == namespace, _not_expired(utcnow()))
-        .order_by(_C.created_at, _C.entry_id)
-    )
-    return [_row_to_entry(row) for row in session.execute(stmt)]
+    rows = session.execute(_LOAD, {"ns": namespace, "now": utcnow()})
+    return [_row_to_entry(row) for row in rows]
 
 
 def _op_get(session: Session, namespace: str, entry_id: str) -> MemoryEntry | None:
-    stmt = sa.select(*_COLUMNS).where(
-        _C.entry_id == entry_id, _C.namespace == namespace, _not_expired(utcnow())
-    )
-    row = session.execute(stmt).first()
+    row = session.execute(_GET, {"eid": entry_id, "ns": namespace, "now": utcnow()}).first()
     return _row_to_entry(row) if row is not None else None
 
 
 def _op_load_by_key(
     session: Session, namespace: str, key: str, for_update: bool = False
 ) -> MemoryEntry | None:
-    stmt = (
-        sa.select(*_COLUMNS)
-        .where(_C.namespace == namespace, _C.key == key, _not_expired(utcnow()))
-        .order_by(_C.created_at.desc(), _C.entry_id.desc())
-        .limit(1)
-    )
-    if for_update:
-        stmt = stmt.with_for_update()
-    row = session.execute(stmt).first()
+    stmt = _BY_KEY_FOR_UPDATE if for_update else _BY_KEY
+    row = session.execute(stmt, {"ns": namespace, "key": key, "now": utcnow()}).first()
     return _row_to_entry(row) if row is not None else None
 
 
@@ -209,37 +243,29 @@ def _op_list(
     limit: int | None,
     newest_first: bool,
 ) -> list[MemoryEntry]:
-    stmt = sa.select(*_COLUMNS).where(_C.namespace == namespace, _not_expired(utcnow()))
-    if key_prefix is not None:
-        if key_prefix:
-            stmt = stmt.where(_C.key >= key_prefix, _C.key < _prefix_upper(key_prefix))
-        else:
-            stmt = stmt.where(_C.key.is_not(None))
-        order = [_C.key, _C.created_at, _C.entry_id]
+    params: dict[str, Any] = {"ns": namespace, "now": utcnow()}
+    if key_prefix is None:
+        mode = "none"
+    elif key_prefix:
+        mode = "range"
+        params.update(lo=key_prefix, hi=_prefix_upper(key_prefix))
     else:
-        order = [_C.created_at, _C.entry_id]
-    ordering: list[sa.ColumnElement[Any]] = list(order)
-    if newest_first:
-        ordering = [col.desc() for col in order]
-    stmt = stmt.order_by(*ordering)
-    if limit is not None:
-        stmt = stmt.limit(limit)
-    return [_row_to_entry(row) for row in session.execute(stmt)]
+        mode = "any_key"
+    rows = session.execute(_list_statement(mode, limit, newest_first), params)
+    return [_row_to_entry(row) for row in rows]
 
 
 def _op_delete(session: Session, namespace: str, entry_ids: list[str]) -> None:
     if entry_ids:
-        session.execute(
-            sa.delete(TABLE).where(_C.namespace == namespace, _C.entry_id.in_(entry_ids))
-        )
+        session.execute(_DELETE, {"ns": namespace, "eids": entry_ids})
 
 
 def _op_clear(session: Session, namespace: str) -> None:
-    session.execute(sa.delete(TABLE).where(_C.namespace == namespace))
+    session.execute(_CLEAR, {"ns": namespace})
 
 
 def _op_cleanup_expired(session: Session) -> int:
-    result = session.execute(sa.delete(TABLE).where(_C.expires_at <= utcnow()))
+    result = session.execute(_CLEANUP, {"now": utcnow()})
     return int(result.rowcount)  # type: ignore[attr-defined]
 
 
@@ -553,6 +579,8 @@ class SQLAlchemyStore:
         self._base_async_engine = async_engine
         self._sync_engine: Engine | None = None
         self._async_engine_proxy: AsyncEngine | None = None
+        self._write_engine_cache: Engine | None = None
+        self._async_write_engine_cache: AsyncEngine | None = None
         dialect = self._dialect_name()
         if dialect not in ("sqlite", "postgresql"):
             raise EntryValidationError(
@@ -649,10 +677,20 @@ class SQLAlchemyStore:
         return self._async_engine_proxy
 
     def _write_engine(self) -> Engine:
-        return self.engine.execution_options(**{_WRITE_OPTION: True})
+        engine = self._write_engine_cache
+        if engine is None:
+            engine = self._write_engine_cache = self.engine.execution_options(
+                **{_WRITE_OPTION: True}
+            )
+        return engine
 
     def _async_write_engine(self) -> AsyncEngine:
-        return self.async_engine.execution_options(**{_WRITE_OPTION: True})
+        engine = self._async_write_engine_cache
+        if engine is None:
+            engine = self._async_write_engine_cache = self.async_engine.execution_options(
+                **{_WRITE_OPTION: True}
+            )
+        return engine
 
     @property
     def schema_name(self) -> str | None:
@@ -773,6 +811,8 @@ class SQLAlchemyStore:
     def _reset(self) -> None:
         self._sync_engine = None
         self._async_engine_proxy = None
+        self._write_engine_cache = None
+        self._async_write_engine_cache = None
         self._initialized = False
 
     def __enter__(self) -> Self:
@@ -982,7 +1022,11 @@ class PostgreSQLStore(SQLAlchemyStore):
             "pool_size": self.pool_size,
             "max_overflow": self.pool_size,
             "pool_timeout": self.timeout,
-            "pool_pre_ping": True,
+            # No pre-ping (it costs a round trip per checkout); a connection
+            # found dead raises once and invalidates the pool, and recycling
+            # keeps idle connections fresh.  Pass
+            # engine_kwargs={"pool_pre_ping": True} to trade speed for that.
+            "pool_recycle": 1800,
             "connect_args": {"connect_timeout": max(1, int(self.timeout))},
         }
 

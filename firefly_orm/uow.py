@@ -399,15 +399,25 @@ class BestEffortUnitOfWork(StagedUnitOfWork):
         super().__init__(_ProtocolBackend(store))
 
 
+_TAKES_READ_ONLY: dict[Any, bool] = {}
+
+
+def _takes_read_only(factory: Callable[..., Any]) -> bool:
+    func = getattr(factory, "__func__", factory)
+    known = _TAKES_READ_ONLY.get(func)
+    if known is None:
+        try:
+            known = "read_only" in inspect.signature(factory).parameters
+        except (TypeError, ValueError):  # pragma: no cover - callables without signatures
+            known = False
+        _TAKES_READ_ONLY[func] = known
+    return known
+
+
 def _call_factory(factory: Callable[..., Any], read_only: bool) -> Any:
     """Call a store's unit-of-work factory, passing ``read_only`` only if it takes it."""
-    if read_only:
-        try:
-            params = inspect.signature(factory).parameters
-        except (TypeError, ValueError):  # pragma: no cover - builtins without signatures
-            params = {}  # type: ignore[assignment]
-        if "read_only" in params:
-            return factory(read_only=True)
+    if read_only and _takes_read_only(factory):
+        return factory(read_only=True)
     return factory()
 
 

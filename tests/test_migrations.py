@@ -89,8 +89,15 @@ def test_one_head_with_branch_label() -> None:
     assert migrate.head() == script.get_heads()[0]
 
 
+def _all_revisions() -> list[str]:
+    script = ScriptDirectory.from_config(migrate.make_config())
+    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+
+
 def test_sqlite_upgrade_downgrade_upgrade(sqlite_url: str) -> None:
-    assert migrate.check(sqlite_url) == [migrate.head()]
+    revisions = _all_revisions()
+    assert revisions[-1] == migrate.head()
+    assert migrate.check(sqlite_url) == revisions
     migrate.upgrade(sqlite_url)
     assert _tables(sqlite_url, None) == {TABLE_NAME, migrate.VERSION_TABLE}
     assert migrate.current(sqlite_url) == migrate.head()
@@ -101,6 +108,29 @@ def test_sqlite_upgrade_downgrade_upgrade(sqlite_url: str) -> None:
     migrate.upgrade(sqlite_url)
     assert migrate.current(sqlite_url) == migrate.head()
     migrate.upgrade(sqlite_url)  # idempotent
+
+
+def test_data_survives_every_upgrade_step(sqlite_url: str) -> None:
+    """A database created at the first revision keeps its rows through each upgrade."""
+    from firefly_orm.entry import MemoryEntry
+    from firefly_orm.sql import SQLAlchemyStore
+
+    revisions = _all_revisions()
+    migrate.upgrade(sqlite_url, revision=revisions[0])
+    engine = sa.create_engine(sqlite_url)
+    store = SQLAlchemyStore(engine=engine)
+    store._initialized = True  # the schema is deliberately old: skip the automatic upgrade
+    store.save("ns", MemoryEntry(key="k", content={"kept": True}))
+    store.close()
+    for revision in revisions[1:]:
+        migrate.upgrade(sqlite_url, revision=revision)
+        assert migrate.current(sqlite_url) == revision
+    fresh = SQLAlchemyStore(engine=engine)
+    found = fresh.load_by_key("ns", "k")
+    assert found is not None and found.content == {"kept": True}
+    assert _diff(sqlite_url, None) == []
+    fresh.close()
+    engine.dispose()
 
 
 def test_sqlite_migrated_schema_equals_model(sqlite_url: str) -> None:
@@ -127,7 +157,7 @@ def test_postgres_custom_schema_round_trip(postgres_url: str, pg_schema: str) ->
     assert _diff(postgres_url, pg_schema) == []
     migrate.downgrade(postgres_url, "base", schema_name=pg_schema)
     assert _tables(postgres_url, pg_schema) == {migrate.VERSION_TABLE}
-    assert migrate.check(postgres_url, schema_name=pg_schema) == [migrate.head()]
+    assert migrate.check(postgres_url, schema_name=pg_schema) == _all_revisions()
     migrate.upgrade(postgres_url, schema_name=pg_schema)
     assert _diff(postgres_url, pg_schema) == []
 
