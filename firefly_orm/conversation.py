@@ -1160,23 +1160,37 @@ class ConversationMemory:
 
     def _history_tx(self, uow: UnitOfWork, cid: str) -> _TxResult:
         namespace = conversation_namespace(cid)
+        # Only the turns' contents are needed: stores that can return just the
+        # content column (SQL) skip building entries (the hot read path).
+        list_contents = getattr(uow.entries, "list_contents", None)
         batch = 4 * _FIRST_BATCH
         while True:
-            rows = uow.entries.list(
-                namespace, key_prefix=TURN_KEY_PREFIX, limit=batch, newest_first=True
-            )
+            contents: list[Any]
+            if list_contents is not None:
+                contents = list_contents(
+                    namespace, key_prefix=TURN_KEY_PREFIX, limit=batch, newest_first=True
+                )
+            else:
+                contents = [
+                    row.content
+                    for row in uow.entries.list(
+                        namespace, key_prefix=TURN_KEY_PREFIX, limit=batch, newest_first=True
+                    )
+                ]
             estimates: list[int] = []
-            for row in rows:
+            for content in contents:
                 try:
-                    estimates.append(int(row.content["token_estimate"]))
+                    estimates.append(int(content["token_estimate"]))
                 except (KeyError, TypeError, ValueError) as exc:
-                    raise StoreCorruptedError(f"unreadable turn {row.key!r}: {exc}") from exc
+                    raise StoreCorruptedError(f"unreadable turn in {namespace!r}: {exc}") from exc
             count, stopped = _fitting_count(estimates, self._max_tokens)
-            if stopped or len(rows) < batch:
+            if stopped or len(contents) < batch:
                 break
             batch *= 4
-        kept = [_turn_from_entry(row) for row in reversed(rows[:count])]
-        return _TxResult([message for turn in kept for message in turn.raw_messages])
+        messages: list[Any] = []
+        for content in reversed(contents[:count]):
+            messages.extend(decode_raw_messages(content.get("raw_messages")))
+        return _TxResult(messages)
 
     def _ids_tx(self, uow: UnitOfWork) -> _TxResult:
         rows = uow.entries.list(INDEX_NAMESPACE)

@@ -16,6 +16,7 @@ engines you pass in (``engine=``, ``async_engine=``) are never disposed.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import functools
 import logging
 import threading
@@ -185,6 +186,12 @@ def _list_statement(prefix_mode: str, limit: int | None, newest_first: bool) -> 
     return stmt
 
 
+@functools.lru_cache(maxsize=128)
+def _list_contents_statement(prefix_mode: str, limit: int | None, newest_first: bool) -> Any:
+    full = _list_statement(prefix_mode, limit, newest_first)
+    return full.with_only_columns(_C.content, maintain_column_froms=True)
+
+
 def _dialect(session: Session) -> str:
     return session.get_bind().dialect.name
 
@@ -244,15 +251,30 @@ def _op_list(
     newest_first: bool,
 ) -> list[MemoryEntry]:
     params: dict[str, Any] = {"ns": namespace, "now": utcnow()}
-    if key_prefix is None:
-        mode = "none"
-    elif key_prefix:
-        mode = "range"
-        params.update(lo=key_prefix, hi=_prefix_upper(key_prefix))
-    else:
-        mode = "any_key"
+    mode = _prefix_mode(key_prefix, params)
     rows = session.execute(_list_statement(mode, limit, newest_first), params)
     return [_row_to_entry(row) for row in rows]
+
+
+def _op_list_contents(
+    session: Session,
+    namespace: str,
+    key_prefix: str | None,
+    limit: int | None,
+    newest_first: bool,
+) -> list[Any]:
+    params: dict[str, Any] = {"ns": namespace, "now": utcnow()}
+    mode = _prefix_mode(key_prefix, params)
+    return list(session.scalars(_list_contents_statement(mode, limit, newest_first), params))
+
+
+def _prefix_mode(key_prefix: str | None, params: dict[str, Any]) -> str:
+    if key_prefix is None:
+        return "none"
+    if key_prefix:
+        params.update(lo=key_prefix, hi=_prefix_upper(key_prefix))
+        return "range"
+    return "any_key"
 
 
 def _op_delete(session: Session, namespace: str, entry_ids: list[str]) -> None:
@@ -299,6 +321,18 @@ class SQLEntryRepository:
     ) -> list[MemoryEntry]:
         validate_namespace(namespace)
         return _op_list(self.session, namespace, key_prefix, limit, newest_first)
+
+    def list_contents(
+        self,
+        namespace: str,
+        *,
+        key_prefix: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> builtins.list[Any]:
+        """Like :meth:`list` but only each entry's ``content`` (a cheaper read)."""
+        validate_namespace(namespace)
+        return _op_list_contents(self.session, namespace, key_prefix, limit, newest_first)
 
     def save(
         self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None
