@@ -168,7 +168,7 @@ class InMemoryStore:
 
     def async_unit_of_work(self) -> SyncBackedAsyncUnitOfWork:
         """Async form of :meth:`unit_of_work`."""
-        return SyncBackedAsyncUnitOfWork(self.unit_of_work())
+        return SyncBackedAsyncUnitOfWork(self.unit_of_work(), offload=False)
 
     def __repr__(self) -> str:
         with self._lock:

@@ -33,6 +33,7 @@ What each store guarantees:
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Iterator
@@ -299,19 +300,30 @@ class StagedUnitOfWork:
 
 
 class SyncBackedAsyncUnitOfWork:
-    """Async face of a sync unit of work (for stores without async I/O)."""
+    """Async face of a sync unit of work (for stores without async I/O).
 
-    def __init__(self, uow: UnitOfWork) -> None:
+    With ``offload=True`` (the default) the work and the commit run in a worker
+    thread, so a store doing blocking I/O (files, a custom backend) never blocks
+    the event loop; an in-process store passes ``offload=False``.
+    """
+
+    def __init__(self, uow: UnitOfWork, *, offload: bool = True) -> None:
         self._uow = uow
+        self._offload = offload
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._offload:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
 
     async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        return fn(self._uow, *args)
+        return await self._call(fn, self._uow, *args)
 
     async def commit(self) -> None:
-        self._uow.commit()
+        await self._call(self._uow.commit)
 
     async def rollback(self) -> None:
-        self._uow.rollback()
+        await self._call(self._uow.rollback)
 
     async def __aenter__(self) -> Self:
         self._uow.__enter__()

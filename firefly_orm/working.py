@@ -30,6 +30,7 @@ from firefly_orm.entry import (
 )
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.store import InMemoryStore, MemoryStore
+from firefly_orm.uow import UnitOfWork, async_unit_of_work_for, unit_of_work_for
 
 __all__ = ["WorkingMemory", "format_context"]
 
@@ -38,6 +39,19 @@ T = TypeVar("T")
 #: Stop deleting after this many stray entries for one key (guards against a
 #: store whose delete silently does nothing).
 _MAX_STRAY_DELETES = 64
+
+
+def _delete_in(uow: UnitOfWork, namespace: str, key: str, entry_id: str) -> None:
+    """Delete a fact inside a unit of work, with any stray entries of the same key.
+
+    Entries with this key but another id (written by other tools) go too.
+    """
+    uow.entries.delete(namespace, entry_id)
+    for _ in range(_MAX_STRAY_DELETES):
+        stray = uow.entries.get_by_key(namespace, key)
+        if stray is None:
+            return
+        uow.entries.delete(namespace, stray.entry_id)
 
 
 def format_context(items: list[tuple[str, Any]]) -> str:
@@ -170,15 +184,11 @@ class WorkingMemory:
         return self._store.load_by_key(self._namespace, validate_key(key)) is not None
 
     def delete(self, key: str) -> None:
-        """Remove ``key``; no error when it is not set."""
+        """Remove ``key``; no error when it is not set (one unit of work)."""
         validate_key(key)
-        self._store.delete(self._namespace, self._entry_id(key))
-        # Entries with this key but another id (written by other tools) go too.
-        for _ in range(_MAX_STRAY_DELETES):
-            stray = self._store.load_by_key(self._namespace, key)
-            if stray is None:
-                return
-            self._store.delete(self._namespace, stray.entry_id)
+        with unit_of_work_for(self._store) as uow:
+            _delete_in(uow, self._namespace, key, self._entry_id(key))
+            uow.commit()
 
     def keys(self) -> list[str]:
         """The keys that are set, oldest write first."""
@@ -233,12 +243,9 @@ class WorkingMemory:
     async def async_delete(self, key: str) -> None:
         """Async twin of :meth:`delete`."""
         validate_key(key)
-        await self._call("delete", self._namespace, self._entry_id(key))
-        for _ in range(_MAX_STRAY_DELETES):
-            stray = await self.async_get_entry(key)
-            if stray is None:
-                return
-            await self._call("delete", self._namespace, stray.entry_id)
+        async with async_unit_of_work_for(self._store) as uow:
+            await uow.run_sync(_delete_in, self._namespace, key, self._entry_id(key))
+            await uow.commit()
 
     async def async_keys(self) -> list[str]:
         """Async twin of :meth:`keys`."""
