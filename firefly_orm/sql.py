@@ -52,7 +52,13 @@ from firefly_orm.errors import (
     redact_url,
 )
 
-__all__ = ["PostgreSQLStore", "SQLAlchemyStore", "SQLiteStore"]
+__all__ = [
+    "PostgreSQLStore",
+    "SQLAlchemyStore",
+    "SQLiteStore",
+    "SessionBoundStore",
+    "enable_sqlite_savepoints",
+]
 
 logger = logging.getLogger("firefly_orm")
 T = TypeVar("T")
@@ -192,6 +198,35 @@ def _list_contents_statement(prefix_mode: str, limit: int | None, newest_first: 
     return full.with_only_columns(_C.content, maintain_column_froms=True)
 
 
+#: Session.info key holding the schema map while one of our units of work runs
+#: inside a caller's session (whose engine knows nothing of our schema).
+_TRANSLATE_KEY = "firefly_orm.schema_translate_map"
+
+
+def _exec(session: Session, stmt: Any, params: dict[str, Any]) -> Any:
+    translate = session.info.get(_TRANSLATE_KEY)
+    if translate is None:
+        return session.execute(stmt, params)
+    return session.execute(stmt, params, execution_options={"schema_translate_map": translate})
+
+
+def _push_translation(session: Session, schema: str | None) -> Callable[[], None] | None:
+    """Map our table to ``schema`` on a caller's session; return the undo function."""
+    if schema is None:
+        return None
+    missing = object()
+    saved = session.info.get(_TRANSLATE_KEY, missing)
+    session.info[_TRANSLATE_KEY] = {None: schema}
+
+    def restore() -> None:
+        if saved is missing:
+            session.info.pop(_TRANSLATE_KEY, None)
+        else:
+            session.info[_TRANSLATE_KEY] = saved
+
+    return restore
+
+
 def _dialect(session: Session) -> str:
     return session.get_bind().dialect.name
 
@@ -202,7 +237,7 @@ def _dialect(session: Session) -> str:
 
 
 def _op_save(session: Session, namespace: str, entry: MemoryEntry) -> None:
-    session.execute(_upsert(_dialect(session)), _values(namespace, entry))
+    _exec(session, _upsert(_dialect(session)), _values(namespace, entry))
 
 
 def _op_save_versioned(
@@ -211,27 +246,27 @@ def _op_save_versioned(
     values = _values(namespace, entry)
     if expected_version == 0:
         values["version"] = 1
-        inserted = session.execute(_insert_new(_dialect(session)), values).first()
+        inserted = _exec(session, _insert_new(_dialect(session)), values).first()
         if inserted is None:
             raise ConcurrencyError(f"entry {entry.entry_id!r} already exists in {namespace!r}")
         return
     values["version"] = expected_version + 1
     del values["entry_id"]
     values.update(w_eid=entry.entry_id, w_ns=namespace, w_version=expected_version)
-    result = session.execute(_UPDATE_VERSIONED, values)
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    result = _exec(session, _UPDATE_VERSIONED, values)
+    if result.rowcount != 1:
         raise ConcurrencyError(
             f"entry {entry.entry_id!r} in {namespace!r} is no longer at version {expected_version}"
         )
 
 
 def _op_load(session: Session, namespace: str) -> list[MemoryEntry]:
-    rows = session.execute(_LOAD, {"ns": namespace, "now": utcnow()})
+    rows = _exec(session, _LOAD, {"ns": namespace, "now": utcnow()})
     return [_row_to_entry(row) for row in rows]
 
 
 def _op_get(session: Session, namespace: str, entry_id: str) -> MemoryEntry | None:
-    row = session.execute(_GET, {"eid": entry_id, "ns": namespace, "now": utcnow()}).first()
+    row = _exec(session, _GET, {"eid": entry_id, "ns": namespace, "now": utcnow()}).first()
     return _row_to_entry(row) if row is not None else None
 
 
@@ -239,7 +274,7 @@ def _op_load_by_key(
     session: Session, namespace: str, key: str, for_update: bool = False
 ) -> MemoryEntry | None:
     stmt = _BY_KEY_FOR_UPDATE if for_update else _BY_KEY
-    row = session.execute(stmt, {"ns": namespace, "key": key, "now": utcnow()}).first()
+    row = _exec(session, stmt, {"ns": namespace, "key": key, "now": utcnow()}).first()
     return _row_to_entry(row) if row is not None else None
 
 
@@ -252,7 +287,7 @@ def _op_list(
 ) -> list[MemoryEntry]:
     params: dict[str, Any] = {"ns": namespace, "now": utcnow()}
     mode = _prefix_mode(key_prefix, params)
-    rows = session.execute(_list_statement(mode, limit, newest_first), params)
+    rows = _exec(session, _list_statement(mode, limit, newest_first), params)
     return [_row_to_entry(row) for row in rows]
 
 
@@ -265,7 +300,9 @@ def _op_list_contents(
 ) -> list[Any]:
     params: dict[str, Any] = {"ns": namespace, "now": utcnow()}
     mode = _prefix_mode(key_prefix, params)
-    return list(session.scalars(_list_contents_statement(mode, limit, newest_first), params))
+    return list(
+        _exec(session, _list_contents_statement(mode, limit, newest_first), params).scalars()
+    )
 
 
 def _prefix_mode(key_prefix: str | None, params: dict[str, Any]) -> str:
@@ -279,16 +316,16 @@ def _prefix_mode(key_prefix: str | None, params: dict[str, Any]) -> str:
 
 def _op_delete(session: Session, namespace: str, entry_ids: list[str]) -> None:
     if entry_ids:
-        session.execute(_DELETE, {"ns": namespace, "eids": entry_ids})
+        _exec(session, _DELETE, {"ns": namespace, "eids": entry_ids})
 
 
 def _op_clear(session: Session, namespace: str) -> None:
-    session.execute(_CLEAR, {"ns": namespace})
+    _exec(session, _CLEAR, {"ns": namespace})
 
 
 def _op_cleanup_expired(session: Session) -> int:
-    result = session.execute(_CLEANUP, {"now": utcnow()})
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    result = _exec(session, _CLEANUP, {"now": utcnow()})
+    return int(result.rowcount)
 
 
 # --------------------------------------------------------------------------- unit of work
@@ -368,6 +405,7 @@ class SQLUnitOfWork:
         self._store = store
         self._external = session
         self._read_only = read_only
+        self._restore: Callable[[], None] | None = None
         self._session: Session | None = None
         self._nested: sa.orm.SessionTransaction | None = None
         self._done = False
@@ -376,6 +414,7 @@ class SQLUnitOfWork:
     def __enter__(self) -> Self:
         if self._external is not None:
             self._session = self._external
+            self._restore = _push_translation(self._external, self._store.schema_name)
             self._nested = self._external.begin_nested()
         else:
             engine = self._store.engine if self._read_only else self._store._write_engine()
@@ -416,6 +455,8 @@ class SQLUnitOfWork:
         finally:
             if self._external is None and self._session is not None:
                 self._session.close()
+            if self._restore is not None:
+                self._restore()
 
 
 class AsyncSQLUnitOfWork:
@@ -436,6 +477,7 @@ class AsyncSQLUnitOfWork:
         self._store = store
         self._external = session
         self._read_only = read_only
+        self._restore: Callable[[], None] | None = None
         self._session: AsyncSession | None = None
         self._nested: Any = None
         self._done = False
@@ -444,6 +486,7 @@ class AsyncSQLUnitOfWork:
         await self._store.async_ensure_initialized()
         if self._external is not None:
             self._session = self._external
+            self._restore = _push_translation(self._external.sync_session, self._store.schema_name)
             self._nested = await self._external.begin_nested()
         else:
             engine = (
@@ -497,6 +540,8 @@ class AsyncSQLUnitOfWork:
         finally:
             if self._external is None and self._session is not None:
                 await self._session.close()
+            if self._restore is not None:
+                self._restore()
 
 
 class _SessionUnitOfWork:
@@ -541,18 +586,38 @@ def _sync_url_for(url: URL) -> URL:
     return url
 
 
+def enable_sqlite_savepoints(engine: Engine | AsyncEngine) -> None:
+    """Let SQLAlchemy control transactions on a SQLite engine (pysqlite or aiosqlite).
+
+    The sqlite3 driver's own transaction handling breaks SAVEPOINTs; this applies
+    SQLAlchemy's documented recipe (driver autocommit off, ``BEGIN`` emitted by
+    SQLAlchemy).  Call it on *your* SQLite engine before joining our units of
+    work to your session (``store.unit_of_work(session=...)``).  Stores do it
+    themselves for the engines they create.
+    """
+    sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
+
+    @event.listens_for(sync_engine, "connect")
+    def _driver_autocommit(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get(_WRITE_OPTION, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
 def _install_sqlite_hooks(sync_engine: Engine) -> None:
     """WAL + busy_timeout per connection; SQLAlchemy-controlled BEGIN.
 
-    The driver's own transaction handling is switched off so that SAVEPOINTs
-    work and write units of work start with ``BEGIN IMMEDIATE`` (taking the
-    write lock up front instead of failing to upgrade a read lock later).
+    Write units of work start with ``BEGIN IMMEDIATE`` (taking the write lock up
+    front instead of failing to upgrade a read lock later); see
+    :func:`enable_sqlite_savepoints`.
     """
     is_memory = sync_engine.url.database in (None, "", ":memory:")
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
             if not is_memory:
@@ -562,10 +627,7 @@ def _install_sqlite_hooks(sync_engine: Engine) -> None:
         finally:
             cursor.close()
 
-    @event.listens_for(sync_engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get(_WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+    enable_sqlite_savepoints(sync_engine)
 
 
 class SQLAlchemyStore:
@@ -965,9 +1027,140 @@ class SQLAlchemyStore:
             async with AsyncSQLUnitOfWork(self, session, read_only=read_only) as uow:
                 yield uow
 
+    def bind_session(self, session: Session | AsyncSession) -> SessionBoundStore:
+        """A view of this store whose every write joins ``session``'s transaction.
+
+        Give it to the memory layers to make their writes part of your
+        transaction::
+
+            with Session(engine) as session:
+                session.add(Order(...))
+                memory = MemoryManager(store=store.bind_session(session))
+                memory.add_turn(cid, prompt, answer)
+                session.commit()          # the order and the turn, or neither
+
+        Each operation runs in a SAVEPOINT of your transaction; your commit or
+        rollback decides.  A sync ``Session`` gives the sync methods, an
+        ``AsyncSession`` the ``async_*`` ones.
+        """
+        return SessionBoundStore(self, session)
+
     def __repr__(self) -> str:
         schema = f", schema_name={self._schema!r}" if self._schema else ""
         return f"{type(self).__name__}({self._display_url()!r}{schema})"
+
+
+class SessionBoundStore:
+    """A :class:`SQLAlchemyStore` whose operations join a caller's session.
+
+    Made by :meth:`SQLAlchemyStore.bind_session`.  Every method runs in a
+    SAVEPOINT of the caller's transaction (through the store's unit of work), so
+    nothing is committed until the caller commits.
+    """
+
+    def __init__(self, store: SQLAlchemyStore, session: Session | AsyncSession) -> None:
+        self.store = store
+        self.session = session
+
+    def _sync_session(self) -> Session:
+        if not isinstance(self.session, Session):
+            raise TypeError("bound to an AsyncSession: use the async_* methods")
+        return self.session
+
+    def _async_session(self) -> AsyncSession:
+        if not isinstance(self.session, AsyncSession):
+            raise TypeError("bound to a sync Session: use the sync methods")
+        return self.session
+
+    @contextmanager
+    def unit_of_work(self, *, read_only: bool = False) -> Iterator[SQLUnitOfWork]:
+        """The store's unit of work inside the bound session (a SAVEPOINT)."""
+        with self.store.unit_of_work(session=self._sync_session()) as uow:
+            yield uow
+
+    @asynccontextmanager
+    async def async_unit_of_work(
+        self, *, read_only: bool = False
+    ) -> AsyncIterator[AsyncSQLUnitOfWork]:
+        """Async twin of :meth:`unit_of_work` (needs an AsyncSession)."""
+        async with self.store.async_unit_of_work(session=self._async_session()) as uow:
+            yield uow
+
+    def _run(self, fn: Callable[..., T], *args: Any, write: bool) -> T:
+        with self.unit_of_work() as uow:
+            result = fn(uow, *args)
+            if write:
+                uow.commit()
+            return result
+
+    async def _async_run(self, fn: Callable[..., T], *args: Any, write: bool) -> T:
+        async with self.async_unit_of_work() as uow:
+            result = await uow.run_sync(fn, *args)
+            if write:
+                await uow.commit()
+            return result
+
+    def save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Upsert ``entry`` inside the bound transaction."""
+        self._run(_repo_save, namespace, entry, write=True)
+
+    def load(self, namespace: str) -> list[MemoryEntry]:
+        """Entries of ``namespace`` as the bound transaction sees them."""
+        return self._run(_repo_load, namespace, write=False)
+
+    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """Newest entry with ``key`` as the bound transaction sees it."""
+        return self._run(_repo_load_by_key, namespace, key, write=False)
+
+    def delete(self, namespace: str, entry_id: str) -> None:
+        """Delete one entry inside the bound transaction."""
+        self._run(_repo_delete, namespace, entry_id, write=True)
+
+    def clear(self, namespace: str) -> None:
+        """Clear ``namespace`` inside the bound transaction."""
+        self._run(_repo_clear, namespace, write=True)
+
+    async def async_save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Async twin of :meth:`save`."""
+        await self._async_run(_repo_save, namespace, entry, write=True)
+
+    async def async_load(self, namespace: str) -> list[MemoryEntry]:
+        """Async twin of :meth:`load`."""
+        return await self._async_run(_repo_load, namespace, write=False)
+
+    async def async_load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """Async twin of :meth:`load_by_key`."""
+        return await self._async_run(_repo_load_by_key, namespace, key, write=False)
+
+    async def async_delete(self, namespace: str, entry_id: str) -> None:
+        """Async twin of :meth:`delete`."""
+        await self._async_run(_repo_delete, namespace, entry_id, write=True)
+
+    async def async_clear(self, namespace: str) -> None:
+        """Async twin of :meth:`clear`."""
+        await self._async_run(_repo_clear, namespace, write=True)
+
+
+def _repo_save(uow: Any, namespace: str, entry: MemoryEntry) -> None:
+    uow.entries.save(namespace, entry)
+
+
+def _repo_load(uow: Any, namespace: str) -> list[MemoryEntry]:
+    result: list[MemoryEntry] = uow.entries.list(namespace)
+    return result
+
+
+def _repo_load_by_key(uow: Any, namespace: str, key: str) -> MemoryEntry | None:
+    result: MemoryEntry | None = uow.entries.get_by_key(namespace, key)
+    return result
+
+
+def _repo_delete(uow: Any, namespace: str, entry_id: str) -> None:
+    uow.entries.delete(namespace, entry_id)
+
+
+def _repo_clear(uow: Any, namespace: str) -> None:
+    uow.entries.clear(namespace)
 
 
 def migrate_module() -> Any:

@@ -761,8 +761,8 @@ def _run_threads(n: int, target: Callable[[int], None]) -> None:
 def test_concurrent_threads_lose_no_turn(conv_env: StoreEnv) -> None:
     n_threads, per_thread = 4, 6
     mem = ConversationMemory(max_tokens=100_000, summarize_threshold=0, store=conv_env.store)
-    # Create the schema first: concurrent first-time initialisation of one SQLite file
-    # is a store bug reported in /tmp/team/bugs-conversation.md, not what this tests.
+    # Create the schema first: concurrent first-time initialisation has its own
+    # tests (tests/test_sql_store.py); this one is about turns.
     assert mem.conversation_ids == []
     stores = [conv_env.reopen() for _ in range(n_threads)]
     for store in stores:

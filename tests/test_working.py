@@ -384,8 +384,8 @@ async def test_failed_async_save_keeps_old_value(store: Any) -> None:
 
 def test_concurrent_setters_leave_one_entry(store: Any) -> None:
     wm = WorkingMemory(store=store, scope_id="race")
-    # First use initialises SQL stores; that race belongs to the store's own tests
-    # (reported in /tmp/team/bugs-working.md); this test is about set().
+    # First use initialises SQL stores; that race has its own tests
+    # (tests/test_sql_store.py); this test is about set().
     assert not wm.has("shared")
     threads = 8
     barrier = threading.Barrier(threads)

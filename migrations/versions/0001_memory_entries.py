@@ -15,6 +15,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from firefly_orm.migrate import revision_schema
+
 revision: str = "0001_memory_entries"
 down_revision: str | Sequence[str] | None = None
 branch_labels: str | Sequence[str] | None = ("firefly_orm",)
@@ -24,6 +26,9 @@ _JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 
 
 def upgrade() -> None:
+    schema = revision_schema()
+    if schema is not None:
+        op.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
     op.create_table(
         "memory_entries",
         sa.Column("entry_id", sa.String(64), nullable=False),
@@ -45,11 +50,13 @@ def upgrade() -> None:
             "scope IN ('conversation', 'working', 'long_term')",
             name="ck_memory_entries_scope_values",
         ),
+        schema=schema,
     )
     op.create_index(
         "ix_memory_entries_namespace_created",
         "memory_entries",
         ["namespace", "created_at", "entry_id"],
+        schema=schema,
     )
     op.create_index(
         "ix_memory_entries_namespace_key",
@@ -57,6 +64,7 @@ def upgrade() -> None:
         ["namespace", "key", "created_at"],
         postgresql_where=sa.text("key IS NOT NULL"),
         sqlite_where=sa.text("key IS NOT NULL"),
+        schema=schema,
     )
     op.create_index(
         "ix_memory_entries_expires_at",
@@ -64,11 +72,16 @@ def upgrade() -> None:
         ["expires_at"],
         postgresql_where=sa.text("expires_at IS NOT NULL"),
         sqlite_where=sa.text("expires_at IS NOT NULL"),
+        schema=schema,
     )
 
 
 def downgrade() -> None:
-    op.drop_index("ix_memory_entries_expires_at", table_name="memory_entries")
-    op.drop_index("ix_memory_entries_namespace_key", table_name="memory_entries")
-    op.drop_index("ix_memory_entries_namespace_created", table_name="memory_entries")
-    op.drop_table("memory_entries")
+    schema = revision_schema()
+    for index in (
+        "ix_memory_entries_expires_at",
+        "ix_memory_entries_namespace_key",
+        "ix_memory_entries_namespace_created",
+    ):
+        op.drop_index(index, table_name="memory_entries", schema=schema)
+    op.drop_table("memory_entries", schema=schema)

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from firefly_orm.migrate import revision_schema
+
 revision: str = "0002_key_index_entry_id"
 down_revision: str | Sequence[str] | None = "0001_memory_entries"
 branch_labels: str | Sequence[str] | None = None
@@ -28,14 +30,19 @@ def _create(columns: list[str]) -> None:
         columns,
         postgresql_where=sa.text("key IS NOT NULL"),
         sqlite_where=sa.text("key IS NOT NULL"),
+        schema=revision_schema(),
     )
 
 
 def upgrade() -> None:
-    op.drop_index("ix_memory_entries_namespace_key", table_name="memory_entries")
+    op.drop_index(
+        "ix_memory_entries_namespace_key", table_name="memory_entries", schema=revision_schema()
+    )
     _create(["namespace", "key", "created_at", "entry_id"])
 
 
 def downgrade() -> None:
-    op.drop_index("ix_memory_entries_namespace_key", table_name="memory_entries")
+    op.drop_index(
+        "ix_memory_entries_namespace_key", table_name="memory_entries", schema=revision_schema()
+    )
     _create(["namespace", "key", "created_at"])
