@@ -320,6 +320,7 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
         if revision in ("head", "heads") and at == head():
             logger.debug("firefly_orm schema %s already at head", schema or "(default)")
             return
+        _refuse_unknown(at)
         try:
             if conn.dialect.name == "postgresql":
                 with conn.begin():
@@ -402,9 +403,25 @@ def current(target: Target, *, schema_name: str | None = None) -> str | None:
         return rev
 
 
+def _refuse_unknown(at: str | None) -> None:
+    """A revision we do not know was written by a newer firefly_orm: never touch it."""
+    if at is not None and at not in _our_revisions():
+        raise MigrationRequiredError(
+            f"database is at firefly_orm revision {at!r}, which this version of "
+            f"firefly_orm does not know (newest known: {head()!r}); it was migrated by a "
+            "newer firefly_orm: upgrade the package instead of the database"
+        )
+
+
 def check(target: Target, *, schema_name: str | None = None) -> list[str]:
-    """Revisions still to apply (``[]`` when the database is at head)."""
+    """Revisions still to apply (``[]`` when the database is at head).
+
+    Raises:
+        MigrationRequiredError: the database is at a revision this version of
+            the library does not know (a newer firefly_orm migrated it).
+    """
     at = current(target, schema_name=schema_name)
+    _refuse_unknown(at)
     script = ScriptDirectory.from_config(make_config())
     pending = [rev.revision for rev in script.iterate_revisions(head(), at)]
     return list(reversed(pending))

@@ -291,3 +291,33 @@ def test_wheel_carries_migrations_and_migrates(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.strip() == "1"
+
+
+def test_database_from_a_newer_release_is_refused(sqlite_url: str) -> None:
+    """A revision we do not know is never migrated over, and the error says why."""
+    from firefly_orm.sql import SQLAlchemyStore
+
+    migrate.upgrade(sqlite_url)
+    engine = sa.create_engine(sqlite_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = '9999_future'"))
+    for call in (
+        lambda: migrate.check(sqlite_url),
+        lambda: migrate.upgrade(sqlite_url),
+        lambda: SQLAlchemyStore(sqlite_url).initialize(),
+        lambda: SQLAlchemyStore(sqlite_url).initialize(migrate=False),
+    ):
+        with pytest.raises(MigrationRequiredError, match="newer firefly_orm"):
+            call()
+    with engine.connect() as conn:
+        assert conn.execute(sa.text(f"SELECT version_num FROM {migrate.VERSION_TABLE}")).all() == [
+            ("9999_future",)
+        ]
+    engine.dispose()
+    cli = Path(sys.executable).with_name("firefly-orm")
+    result = subprocess.run(
+        [str(cli), "check", "--url", sqlite_url], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "newer firefly_orm" in result.stderr
