@@ -71,7 +71,7 @@ from firefly_orm.errors import (
     StoreError,
     redact_url,
 )
-from firefly_orm.uow import StagedChanges, StagedUnitOfWork
+from firefly_orm.uow import StagedChanges, StagedUnitOfWork, SyncBackedAsyncUnitOfWork
 
 try:
     from beanie import Document, init_beanie
@@ -686,9 +686,11 @@ class MongoDBStore:
         """
         return StagedUnitOfWork(self)
 
-    def async_unit_of_work(self) -> MongoAsyncUnitOfWork:
+    def async_unit_of_work(self) -> SyncBackedAsyncUnitOfWork:
         """Async form of :meth:`unit_of_work` (same guarantees)."""
-        return MongoAsyncUnitOfWork(self.unit_of_work())
+        # The staged work and the commit run in a worker thread; their I/O goes
+        # to the store's own loop, so the caller's loop keeps running meanwhile.
+        return SyncBackedAsyncUnitOfWork(self.unit_of_work())
 
     def _staged_read(self, namespace: str) -> list[MemoryEntry]:
         return self._call(self._find_all(namespace))
@@ -998,39 +1000,3 @@ async def _conditional_write(
     )
     if result.matched_count != 1:
         raise conflict
-
-
-class MongoAsyncUnitOfWork:
-    """Async unit of work of a :class:`MongoDBStore` (see :meth:`MongoDBStore.unit_of_work`).
-
-    ``await uow.run_sync(fn, *args)`` calls ``fn(sync_uow, *args)`` in a worker
-    thread (its reads go to the store's loop), so the caller's event loop keeps
-    running meanwhile.
-    """
-
-    def __init__(self, uow: StagedUnitOfWork) -> None:
-        self._uow = uow
-
-    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(sync_uow, *args)`` and return its result."""
-        return await asyncio.to_thread(fn, self._uow, *args)
-
-    async def commit(self) -> None:
-        """Apply the staged changes (see :meth:`MongoDBStore.unit_of_work`)."""
-        await asyncio.to_thread(self._uow.commit)
-
-    async def rollback(self) -> None:
-        """Discard the staged changes."""
-        self._uow.rollback()
-
-    async def __aenter__(self) -> Self:
-        self._uow.__enter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._uow.__exit__(exc_type, exc, tb)
