@@ -547,23 +547,27 @@ def _head_entry(
     }
     if previous is not None:
         return previous.copy_entry(content=content)
-    return MemoryEntry(
-        entry_id=derived_entry_id(namespace, HEAD_KEY),
-        namespace=namespace,
-        scope=MemoryScope.CONVERSATION,
-        key=HEAD_KEY,
-        content=content,
-        metadata={"conversation_id": conversation_id},
+    return MemoryEntry.from_dict(
+        dict(
+            entry_id=derived_entry_id(namespace, HEAD_KEY),
+            namespace=namespace,
+            scope=MemoryScope.CONVERSATION,
+            key=HEAD_KEY,
+            content=content,
+            metadata={"conversation_id": conversation_id},
+        )
     )
 
 
 def _index_entry(conversation_id: str) -> MemoryEntry:
-    return MemoryEntry(
-        entry_id=derived_entry_id(INDEX_NAMESPACE, conversation_id),
-        namespace=INDEX_NAMESPACE,
-        scope=MemoryScope.CONVERSATION,
-        key=conversation_id,
-        content={"conversation_id": conversation_id},
+    return MemoryEntry.from_dict(
+        dict(
+            entry_id=derived_entry_id(INDEX_NAMESPACE, conversation_id),
+            namespace=INDEX_NAMESPACE,
+            scope=MemoryScope.CONVERSATION,
+            key=conversation_id,
+            content={"conversation_id": conversation_id},
+        )
     )
 
 
@@ -571,20 +575,22 @@ def _turn_entry(
     namespace: str, turn: ConversationTurn, encoded_raw: dict[str, Any] | None
 ) -> MemoryEntry:
     key = turn_key(turn.turn_id)
-    return MemoryEntry(
-        entry_id=derived_entry_id(namespace, key),
-        namespace=namespace,
-        scope=MemoryScope.CONVERSATION,
-        key=key,
-        content={
-            "turn_id": turn.turn_id,
-            "user_prompt": turn.user_prompt,
-            "assistant_response": turn.assistant_response,
-            "raw_messages": encoded_raw,
-            "timestamp": turn.timestamp.isoformat(),
-            "token_estimate": turn.token_estimate,
-            "metadata": turn.metadata,
-        },
+    return MemoryEntry.from_dict(
+        dict(
+            entry_id=derived_entry_id(namespace, key),
+            namespace=namespace,
+            scope=MemoryScope.CONVERSATION,
+            key=key,
+            content={
+                "turn_id": turn.turn_id,
+                "user_prompt": turn.user_prompt,
+                "assistant_response": turn.assistant_response,
+                "raw_messages": encoded_raw,
+                "timestamp": turn.timestamp.isoformat(),
+                "token_estimate": turn.token_estimate,
+                "metadata": turn.metadata,
+            },
+        )
     )
 
 

@@ -203,7 +203,7 @@ def _list_contents_statement(prefix_mode: str, limit: int | None, newest_first: 
 _TRANSLATE_KEY = "firefly_orm.schema_translate_map"
 
 
-def _exec(session: Session, stmt: Any, params: dict[str, Any]) -> Any:
+def _exec(session: Session | Connection, stmt: Any, params: dict[str, Any]) -> Any:
     translate = session.info.get(_TRANSLATE_KEY)
     if translate is None:
         return session.execute(stmt, params)
@@ -227,7 +227,9 @@ def _push_translation(session: Session, schema: str | None) -> Callable[[], None
     return restore
 
 
-def _dialect(session: Session) -> str:
+def _dialect(session: Session | Connection) -> str:
+    if isinstance(session, Connection):
+        return session.dialect.name
     return session.get_bind().dialect.name
 
 
@@ -236,12 +238,12 @@ def _dialect(session: Session) -> str:
 # directly; async methods await them through AsyncSession.run_sync.
 
 
-def _op_save(session: Session, namespace: str, entry: MemoryEntry) -> None:
+def _op_save(session: Session | Connection, namespace: str, entry: MemoryEntry) -> None:
     _exec(session, _upsert(_dialect(session)), _values(namespace, entry))
 
 
 def _op_save_versioned(
-    session: Session, namespace: str, entry: MemoryEntry, expected_version: int
+    session: Session | Connection, namespace: str, entry: MemoryEntry, expected_version: int
 ) -> None:
     values = _values(namespace, entry)
     if expected_version == 0:
@@ -260,18 +262,18 @@ def _op_save_versioned(
         )
 
 
-def _op_load(session: Session, namespace: str) -> list[MemoryEntry]:
+def _op_load(session: Session | Connection, namespace: str) -> list[MemoryEntry]:
     rows = _exec(session, _LOAD, {"ns": namespace, "now": utcnow()})
     return [_row_to_entry(row) for row in rows]
 
 
-def _op_get(session: Session, namespace: str, entry_id: str) -> MemoryEntry | None:
+def _op_get(session: Session | Connection, namespace: str, entry_id: str) -> MemoryEntry | None:
     row = _exec(session, _GET, {"eid": entry_id, "ns": namespace, "now": utcnow()}).first()
     return _row_to_entry(row) if row is not None else None
 
 
 def _op_load_by_key(
-    session: Session, namespace: str, key: str, for_update: bool = False
+    session: Session | Connection, namespace: str, key: str, for_update: bool = False
 ) -> MemoryEntry | None:
     stmt = _BY_KEY_FOR_UPDATE if for_update else _BY_KEY
     row = _exec(session, stmt, {"ns": namespace, "key": key, "now": utcnow()}).first()
@@ -279,7 +281,7 @@ def _op_load_by_key(
 
 
 def _op_list(
-    session: Session,
+    session: Session | Connection,
     namespace: str,
     key_prefix: str | None,
     limit: int | None,
@@ -292,7 +294,7 @@ def _op_list(
 
 
 def _op_list_contents(
-    session: Session,
+    session: Session | Connection,
     namespace: str,
     key_prefix: str | None,
     limit: int | None,
@@ -314,16 +316,16 @@ def _prefix_mode(key_prefix: str | None, params: dict[str, Any]) -> str:
     return "any_key"
 
 
-def _op_delete(session: Session, namespace: str, entry_ids: list[str]) -> None:
+def _op_delete(session: Session | Connection, namespace: str, entry_ids: list[str]) -> None:
     if entry_ids:
         _exec(session, _DELETE, {"ns": namespace, "eids": entry_ids})
 
 
-def _op_clear(session: Session, namespace: str) -> None:
+def _op_clear(session: Session | Connection, namespace: str) -> None:
     _exec(session, _CLEAR, {"ns": namespace})
 
 
-def _op_cleanup_expired(session: Session) -> int:
+def _op_cleanup_expired(session: Session | Connection) -> int:
     result = _exec(session, _CLEANUP, {"now": utcnow()})
     return int(result.rowcount)
 
@@ -924,11 +926,13 @@ class SQLAlchemyStore:
         await self.async_close()
 
     # ------------------------------------------------------------------ running ops
+    # Single operations run on a plain Connection transaction (lighter than a
+    # Session); units of work use Sessions so they can join a caller's.
     def _run(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         self.ensure_initialized()
         engine = self._write_engine() if write else self.engine
-        with self._wrap(what), Session(engine) as session, session.begin():
-            return fn(session, *args)
+        with self._wrap(what), engine.begin() as conn:
+            return fn(conn, *args)
 
     async def _async_run(
         self, what: str, fn: Callable[..., T], *args: Any, write: bool = False
@@ -936,8 +940,8 @@ class SQLAlchemyStore:
         await self.async_ensure_initialized()
         engine = self._async_write_engine() if write else self.async_engine
         with self._wrap(what):
-            async with AsyncSession(engine) as session, session.begin():
-                return await session.run_sync(fn, *args)
+            async with engine.begin() as conn:
+                return await conn.run_sync(fn, *args)
 
     # ------------------------------------------------------------------ protocol
     def save(self, namespace: str, entry: MemoryEntry) -> None:

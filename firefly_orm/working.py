@@ -143,14 +143,16 @@ class WorkingMemory:
     def _build(self, key: str, value: Any, importance: Any) -> MemoryEntry:
         """The validated entry that :meth:`set` writes (no I/O)."""
         validate_key(key)
-        entry = MemoryEntry(
-            entry_id=self._entry_id(key),
-            namespace=self._namespace,
-            scope=MemoryScope.WORKING,
-            key=key,
-            content=value,
-            importance=_check_importance(importance),
-            metadata={"scope_id": self._scope_id},
+        entry = MemoryEntry.from_dict(
+            dict(
+                entry_id=self._entry_id(key),
+                namespace=self._namespace,
+                scope=MemoryScope.WORKING,
+                key=key,
+                content=value,
+                importance=_check_importance(importance),
+                metadata={"scope_id": self._scope_id},
+            )
         )
         return validate_entry(entry, self._namespace)
 
