@@ -260,6 +260,7 @@ def test_unreachable_postgres_hides_password(env: pytest.MonkeyPatch) -> None:
     assert "127.0.0.1" in text
 
 
+@pytest.mark.postgres
 @pytest.mark.skipif(PG_URL is None, reason="FIREFLY_ORM_TEST_POSTGRES_URL is not set")
 def test_build_postgres_is_initialised(env: pytest.MonkeyPatch) -> None:
     import sqlalchemy as sa

@@ -53,10 +53,11 @@ def _drop_schema(url: str, schema: str) -> None:
 class StoreEnv:
     """A store of one kind, plus the means to open a second store on the same data."""
 
-    def __init__(self, kind: str, tmp_path: Path) -> None:
+    def __init__(self, kind: str, tmp_path: Path, mongo_url: str | None = None) -> None:
         self.kind = kind
         self.tmp_path = tmp_path
         self.schema = "t_" + uuid.uuid4().hex[:10]
+        self.mongo_url = mongo_url
         self._opened: list[Any] = []
         self.store = self._open()
 
@@ -75,6 +76,11 @@ class StoreEnv:
             except ImportError as exc:
                 pytest.skip(f"SQLiteStore unavailable: {exc}")
             store = SQLiteStore(self.tmp_path / "db" / "memory.sqlite3")
+        elif self.kind == "mongo":
+            from firefly_orm.mongo import MongoDBStore
+
+            assert self.mongo_url is not None
+            store = MongoDBStore(self.mongo_url, database=self.schema)
         else:
             if PG_URL is None:
                 pytest.skip("FIREFLY_ORM_TEST_POSTGRES_URL is not set")
@@ -99,14 +105,29 @@ class StoreEnv:
                 close()
         if self.kind == "postgres" and PG_URL is not None:
             _drop_schema(PG_URL, self.schema)
+        if self.kind == "mongo" and self.mongo_url is not None:
+            import pymongo
+
+            client: Any = pymongo.MongoClient(self.mongo_url, serverSelectionTimeoutMS=5000)
+            try:
+                client.drop_database(self.schema)
+            finally:
+                client.close()
 
 
-BACKENDS = ["memory", "file", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+BACKENDS = [
+    "memory",
+    "file",
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("mongo", marks=pytest.mark.mongo),
+]
 
 
 @pytest.fixture(params=BACKENDS)
 def conv_env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreEnv]:
-    env = StoreEnv(request.param, tmp_path)
+    mongo_url = request.getfixturevalue("mongo_url") if request.param == "mongo" else None
+    env = StoreEnv(request.param, tmp_path, mongo_url)
     try:
         yield env
     finally:

@@ -18,7 +18,13 @@ from firefly_orm.store import InMemoryStore
 from firefly_orm.working import WorkingMemory
 
 PG_URL = os.environ.get("FIREFLY_ORM_TEST_POSTGRES_URL")
-BACKENDS = ["memory", "file", "sqlite", "postgres"]
+BACKENDS = [
+    "memory",
+    "file",
+    "sqlite",
+    pytest.param("postgres", marks=pytest.mark.postgres),
+    pytest.param("mongo", marks=pytest.mark.mongo),
+]
 ENV_PREFIX = "FIREFLY_AGENTIC_MEMORY_"
 
 
@@ -67,9 +73,31 @@ def make_store(kind: str, tmp_path: Path) -> tuple[Any, Any]:
     return pg_store, cleanup
 
 
+def make_mongo_store(url: str) -> tuple[Any, Any]:
+    from firefly_orm.mongo import MongoDBStore
+
+    database = "t_" + uuid.uuid4().hex[:10]
+    mongo_store = MongoDBStore(url, database=database)
+
+    def cleanup() -> None:
+        import pymongo
+
+        mongo_store.close()
+        client: Any = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
+        try:
+            client.drop_database(database)
+        finally:
+            client.close()
+
+    return mongo_store, cleanup
+
+
 @pytest.fixture(params=BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    made, cleanup = make_store(request.param, tmp_path)
+    if request.param == "mongo":
+        made, cleanup = make_mongo_store(request.getfixturevalue("mongo_url"))
+    else:
+        made, cleanup = make_store(request.param, tmp_path)
     try:
         yield made
     finally:
@@ -536,6 +564,7 @@ def test_from_config_explicit_summarizer_wins(clean_env: pytest.MonkeyPatch) -> 
     assert mgr.conversation.get_summary(cid) == "summary of turns [0]"
 
 
+@pytest.mark.postgres
 @pytest.mark.skipif(PG_URL is None, reason="FIREFLY_ORM_TEST_POSTGRES_URL is not set")
 def test_from_config_postgres(clean_env: pytest.MonkeyPatch) -> None:
     from firefly_orm.sql import PostgreSQLStore
@@ -566,6 +595,7 @@ def test_from_config_postgres(clean_env: pytest.MonkeyPatch) -> None:
         _drop_schema(PG_URL, schema)
 
 
+@pytest.mark.postgres
 @pytest.mark.skipif(PG_URL is None, reason="FIREFLY_ORM_TEST_POSTGRES_URL is not set")
 async def test_async_from_config_postgres(clean_env: pytest.MonkeyPatch) -> None:
     from firefly_orm.sql import PostgreSQLStore

@@ -19,7 +19,7 @@ from firefly_orm.store import InMemoryStore
 from firefly_orm.working import WorkingMemory
 
 PG_URL = os.environ.get("FIREFLY_ORM_TEST_POSTGRES_URL")
-BACKENDS = ["memory", "file", "sqlite", "postgres"]
+BACKENDS = ["memory", "file", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
 
 def _drop_schema(url: str, schema: str) -> None:
