@@ -203,7 +203,12 @@ def _is_wrapper(value: Any) -> bool:
 
 
 class JSONValue(sa.TypeDecorator[Any]):
-    """JSON on SQLite, JSONB on PostgreSQL (with the NUL escape above)."""
+    """JSON text on SQLite, JSONB on PostgreSQL (with the NUL escape above).
+
+    On SQLite the column is declared ``TEXT``: a column declared ``JSON`` has
+    NUMERIC affinity there, which silently turns a stored ``1.0`` into ``1`` and
+    a large integer into a float.
+    """
 
     impl = sa.JSON(none_as_null=False)
     cache_ok = True
@@ -211,16 +216,22 @@ class JSONValue(sa.TypeDecorator[Any]):
     def load_dialect_impl(self, dialect: Dialect) -> sa.types.TypeEngine[Any]:
         if dialect.name == "postgresql":
             return dialect.type_descriptor(postgresql.JSONB(none_as_null=False))
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(sa.Text())
         return dialect.type_descriptor(sa.JSON(none_as_null=False))
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         if dialect.name == "postgresql":
             return encode_json_for_jsonb(value)
+        if dialect.name == "sqlite":
+            return json.dumps(value, ensure_ascii=False)
         return value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
         if dialect.name == "postgresql":
             return decode_json_from_jsonb(value)
+        if dialect.name == "sqlite":
+            return None if value is None else json.loads(value)
         return value
 
 

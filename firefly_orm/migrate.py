@@ -222,7 +222,7 @@ def _schema_for(connection: Connection, schema_name: str | None) -> str | None:
 
 
 def normalize_url(url: str | URL) -> URL:
-    """Parse ``url``; plain ``postgresql://`` gets the psycopg (3) driver we ship with.
+    """Parse ``url``; plain ``postgresql://`` / ``postgres://`` get the psycopg (3) driver.
 
     Raises:
         EntryValidationError: not a database URL (the message hides the password).
@@ -231,7 +231,8 @@ def normalize_url(url: str | URL) -> URL:
         parsed = sa.engine.make_url(url)
     except (sa.exc.ArgumentError, ValueError, TypeError) as exc:
         raise EntryValidationError("url", f"not a database URL: {redact_url(url)}") from exc
-    if parsed.get_backend_name() == "postgresql" and parsed.drivername == "postgresql":
+    if parsed.drivername in ("postgres", "postgresql"):
+        # "postgres://" is the usual form of hosted DATABASE_URLs.
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
 

@@ -394,6 +394,21 @@ class StoreContract:
         assert [type(v) for v in loaded.content] == [float] * len(values)
         assert type(loaded.metadata_["f"]) is float
 
+    async def test_top_level_numbers_keep_their_type(self, contract: StoreDriver) -> None:
+        """A content that is just a number comes back as that number, same type.
+
+        A SQLite column declared ``JSON`` has NUMERIC affinity and turned a
+        stored ``1.0`` into ``1`` and ``2**70`` into a float.
+        """
+        ns = contract.ns()
+        values: list[Any] = [1.0, 2**70, -0.5, 7, "1.0", True, None]
+        for i, value in enumerate(values):
+            await contract.save(ns, _entry(key=f"k{i}", content=value))
+        for i, value in enumerate(values):
+            loaded = await contract.load_by_key(ns, f"k{i}")
+            assert loaded is not None
+            assert loaded.content == value and type(loaded.content) is type(value)
+
     # ------------------------------------------------------------------ upsert and versions
 
     async def test_save_is_upsert_on_entry_id(self, contract: StoreDriver) -> None:

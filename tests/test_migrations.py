@@ -321,3 +321,29 @@ def test_database_from_a_newer_release_is_refused(sqlite_url: str) -> None:
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "newer firefly_orm" in result.stderr
+
+
+def _check_names(url: str, schema: str | None) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        checks = sa.inspect(engine).get_check_constraints(TABLE_NAME, schema=schema)
+        return {c["name"] for c in checks if c.get("name")}
+    finally:
+        engine.dispose()
+
+
+_MODEL_CHECKS = {
+    c.name for c in metadata.tables[TABLE_NAME].constraints if isinstance(c, sa.CheckConstraint)
+}
+
+
+def test_sqlite_constraint_names_match_the_model(sqlite_url: str) -> None:
+    migrate.upgrade(sqlite_url)
+    assert {"ck_memory_entries_importance_range", "ck_memory_entries_scope_values"} == _MODEL_CHECKS
+    assert _check_names(sqlite_url, None) == _MODEL_CHECKS
+
+
+@pytest.mark.postgres
+def test_postgres_constraint_names_match_the_model(postgres_url: str, pg_schema: str) -> None:
+    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    assert _check_names(postgres_url, pg_schema) == _MODEL_CHECKS

@@ -44,11 +44,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("entry_id", name="pk_memory_entries"),
         sa.CheckConstraint(
             "importance >= 0.0 AND importance <= 1.0",
-            name="ck_memory_entries_importance_range",
+            name=op.f("ck_memory_entries_importance_range"),
         ),
         sa.CheckConstraint(
             "scope IN ('conversation', 'working', 'long_term')",
-            name="ck_memory_entries_scope_values",
+            name=op.f("ck_memory_entries_scope_values"),
         ),
         schema=schema,
     )
