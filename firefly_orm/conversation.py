@@ -1300,7 +1300,12 @@ class ConversationMemory:
             if estimate <= 0:
                 estimate = self._estimate(prompt, response)
             raw = item.get("raw_messages")
-            encoded = _check_encoded(raw) if isinstance(raw, Mapping) else encode_raw_messages(raw)
+            try:
+                encoded = (
+                    _check_encoded(raw) if isinstance(raw, Mapping) else encode_raw_messages(raw)
+                )
+            except TypeError as exc:
+                raise EntryValidationError("raw_messages", str(exc)) from None
             timestamp = item.get("timestamp")
             try:
                 when = (

@@ -186,7 +186,7 @@ def _has_exponent_float(value: Any, text: str | None = None) -> bool:
         return "e" in repr(value)
     if isinstance(value, dict):
         return any(_has_exponent_float(v) for v in value.values())
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return any(_has_exponent_float(v) for v in value)
     return False
 
@@ -296,7 +296,13 @@ class MemoryEntry(_Base, table=True):
         ),
         nullable=False,
     )
-    key: str | None = Field(default=None, sa_type=sa.String(), nullable=True)
+    # C collation on PostgreSQL: keys sort by code point everywhere (prefix ranges
+    # such as "turn:" .. "turn;" are empty under linguistic collations).
+    key: str | None = Field(
+        default=None,
+        sa_type=sa.String().with_variant(sa.String(collation="C"), "postgresql"),
+        nullable=True,
+    )
     content: Any = Field(default=None, sa_type=JSONValue(), nullable=False)
     metadata_: dict[str, Any] = Field(
         default_factory=dict,
@@ -459,12 +465,22 @@ _FIELD_NAMES = frozenset(
 # --------------------------------------------------------------------------- validation
 
 
+def _check_text(field: str, value: str) -> None:
+    if "\x00" in value:
+        raise EntryValidationError(field, "must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise EntryValidationError(
+            field, "must be valid Unicode (it contains a lone surrogate)"
+        ) from None
+
+
 def validate_namespace(namespace: Any) -> str:
     """Return ``namespace`` if it is a usable namespace, else raise."""
     if not isinstance(namespace, str) or not namespace:
         raise EntryValidationError("namespace", "must be a non-empty string")
-    if "\x00" in namespace:
-        raise EntryValidationError("namespace", "must not contain NUL characters")
+    _check_text("namespace", namespace)
     return namespace
 
 
@@ -472,14 +488,17 @@ def validate_key(key: Any) -> str:
     """Return ``key`` if it is a usable lookup key, else raise."""
     if not isinstance(key, str):
         raise EntryValidationError("key", f"must be a string, got {type(key).__name__}")
-    if "\x00" in key:
-        raise EntryValidationError("key", "must not contain NUL characters")
+    _check_text("key", key)
     return key
 
 
 def _check_json(field: str, value: Any) -> None:
     try:
-        json.dumps(value, allow_nan=False)
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise EntryValidationError(
+            field, "must be valid Unicode (a string contains a lone surrogate)"
+        ) from None
     except (TypeError, ValueError) as exc:
         raise EntryValidationError(field, f"must be JSON-serialisable ({exc})") from None
 
@@ -493,6 +512,10 @@ def _check_aware(field: str, value: Any, *, optional: bool) -> None:
         raise EntryValidationError(
             field, "must be timezone-aware (naive datetimes are rejected; use UTC)"
         )
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        raise EntryValidationError(field, "is out of range once converted to UTC") from None
 
 
 def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
@@ -506,8 +529,7 @@ def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
         validate_namespace(namespace)
     if not isinstance(entry.entry_id, str) or not entry.entry_id or len(entry.entry_id) > 64:
         raise EntryValidationError("entry_id", "must be a non-empty string of at most 64 chars")
-    if "\x00" in entry.entry_id:
-        raise EntryValidationError("entry_id", "must not contain NUL characters")
+    _check_text("entry_id", entry.entry_id)
     try:
         MemoryScope(entry.scope)
     except ValueError:

@@ -19,6 +19,7 @@ import asyncio
 import builtins
 import functools
 import logging
+import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -82,6 +83,29 @@ _WRITE_OPTION = "firefly_orm_write"
 #: per process (PostgreSQL adds an advisory lock, SQLite BEGIN IMMEDIATE, for
 #: other processes).
 _MIGRATION_LOCK = threading.Lock()
+_migration_owner: int | None = None  # thread holding _MIGRATION_LOCK
+#: dispose() tasks scheduled by close() inside a running loop (kept referenced)
+_PENDING_DISPOSALS: set[asyncio.Task[None]] = set()
+
+
+def _acquire_migration_lock() -> None:
+    """Take the process-wide migration lock (sync callers)."""
+    global _migration_owner
+    if not _MIGRATION_LOCK.acquire(blocking=False):
+        if _migration_owner == threading.get_ident():
+            raise StoreError(
+                "initialize() would deadlock: an async_initialize() is running on this "
+                "thread's event loop; await store.async_initialize() (or the async_* "
+                "methods) instead of calling sync methods from that loop"
+            )
+        _MIGRATION_LOCK.acquire()
+    _migration_owner = threading.get_ident()
+
+
+def _release_migration_lock() -> None:
+    global _migration_owner
+    _migration_owner = None
+    _MIGRATION_LOCK.release()
 
 
 # --------------------------------------------------------------------------- row mapping
@@ -121,8 +145,12 @@ def _values(namespace: str, entry: MemoryEntry) -> dict[str, Any]:
     }
 
 
-def _prefix_upper(prefix: str) -> str:
-    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+def _prefix_upper(prefix: str) -> str | None:
+    """The smallest string above every string starting with ``prefix`` (or None)."""
+    stripped = prefix.rstrip("\U0010ffff")
+    if not stripped:
+        return None
+    return stripped[:-1] + chr(ord(stripped[-1]) + 1)
 
 
 # --------------------------------------------------------------------------- statements
@@ -177,6 +205,8 @@ def _list_statement(prefix_mode: str, limit: int | None, newest_first: bool) -> 
     stmt = _SELECT.where(_C.namespace == _P("ns"), _LIVE)
     if prefix_mode == "range":
         stmt = stmt.where(_C.key >= _P("lo"), _C.key < _P("hi"))
+    elif prefix_mode == "from":
+        stmt = stmt.where(_C.key >= _P("lo"))
     elif prefix_mode == "any_key":
         stmt = stmt.where(_C.key.is_not(None))
     order: list[Any] = (
@@ -311,7 +341,11 @@ def _prefix_mode(key_prefix: str | None, params: dict[str, Any]) -> str:
     if key_prefix is None:
         return "none"
     if key_prefix:
-        params.update(lo=key_prefix, hi=_prefix_upper(key_prefix))
+        upper = _prefix_upper(key_prefix)
+        params["lo"] = key_prefix
+        if upper is None:
+            return "from"
+        params["hi"] = upper
         return "range"
     return "any_key"
 
@@ -417,7 +451,12 @@ class SQLUnitOfWork:
         if self._external is not None:
             self._session = self._external
             self._restore = _push_translation(self._external, self._store.schema_name)
-            self._nested = self._external.begin_nested()
+            try:
+                self._nested = self._external.begin_nested()
+            except BaseException:
+                if self._restore is not None:
+                    self._restore()
+                raise
         else:
             engine = self._store.engine if self._read_only else self._store._write_engine()
             self._session = Session(engine, expire_on_commit=False)
@@ -489,7 +528,12 @@ class AsyncSQLUnitOfWork:
         if self._external is not None:
             self._session = self._external
             self._restore = _push_translation(self._external.sync_session, self._store.schema_name)
-            self._nested = await self._external.begin_nested()
+            try:
+                self._nested = await self._external.begin_nested()
+            except BaseException:
+                if self._restore is not None:
+                    self._restore()
+                raise
         else:
             engine = (
                 self._store.async_engine if self._read_only else self._store._async_write_engine()
@@ -609,6 +653,11 @@ def enable_sqlite_savepoints(engine: Engine | AsyncEngine) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
+def _is_memory_sqlite(url: URL) -> bool:
+    database = url.database or ""
+    return database in ("", ":memory:") or url.query.get("mode") == "memory"
+
+
 def _install_sqlite_hooks(sync_engine: Engine) -> None:
     """WAL + busy_timeout per connection; SQLAlchemy-controlled BEGIN.
 
@@ -686,6 +735,12 @@ class SQLAlchemyStore:
             )
         if dialect == "sqlite" and schema_name is not None:
             raise EntryValidationError("schema_name", "SQLite has no schemas; leave it None")
+        if dialect == "sqlite" and self._url is not None and _is_memory_sqlite(self._url):
+            raise EntryValidationError(
+                "url",
+                "an in-memory SQLite database exists per connection (each thread and the "
+                "async engine would see a different, empty one); use InMemoryStore",
+            )
         self._schema = migrate.validate_schema_name(schema_name)
         self._lock = threading.Lock()
         self._initialized = False
@@ -713,8 +768,14 @@ class SQLAlchemyStore:
         return engine.execution_options(schema_translate_map={None: self._schema})
 
     def _create_engine(self, url: URL, *, is_async: bool) -> Any:
-        kwargs = dict(self._engine_kwargs)
-        kwargs.update(self._engine_options(url))
+        # The caller's engine_kwargs win over the preset's defaults.
+        defaults = self._engine_options(url)
+        kwargs = {**defaults, **self._engine_kwargs}
+        if "connect_args" in defaults or "connect_args" in self._engine_kwargs:
+            kwargs["connect_args"] = {
+                **defaults.get("connect_args", {}),
+                **self._engine_kwargs.get("connect_args", {}),
+            }
         try:
             if is_async:
                 return create_async_engine(url, **kwargs)
@@ -830,7 +891,8 @@ class SQLAlchemyStore:
         """
         if self._initialized:
             return
-        with _MIGRATION_LOCK:
+        _acquire_migration_lock()
+        try:
             if self._initialized:
                 return
             with self._wrap("initialize"):
@@ -840,6 +902,8 @@ class SQLAlchemyStore:
                     migrate_module().require_head(self.engine, schema_name=self._schema)
                 self._after_initialize()
             self._initialized = True
+        finally:
+            _release_migration_lock()
         logger.debug("store initialised on %s", self._display_url())
 
     def _after_initialize(self) -> None:
@@ -852,8 +916,10 @@ class SQLAlchemyStore:
         # Poll the process-wide lock instead of blocking: a coroutine holding it
         # awaits I/O inside run_sync, and a blocking acquire on the same loop
         # thread would deadlock.
+        global _migration_owner
         while not _MIGRATION_LOCK.acquire(blocking=False):
             await asyncio.sleep(0.005)
+        _migration_owner = threading.get_ident()
         try:
             if self._initialized:
                 return
@@ -865,7 +931,7 @@ class SQLAlchemyStore:
                         await conn.run_sync(_require_head_on_connection, self._schema)
             self._initialized = True
         finally:
-            _MIGRATION_LOCK.release()
+            _release_migration_lock()
 
     def ensure_initialized(self) -> None:
         """Initialise on first use (called by every operation)."""
@@ -890,9 +956,14 @@ class SQLAlchemyStore:
             except RuntimeError:
                 asyncio.run(self.async_close())
                 return
+            # Inside a running loop: close the async pool's connections on that
+            # loop (prefer `await store.async_close()` there).
+            loop = asyncio.get_running_loop()
             for engine in self._owned:
                 if isinstance(engine, AsyncEngine):
-                    engine.sync_engine.dispose(close=False)
+                    task = loop.create_task(engine.dispose())
+                    _PENDING_DISPOSALS.add(task)
+                    task.add_done_callback(_PENDING_DISPOSALS.discard)
             self._owned = []
         self._reset()
 
@@ -1194,9 +1265,10 @@ class SQLiteStore(SQLAlchemyStore):
     """
 
     def __init__(self, path: str | Path, **kwargs: Any) -> None:
-        path = Path(path)
         if str(path) == ":memory:":
             raise EntryValidationError("path", "use InMemoryStore for a non-persistent store")
+        # Absolute now: a later chdir must not move the database.
+        path = Path(os.path.abspath(os.fspath(path)))
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         super().__init__(URL.create("sqlite", database=str(path)), **kwargs)

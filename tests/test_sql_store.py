@@ -19,6 +19,7 @@ from firefly_orm.errors import (
     DatabaseConnectionError,
     EntryValidationError,
     MigrationRequiredError,
+    StoreError,
 )
 from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
 
@@ -334,3 +335,127 @@ def test_read_only_unit_of_work_does_not_block_writers(tmp_path: Path) -> None:
         assert [e.key for e in reader.entries.list("ns")] == ["a"]
     assert sorted(e.key or "" for e in store.load("ns")) == ["a", "b"]
     store.close()
+
+
+@pytest.fixture
+def icu_database_url(postgres_url: str) -> Iterator[str]:
+    """A database whose default collation is linguistic (ICU en-US), not C."""
+    name = "ff_icu_" + uuid.uuid4().hex[:8]
+    admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text(
+                    f'CREATE DATABASE "{name}" TEMPLATE template0 '
+                    "LOCALE_PROVIDER icu ICU_LOCALE 'en-US' LOCALE 'C.UTF-8'"
+                )
+            )
+        yield (
+            sa.engine.make_url(postgres_url)
+            .set(database=name)
+            .render_as_string(hide_password=False)
+        )
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_key_prefixes_under_a_linguistic_collation(icu_database_url: str) -> None:
+    """Under ICU/glibc collations 'turn;' sorts before 'turn:'; keys use COLLATE "C"."""
+    from firefly_orm.manager import MemoryManager
+
+    store = PostgreSQLStore(icu_database_url, schema_name="icu_memory", pool_min_size=0)
+    try:
+        with store.engine.connect() as conn:
+            # the premise: this database's default collation breaks the naive range
+            assert conn.execute(sa.text("SELECT 'turn:0001' < 'turn;'")).scalar() is False
+        ns = "conversation:x"
+        for i in range(3):
+            store.save(ns, MemoryEntry(key=f"turn:{i:04d}", content=i))
+        with store.unit_of_work(read_only=True) as uow:
+            keys = [e.key for e in uow.entries.list(ns, key_prefix="turn:")]
+        assert keys == ["turn:0000", "turn:0001", "turn:0002"]
+        manager = MemoryManager(store=store)
+        cid = manager.new_conversation()
+        manager.add_turn(cid, "hello", "hi", [{"role": "user", "content": "hello"}])
+        manager.add_turn(cid, "again", "yes", [{"role": "user", "content": "again"}])
+        assert [m["content"] for m in manager.get_message_history(cid)] == ["hello", "again"]
+    finally:
+        store.close()
+
+
+def test_in_memory_sqlite_urls_are_refused() -> None:
+    for url in ("sqlite://", "sqlite:///:memory:", "sqlite:///file:x?mode=memory&uri=true"):
+        with pytest.raises(EntryValidationError, match="InMemoryStore"):
+            SQLAlchemyStore(url)
+
+
+def test_relative_sqlite_path_survives_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    store = SQLiteStore("data/memory.sqlite3")
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    store.save("ns", MemoryEntry(content=1))
+    assert (tmp_path / "data" / "memory.sqlite3").exists()
+    store.close()
+
+
+@pytest.mark.postgres
+def test_engine_kwargs_win_over_preset_defaults(postgres_url: str, pg_schema: str) -> None:
+    store = PostgreSQLStore(
+        postgres_url,
+        schema_name=pg_schema,
+        pool_min_size=0,
+        engine_kwargs={
+            "pool_recycle": 60,
+            "connect_args": {"application_name": "firefly-test"},
+        },
+    )
+    assert store.engine.pool._recycle == 60
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW application_name").scalar() == "firefly-test"
+        assert int(conn.exec_driver_sql("SHOW statement_timeout").scalar() or 0) == 0
+    store.close()
+
+
+def test_sync_initialize_inside_async_initialize_fails_instead_of_hanging(
+    tmp_path: Path,
+) -> None:
+    """A sync call on the loop thread while async_initialize holds the lock."""
+    first = SQLiteStore(tmp_path / "a.sqlite3")
+    second = SQLiteStore(tmp_path / "b.sqlite3")
+    outcome: list[str] = []
+
+    async def sync_call_meanwhile() -> None:
+        await asyncio.sleep(0)  # let async_initialize take the lock first
+        try:
+            second.save("ns", MemoryEntry(content=1))
+            outcome.append("saved")
+        except StoreError as exc:
+            outcome.append(str(exc))
+
+    async def main() -> None:
+        await asyncio.gather(first.async_initialize(), sync_call_meanwhile())
+        await first.async_close()
+
+    asyncio.run(main())
+    assert len(outcome) == 1
+    assert outcome[0] == "saved" or "would deadlock" in outcome[0]
+    second.close()
+
+
+def test_close_inside_a_running_loop_closes_async_connections(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.sqlite3")
+
+    async def main() -> int:
+        await store.async_save("ns", MemoryEntry(content=1))
+        pool = store.async_engine.sync_engine.pool
+        store.close()  # sync close from inside the loop
+        await asyncio.sleep(0.05)
+        return int(pool.checkedin())
+
+    assert asyncio.run(main()) == 0
