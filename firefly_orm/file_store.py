@@ -96,8 +96,7 @@ def namespace_file_name(namespace: str) -> str:
         EntryValidationError: If ``namespace`` is not a valid namespace.
     """
     validate_namespace(namespace)
-    # surrogatepass: a lone surrogate is a valid (if odd) Python str namespace.
-    digest = hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()
+    digest = hashlib.sha256(namespace.encode("utf-8")).hexdigest()
     prefix = _UNSAFE.sub("_", namespace[:_PREFIX_CHARS])
     if prefix.startswith("-"):  # keep names from looking like command-line options
         prefix = "_" + prefix[1:]
