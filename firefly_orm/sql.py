@@ -863,12 +863,15 @@ class SQLAlchemyStore:
             yield
         except FireflyOrmError:
             raise
-        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-            if isinstance(exc.orig, Exception) and "locked" in str(exc.orig):
-                raise StoreError(f"{what} failed on {self._display_url()}: {exc.orig}") from exc
+        except sa.exc.TimeoutError as exc:  # no pooled connection within `timeout`
             raise DatabaseConnectionError(
-                f"{what} failed on {self._display_url()}: {_short(exc)}"
+                f"{what} timed out waiting for a connection to {self._display_url()}: {exc}"
             ) from exc
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            kind = DatabaseConnectionError if _is_connection_problem(exc) else StoreError
+            raise kind(f"{what} failed on {self._display_url()}: {_short(exc)}") from exc
+        except UnicodeError as exc:
+            raise StoreError(f"{what} failed: text could not be encoded ({exc})") from exc
         except sa.exc.IntegrityError as exc:
             raise StoreError(
                 f"{what} violated a constraint on {self._display_url()}: {_short(exc)}"
@@ -1249,6 +1252,32 @@ def _upgrade_on_connection(conn: Connection, schema: str | None) -> None:
 
 def _require_head_on_connection(conn: Connection, schema: str | None) -> None:
     migrate.require_head(conn, schema_name=schema)
+
+
+_CONNECTION_WORDS = (
+    "connect",
+    "unable to open database",
+    "server closed",
+    "terminating connection",
+    "timeout expired",
+    "network",
+)
+
+
+def _is_connection_problem(exc: sa.exc.DBAPIError) -> bool:
+    """Whether a driver error means the database could not be reached.
+
+    Other operational errors (a locked SQLite database, a deadlock, a statement
+    timeout, a missing table) are :class:`StoreError`, so retry logic keyed on
+    :class:`DatabaseConnectionError` only sees real connection problems.
+    """
+    if exc.connection_invalidated:
+        return True
+    state = getattr(exc.orig, "sqlstate", None)
+    if state:  # PostgreSQL: class 08 = connection exception, 57P0x = shutdown
+        return bool(state.startswith("08") or state.startswith("57P0"))
+    text = str(exc.orig).lower()
+    return any(word in text for word in _CONNECTION_WORDS)
 
 
 def _short(exc: sa.exc.SQLAlchemyError) -> str:

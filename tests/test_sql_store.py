@@ -459,3 +459,16 @@ def test_close_inside_a_running_loop_closes_async_connections(tmp_path: Path) ->
         return int(pool.checkedin())
 
     assert asyncio.run(main()) == 0
+
+
+def test_operational_errors_that_are_not_connection_problems(tmp_path: Path) -> None:
+    """A missing table is a StoreError, not a DatabaseConnectionError."""
+    store = SQLiteStore(tmp_path / "m.sqlite3")
+    store.initialize()
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE memory_entries")
+    with pytest.raises(StoreError) as info:
+        store.load("ns")
+    assert not isinstance(info.value, DatabaseConnectionError)
+    assert "no such table" in str(info.value)
+    store.close()
