@@ -485,14 +485,30 @@ def _cmd_import(args: argparse.Namespace) -> int:
     target = _resolve_target(args)
     with _store(target, args) as store:
         conv = _conversation_memory(store)
-        progress = Progress(len(items), "import", enabled=args.progress)
+        # Validate every conversation before writing any: a bad item anywhere in
+        # the file leaves the store untouched.
         ids = [
-            conv.import_conversation(item, conversation_id=args.conversation_id)
-            for item in progress.iterate(items)
+            _check_import_item(conv, item, position, args) for position, item in enumerate(items)
         ]
-    for cid in ids:
-        print(cid)
+        progress = Progress(len(items), "import", enabled=args.progress)
+        for cid, item in progress.iterate(list(zip(ids, items, strict=True))):
+            print(conv.import_conversation(item, conversation_id=cid), flush=True)
     return EXIT_OK
+
+
+def _check_import_item(
+    conv: Any, item: dict[str, Any], position: int, args: argparse.Namespace
+) -> str:
+    """The id ``item`` will be imported under; :class:`CliError` when it is invalid."""
+    try:
+        cid, _turns, _summary = conv._prepare_import(item, args.conversation_id)
+    except (EntryValidationError, TypeError, ValueError) as exc:
+        label = item.get("conversation_id") or args.conversation_id
+        which = f"conversation {position}" + (f" ({label!r})" if isinstance(label, str) else "")
+        raise CliError(
+            f"{args.file}: {which} is invalid, nothing imported: {exc}", EXIT_USAGE
+        ) from exc
+    return str(cid)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -28,6 +28,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from firefly_orm.errors import (
     DatabaseConnectionError,
+    EntryValidationError,
     FireflyOrmError,
     MissingExtraError,
     redact_url,
@@ -138,7 +139,8 @@ class MemorySettings(BaseSettings):
 
     @model_validator(mode="after")
     def _pool_sizes_agree(self) -> MemorySettings:
-        if self.postgres_pool_min_size > self.postgres_pool_size:
+        # Only the postgres backend uses the pool; other backends ignore these values.
+        if self.backend == "postgres" and self.postgres_pool_min_size > self.postgres_pool_size:
             raise ValueError(
                 f"{env_var('postgres_pool_min_size')} ({self.postgres_pool_min_size}) must not "
                 f"exceed {env_var('postgres_pool_size')} ({self.postgres_pool_size})"
@@ -225,6 +227,29 @@ def _init_failed(backend: str, url: str, exc: Exception) -> DatabaseConnectionEr
     )
 
 
+#: Store-constructor argument -> the settings field (and so the variable) it came from.
+_POSTGRES_ARGS = {
+    "url": "postgres_url",
+    "schema_name": "postgres_schema",
+    "pool_size": "postgres_pool_size",
+    "pool_min_size": "postgres_pool_min_size",
+    "timeout": "postgres_timeout",
+}
+
+
+def _sqlite_variable(settings: MemorySettings) -> str:
+    """The variable that chose the SQLite file (its own, or the file directory)."""
+    return env_var("sqlite_path" if settings.sqlite_path is not None else "file_dir")
+
+
+def _unusable_sqlite(settings: MemorySettings, exc: Exception) -> ConfigurationError:
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return ConfigurationError(
+        f"{_sqlite_variable(settings)}: cannot use {settings.resolved_sqlite_path()} "
+        f"as the SQLite database: {reason}"
+    )
+
+
 def _construct(settings: MemorySettings) -> tuple[Any, str | None]:
     """Build the store (not yet initialised) and return it with its URL, if any."""
     backend = settings.backend
@@ -239,20 +264,29 @@ def _construct(settings: MemorySettings) -> tuple[Any, str | None]:
     if backend == "sqlite":
         from firefly_orm.sql import SQLiteStore
 
-        return SQLiteStore(settings.resolved_sqlite_path()), None
+        try:
+            return SQLiteStore(settings.resolved_sqlite_path()), None
+        except (OSError, EntryValidationError) as exc:
+            raise _unusable_sqlite(settings, exc) from exc
     if backend == "postgres":
         url = _require(settings, "postgres_url")
         try:
             from firefly_orm.sql import PostgreSQLStore
         except ImportError as exc:  # pragma: no cover - depends on the installed extras
             raise MissingExtraError("the postgres memory backend", "postgres") from exc
-        store = PostgreSQLStore(
-            url,
-            pool_size=settings.postgres_pool_size,
-            pool_min_size=settings.postgres_pool_min_size,
-            timeout=settings.postgres_timeout,
-            schema_name=settings.postgres_schema,
-        )
+        try:
+            store = PostgreSQLStore(
+                url,
+                pool_size=settings.postgres_pool_size,
+                pool_min_size=settings.postgres_pool_min_size,
+                timeout=settings.postgres_timeout,
+                schema_name=settings.postgres_schema,
+            )
+        except EntryValidationError as exc:
+            # Name the variable, not the constructor argument; never show the password.
+            field = _POSTGRES_ARGS.get(exc.field, "postgres_url")
+            message = _scrub(str(exc).removeprefix(f"{exc.field}: "), url)
+            raise ConfigurationError(f"{env_var(field)}: {message}") from None
         return store, url
     if backend == "mongodb":
         url = _require(settings, "mongodb_url")
@@ -316,13 +350,27 @@ def build_store(settings: MemorySettings | None = None) -> MemoryStore:
                     f"the {settings.backend!r} store only initialises asynchronously; "
                     "use `await MemoryManager.async_from_config()` / `async_build_store()`"
                 )
-        except FireflyOrmError:
+        except FireflyOrmError as exc:
             _close_quietly(store)
-            raise
+            named = _name_sqlite_variable(settings, exc)
+            if named is exc:
+                raise
+            raise named from exc
         except Exception as exc:
             _close_quietly(store)
-            raise _init_failed(settings.backend, url or "", exc) from exc
+            raise _name_sqlite_variable(
+                settings, _init_failed(settings.backend, url or "", exc)
+            ) from exc
     return store  # type: ignore[no-any-return]
+
+
+def _name_sqlite_variable(settings: MemorySettings, exc: FireflyOrmError) -> FireflyOrmError:
+    """For the sqlite backend, a connection failure that names the variable to fix."""
+    if settings.backend != "sqlite" or not isinstance(exc, DatabaseConnectionError):
+        return exc
+    return DatabaseConnectionError(
+        f"{_sqlite_variable(settings)}: cannot open {settings.resolved_sqlite_path()}: {exc}"
+    )
 
 
 async def _async_close_quietly(store: Any) -> None:
@@ -347,9 +395,14 @@ async def async_build_store(settings: MemorySettings | None = None) -> MemorySto
                 result = initialize()
                 if inspect.isawaitable(result):
                     await result
+            except FireflyOrmError as exc:
+                await _async_close_quietly(store)
+                named = _name_sqlite_variable(settings, exc)
+                if named is exc:
+                    raise
+                raise named from exc
             except Exception as exc:
                 await _async_close_quietly(store)
-                if isinstance(exc, FireflyOrmError):
-                    raise
-                raise _init_failed(settings.backend, url or "", exc) from exc
+                failure = _init_failed(settings.backend, url or "", exc)
+                raise _name_sqlite_variable(settings, failure) from exc
     return store  # type: ignore[no-any-return]

@@ -144,7 +144,9 @@ def revision_schema() -> str | None:
     """The schema our revisions should name explicitly (called inside a revision).
 
     * Our own environment (``firefly_orm_alembic_version``): ``None`` — the
-      schema is applied by ``schema_translate_map`` on the connection.
+      schema is applied by ``schema_translate_map`` on the connection; in
+      offline mode (``alembic upgrade head --sql``) there is no connection to
+      translate, so the configured version table schema is named instead.
     * A host's environment (mode (b)): the schema given as
       ``alembic -x firefly_orm_schema=NAME`` or
       ``config.attributes["firefly_orm_schema"]``; ``None`` (the host
@@ -153,7 +155,10 @@ def revision_schema() -> str | None:
     from alembic import context as env_context
     from alembic import op
 
-    if op.get_context().opts.get("version_table") == VERSION_TABLE:
+    migration_context = op.get_context()
+    if migration_context.opts.get("version_table") == VERSION_TABLE:
+        if migration_context.as_sql:
+            return validate_schema_name(migration_context.opts.get("version_table_schema"))
         return None
     config = env_context.config
     name = config.attributes.get(HOST_SCHEMA_OPTION)
@@ -238,13 +243,19 @@ def normalize_url(url: str | URL) -> URL:
 
 
 @contextmanager
-def _connect(target: Target) -> Iterator[Connection]:
+def _connect(target: Target) -> Iterator[tuple[Connection, bool]]:
+    """Yield ``(connection, caller_tx)``.
+
+    ``caller_tx`` is True when ``target`` is the caller's own connection and it
+    was already in a transaction: that transaction belongs to the caller, so it
+    is never committed or rolled back here (work runs in a SAVEPOINT instead).
+    """
     if isinstance(target, Connection):
-        yield target
+        yield target, target.in_transaction()
         return
     if isinstance(target, Engine):
         with _open(target) as conn:
-            yield conn
+            yield conn, False
         return
     url = normalize_url(target)
     try:
@@ -256,7 +267,7 @@ def _connect(target: Target) -> Iterator[Connection]:
         raise EntryValidationError("url", f"{redact_url(url)}: {exc}") from exc
     try:
         with _open(engine) as conn:
-            yield conn
+            yield conn, False
     finally:
         engine.dispose()
 
@@ -266,22 +277,40 @@ def _open(engine: Engine) -> Iterator[Connection]:
     """Connect, turning a failure into :class:`DatabaseConnectionError` (password hidden)."""
     try:
         conn = engine.connect()
-    except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+    except sa.exc.DBAPIError as exc:
+        # Not only OperationalError: a bad connect argument (``?foo=bar``,
+        # ``connect_timeout=abc``) is a ProgrammingError from the driver.
         lines = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+        reason = lines[0] if lines else type(exc).__name__
+        password = engine.url.password
+        if password:
+            reason = reason.replace(str(password), "***")
         raise DatabaseConnectionError(
-            f"cannot connect to {redact_url(engine.url)}: {lines[0] if lines else exc}"
+            f"cannot connect to {redact_url(engine.url)}: {reason}"
         ) from exc
     with conn:
         yield conn
 
 
+def _end(conn: Connection, caller_tx: bool, *, commit: bool) -> None:
+    """Finish the transaction WE began on ``conn`` (never the caller's)."""
+    if caller_tx or not conn.in_transaction():
+        return
+    if commit:
+        conn.commit()
+    else:
+        conn.rollback()
+
+
 def _run(target: Target, schema_name: str | None, fn: Any, *args: Any) -> Any:
-    with _connect(target) as conn:
+    with _connect(target) as (conn, caller_tx):
         schema = _schema_for(conn, schema_name)
         cfg = make_config(conn, schema_name=schema)
+        if caller_tx:
+            with conn.begin_nested():
+                return fn(cfg, *args)
         result = fn(cfg, *args)
-        if conn.in_transaction():
-            conn.commit()
+        _end(conn, caller_tx, commit=True)
         return result
 
 
@@ -305,11 +334,12 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
             (migrate as an admin, then use ``initialize(migrate=False)``), or the
             database is managed by a host's Alembic (mode (b)) and not at head.
     """
-    with _connect(target) as conn:
+    with _connect(target) as (conn, caller_tx):
         schema = _schema_for(conn, schema_name)
-        at, managed_by = _state(conn, schema)
-        if conn.in_transaction():
-            conn.commit()
+        try:
+            at, managed_by = _state(conn, schema)
+        finally:
+            _end(conn, caller_tx, commit=False)
         if managed_by == HOST_VERSION_TABLE:
             if at == head() and revision in ("head", "heads", head()):
                 return
@@ -323,19 +353,21 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
             return
         _refuse_unknown(at)
         try:
-            if conn.dialect.name == "postgresql":
+            if caller_tx:
+                # The caller's transaction stays the caller's: migrate inside a
+                # SAVEPOINT (the advisory lock is then held until the caller ends it).
+                with conn.begin_nested():
+                    _locked_upgrade(conn, schema, revision)
+            elif conn.dialect.name == "postgresql":
                 with conn.begin():
-                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(schema))))
-                    command.upgrade(make_config(conn, schema_name=schema), revision)
+                    _locked_upgrade(conn, schema, revision)
             else:
-                command.upgrade(make_config(conn, schema_name=schema), revision)
-                if conn.in_transaction():
-                    conn.commit()
+                _locked_upgrade(conn, schema, revision)
+                _end(conn, caller_tx, commit=True)
         except (sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
             if not _is_permission_error(exc):
                 raise
-            if conn.in_transaction():
-                conn.rollback()
+            _end(conn, caller_tx, commit=False)
             reason = str(exc.orig).strip().splitlines()[0]
             raise MigrationRequiredError(
                 f"database not at head and this role may not migrate it "
@@ -343,6 +375,12 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
                 "with a role that may create tables, then use initialize(migrate=False)"
             ) from exc
     logger.info("firefly_orm schema %s upgraded to %s", schema or "(default)", revision)
+
+
+def _locked_upgrade(conn: Connection, schema: str | None, revision: str) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(schema))))
+    command.upgrade(make_config(conn, schema_name=schema), revision)
 
 
 def downgrade(target: Target, revision: str, *, schema_name: str | None = None) -> None:
@@ -385,6 +423,15 @@ def _state(conn: Connection, schema: str | None) -> tuple[str | None, str | None
         table = sa.table(HOST_VERSION_TABLE, sa.column("version_num"), schema=where)
         found = [v for v in conn.execute(sa.select(table.c.version_num)).scalars() if v in ours]
         if found:
+            if not inspector.has_table(TABLE_NAME, schema=schema):
+                host = f"{where}.{HOST_VERSION_TABLE}" if where else HOST_VERSION_TABLE
+                raise MigrationRequiredError(
+                    f"firefly_orm's revisions are recorded in the host's {host} table "
+                    f"(at {found[0]}) but {TABLE_NAME} is not in schema "
+                    f"{schema or '(default)'}: the host's Alembic created our tables in "
+                    f"another schema; run it with `-x {HOST_SCHEMA_OPTION}={schema or 'NAME'}` "
+                    "or give the store the schema_name the tables are in"
+                )
             return found[0], HOST_VERSION_TABLE
     return None, None
 
@@ -396,11 +443,12 @@ def current(target: Target, *, schema_name: str | None = None) -> str | None:
     ``alembic_version`` (in the schema, then the default schema) holding one of
     our revisions counts too (migrated from the host's Alembic, mode (b)).
     """
-    with _connect(target) as conn:
+    with _connect(target) as (conn, caller_tx):
         schema = _schema_for(conn, schema_name)
-        rev, _ = _state(conn, schema)
-        if conn.in_transaction():
-            conn.rollback()
+        try:
+            rev, _ = _state(conn, schema)
+        finally:
+            _end(conn, caller_tx, commit=False)
         return rev
 
 
@@ -490,18 +538,21 @@ def run_environment(context: Any) -> None:
         )
         if not url:
             raise RuntimeError("no database URL: pass -x url=... (offline mode)")
-        dialect_name = sa.engine.make_url(url).get_backend_name()
+        offline_url = normalize_url(url)
         schema = None
-        if dialect_name != "sqlite":
+        if offline_url.get_backend_name() != "sqlite":
             schema = validate_schema_name(schema_arg if explicit_schema else DEFAULT_SCHEMA)
         context.configure(
-            url=url,
+            url=offline_url,
             target_metadata=metadata,
             version_table=VERSION_TABLE,
             version_table_schema=schema,
             literal_binds=True,
         )
         with context.begin_transaction():
+            if schema is not None:
+                # The version table (created first) lives in the schema too.
+                context.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
             context.run_migrations()
         return
 
@@ -519,9 +570,9 @@ def run_environment(context: Any) -> None:
             "no database URL: pass `alembic -x url=...` or set FIREFLY_AGENTIC_MEMORY_POSTGRES_URL"
             " / FIREFLY_AGENTIC_MEMORY_SQLITE_PATH"
         )
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    engine = sa.create_engine(normalize_url(url), poolclass=sa.pool.NullPool)
     try:
-        with engine.connect() as conn:
+        with _open(engine) as conn:
             schema = None
             if conn.dialect.name != "sqlite":
                 schema = validate_schema_name(schema_arg if explicit_schema else DEFAULT_SCHEMA)

@@ -30,7 +30,7 @@ from typing import Any, Self, TypeVar
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
@@ -717,11 +717,8 @@ class SQLAlchemyStore:
             raise EntryValidationError("url", "give either url or engine, not both")
         self._engine_kwargs = dict(engine_kwargs or {})
         self._owned: list[Engine | AsyncEngine] = []
-        try:
-            self._url = make_url(url) if url is not None else None
-            self._async_url = make_url(async_url) if async_url is not None else None
-        except (sa.exc.ArgumentError, ValueError) as exc:
-            raise EntryValidationError("url", f"not a database URL: {redact_url(url)}") from exc
+        self._url = migrate.normalize_url(url) if url is not None else None
+        self._async_url = migrate.normalize_url(async_url) if async_url is not None else None
         self._base_engine = engine
         self._base_async_engine = async_engine
         self._sync_engine: Engine | None = None
@@ -1335,17 +1332,11 @@ class PostgreSQLStore(SQLAlchemyStore):
         self.pool_size = pool_size
         self.pool_min_size = pool_min_size
         self.timeout = timeout
-        try:
-            parsed = make_url(url)
-        except (sa.exc.ArgumentError, ValueError) as exc:
-            raise EntryValidationError("url", f"not a database URL: {redact_url(url)}") from exc
+        parsed = migrate.normalize_url(url)  # postgres:// and postgresql:// -> psycopg
         if parsed.get_backend_name() != "postgresql":
             raise EntryValidationError("url", f"not a PostgreSQL URL: {redact_url(parsed)}")
-        if parsed.drivername == "postgresql" or parsed.get_driver_name() in (
-            "psycopg2",
-            "pg8000",
-            "asyncpg",
-        ):
+        if parsed.get_driver_name() in ("psycopg2", "pg8000", "asyncpg"):
+            # psycopg 3 is the driver we ship (sync and async); keep one.
             parsed = parsed.set(drivername="postgresql+psycopg")
         super().__init__(parsed, schema_name=schema_name, **kwargs)
 

@@ -399,3 +399,35 @@ def test_wheel_cli_host_alembic_and_missing_extras(tmp_path: Path) -> None:
     assert check.returncode == 0, check.stdout + check.stderr
     ours = venv_run(str(vbin / "firefly-orm"), "check", "--url", host_db)
     assert ours.returncode == 0, ours.stderr
+
+
+@pytest.mark.parametrize("bad_raw", ["oops", 5, {"format": "nope"}])
+def test_import_validates_every_item_before_writing(
+    target: Target, tmp_path: Path, bad_raw: object
+) -> None:
+    assert run("migrate", *target.args).returncode == 0
+    good = {"conversation_id": "good", "turns": [{"user_prompt": "a", "assistant_response": "b"}]}
+    bad = {"conversation_id": "bad", "turns": [{"user_prompt": "a", "raw_messages": bad_raw}]}
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"format_version": 1, "conversations": [good, bad]}))
+    result = run("import", str(path), *target.args)
+    line = assert_one_line_error(result, 2)
+    assert "raw_messages" in line and "'bad'" in line
+    assert result.stdout == ""
+    store = target.store()
+    try:
+        assert ConversationMemory(store=store).conversation_ids == []
+    finally:
+        store.close()
+
+    # A valid file: each id is printed as it is imported, in file order.
+    second = {"conversation_id": "second", "turns": [{"user_prompt": "c"}]}
+    path.write_text(json.dumps([good, second]))
+    result = run("import", str(path), *target.args)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["good", "second"]
+    store = target.store()
+    try:
+        assert sorted(ConversationMemory(store=store).conversation_ids) == ["good", "second"]
+    finally:
+        store.close()

@@ -290,6 +290,7 @@ def test_build_postgres_is_initialised(env: pytest.MonkeyPatch) -> None:
 
 
 def test_pool_min_size_above_pool_size(env: pytest.MonkeyPatch) -> None:
+    env.setenv(P + "BACKEND", "postgres")
     env.setenv(P + "POSTGRES_POOL_SIZE", "2")
     env.setenv(P + "POSTGRES_POOL_MIN_SIZE", "5")
     with pytest.raises(ConfigurationError) as info:
@@ -323,3 +324,73 @@ def test_build_mongodb_is_initialised(env: pytest.MonkeyPatch, mongo_url: str) -
         store.close()
         client.drop_database(database)
         client.close()
+
+
+@pytest.mark.parametrize("backend", ["in_memory", "file", "sqlite"])
+def test_pool_sizes_only_checked_for_postgres(env: pytest.MonkeyPatch, backend: str) -> None:
+    env.setenv(P + "BACKEND", backend)
+    env.setenv(P + "POSTGRES_POOL_SIZE", "1")
+    env.setenv(P + "POSTGRES_POOL_MIN_SIZE", "5")
+    settings = load_settings()
+    assert (settings.backend, settings.postgres_pool_min_size) == (backend, 5)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("POSTGRES_SCHEMA", "bad-name", "'bad-name'"),
+        ("POSTGRES_SCHEMA", "1starts_with_digit", "schema name"),
+        ("POSTGRES_URL", f"not-a-url-{SECRET}", "not a database URL"),
+        ("POSTGRES_URL", f"postgresql+psycopg://app:{SECRET}@db:notaport/app", "URL"),
+        ("POSTGRES_URL", f"mysql://app:{SECRET}@db/app", "PostgreSQL"),
+    ],
+)
+async def test_bad_postgres_settings_name_the_variable(
+    env: pytest.MonkeyPatch, variable: str, value: str, expected: str
+) -> None:
+    env.setenv(P + "BACKEND", "postgres")
+    env.setenv(P + "POSTGRES_URL", f"postgresql+psycopg://app:{SECRET}@127.0.0.1:1/db")
+    env.setenv(P + variable, value)
+    for attempt in (build_store, async_build_store):
+        with pytest.raises(ConfigurationError) as info:
+            result = attempt()
+            if hasattr(result, "__await__"):
+                await result
+        text = str(info.value)
+        assert text.startswith(P + variable + ":"), text
+        assert expected in text
+        if variable == "POSTGRES_URL" and "://" in value:
+            assert SECRET not in text
+
+
+def _unusable_sqlite_path(tmp_path: Path) -> Path:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    return blocker / "sub" / "memory.sqlite3"  # its parent cannot be created
+
+
+@pytest.mark.parametrize("variable", ["SQLITE_PATH", "FILE_DIR"])
+async def test_unusable_sqlite_path_names_the_variable(
+    env: pytest.MonkeyPatch, tmp_path: Path, variable: str
+) -> None:
+    path = _unusable_sqlite_path(tmp_path)
+    env.setenv(P + "BACKEND", "sqlite")
+    env.setenv(P + variable, str(path if variable == "SQLITE_PATH" else path.parent))
+    for attempt in (build_store, async_build_store):
+        with pytest.raises(ConfigurationError) as info:
+            result = attempt()
+            if hasattr(result, "__await__"):
+                await result
+        assert str(info.value).startswith(P + variable + ":"), str(info.value)
+
+
+def test_sqlite_path_that_cannot_be_opened_names_the_variable(
+    env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    directory = tmp_path / "is-a-directory.sqlite3"
+    directory.mkdir()
+    env.setenv(P + "BACKEND", "sqlite")
+    env.setenv(P + "SQLITE_PATH", str(directory))
+    with pytest.raises(DatabaseConnectionError) as info:
+        build_store()
+    assert str(info.value).startswith(P + "SQLITE_PATH:"), str(info.value)

@@ -313,3 +313,48 @@ def test_mode_b_custom_schema(postgres_url: str, host_dir: Path) -> None:
     finally:
         _drop_schema(postgres_url, host_schema)
         _drop_schema(postgres_url, mem_schema)
+
+
+@pytest.mark.postgres
+def test_mode_b_tables_in_another_schema_are_not_at_head(postgres_url: str) -> None:
+    """Our revision in the host's alembic_version only counts when memory_entries is in
+    the store's schema; otherwise check() explains instead of claiming head."""
+    tables_at = "mb_" + uuid.uuid4().hex[:10]
+    store_schema = tables_at + "_s"
+    host_url = with_search_path(postgres_url, tables_at)
+    engine = sa.create_engine(postgres_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.schema.CreateSchema(tables_at))
+        # What the host's Alembic leaves without -x firefly_orm_schema: our tables and
+        # revision in the host connection's default schema, in ITS alembic_version.
+        migrate.upgrade(host_url, schema_name=tables_at)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                f"CREATE TABLE {tables_at}.alembic_version (version_num varchar(32) primary key)"
+            )
+            conn.exec_driver_sql(
+                f"INSERT INTO {tables_at}.alembic_version "
+                f"SELECT version_num FROM {tables_at}.{migrate.VERSION_TABLE}"
+            )
+            conn.exec_driver_sql(f"DROP TABLE {tables_at}.{migrate.VERSION_TABLE}")
+        # The schema holding the tables is recognised as migrated by the host...
+        assert migrate.check(host_url, schema_name=tables_at) == []
+        # ...another schema is not: an explanation, not a false "at head".
+        for call in (migrate.check, migrate.current, migrate.upgrade):
+            with pytest.raises(MigrationRequiredError) as info:
+                call(host_url, schema_name=store_schema)
+            message = str(info.value)
+            assert TABLE_NAME in message and "alembic_version" in message
+            assert store_schema in message and migrate.HOST_SCHEMA_OPTION in message
+        store = SQLAlchemyStore(host_url, schema_name=store_schema)
+        try:
+            with pytest.raises(MigrationRequiredError):
+                store.initialize(migrate=False)
+        finally:
+            store.close()
+    finally:
+        with engine.begin() as conn:
+            for schema in (tables_at, store_schema):
+                conn.execute(sa.schema.DropSchema(schema, cascade=True, if_exists=True))
+        engine.dispose()

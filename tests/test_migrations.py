@@ -347,3 +347,150 @@ def test_sqlite_constraint_names_match_the_model(sqlite_url: str) -> None:
 def test_postgres_constraint_names_match_the_model(postgres_url: str, pg_schema: str) -> None:
     migrate.upgrade(postgres_url, schema_name=pg_schema)
     assert _check_names(postgres_url, pg_schema) == _MODEL_CHECKS
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+def _short_scheme(url: str) -> str:
+    """``url`` with the plain ``postgres://`` scheme (no driver named)."""
+    parsed = sa.engine.make_url(url).set(drivername="postgres")
+    return parsed.render_as_string(hide_password=False)
+
+
+def _run_sql_script(url: str, script: str) -> None:
+    """Run an offline SQL script as a DBA would (psql-like: the script's own BEGIN/COMMIT)."""
+    import psycopg
+
+    conninfo = sa.engine.make_url(url).set(drivername="postgresql")
+    with psycopg.connect(conninfo.render_as_string(hide_password=False), autocommit=True) as conn:
+        conn.execute(script.encode())
+
+
+@pytest.mark.postgres
+def test_offline_sql_creates_everything_in_the_schema(postgres_url: str, pg_schema: str) -> None:
+    """`alembic upgrade head --sql` for a custom schema: runnable on a fresh database
+    and usable by a store that does not migrate (CREATE SCHEMA, tables in the schema)."""
+    from firefly_orm.entry import MemoryEntry
+    from firefly_orm.sql import PostgreSQLStore
+
+    result = _alembic(
+        "-x", f"url={_short_scheme(postgres_url)}", "-x", f"schema={pg_schema}",
+        "upgrade", "head", "--sql",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    assert f"CREATE SCHEMA IF NOT EXISTS {pg_schema}" in script
+    assert "CREATE TABLE memory_entries" not in script  # every table names the schema
+    _run_sql_script(postgres_url, script)
+    assert _tables(postgres_url, pg_schema) == {TABLE_NAME, migrate.VERSION_TABLE}
+    assert migrate.current(postgres_url, schema_name=pg_schema) == migrate.head()
+    assert _diff(postgres_url, pg_schema) == []
+    store = PostgreSQLStore(postgres_url, schema_name=pg_schema)
+    try:
+        store.initialize(migrate=False)
+        entry = MemoryEntry(key="k", content={"offline": True})
+        store.save("ns", entry)
+        loaded = store.load_by_key("ns", "k")
+        assert loaded is not None and loaded.content == {"offline": True}
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_alembic_cli_accepts_the_short_postgres_scheme(postgres_url: str, pg_schema: str) -> None:
+    """`-x url=postgres://...` gets the psycopg driver (SQLAlchemy alone rejects it)."""
+    url = _short_scheme(postgres_url)
+    result = _alembic("-x", f"url={url}", "-x", f"schema={pg_schema}", "upgrade", "head")
+    assert result.returncode == 0, result.stderr
+    assert migrate.current(postgres_url, schema_name=pg_schema) == migrate.head()
+
+
+@pytest.fixture
+def orders(postgres_url: str, pg_schema: str) -> Iterator[tuple[sa.Engine, sa.Table]]:
+    """A host table in the test's schema, and an engine to reach it."""
+    engine = sa.create_engine(postgres_url, poolclass=sa.pool.NullPool)
+    table = sa.Table("orders", sa.MetaData(), sa.Column("id", sa.Integer), schema=pg_schema)
+    with engine.begin() as conn:
+        conn.execute(sa.schema.CreateSchema(pg_schema))
+        table.create(conn)
+    try:
+        yield engine, table
+    finally:
+        engine.dispose()
+
+
+def _ids(engine: sa.Engine, table: sa.Table) -> list[int]:
+    with engine.connect() as conn:
+        return list(conn.execute(sa.select(table.c.id).order_by(table.c.id)).scalars())
+
+
+@pytest.mark.postgres
+def test_check_and_current_leave_the_callers_transaction_alone(
+    postgres_url: str, pg_schema: str, orders: tuple[sa.Engine, sa.Table]
+) -> None:
+    engine, table = orders
+    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    with engine.connect() as conn:
+        conn.execute(table.insert().values(id=1))
+        assert migrate.check(conn, schema_name=pg_schema) == []
+        assert migrate.current(conn, schema_name=pg_schema) == migrate.head()
+        migrate.require_head(conn, schema_name=pg_schema)
+        assert conn.in_transaction()
+        conn.execute(table.insert().values(id=2))
+        conn.commit()
+    assert _ids(engine, table) == [1, 2]
+    # A connection that was not in a transaction is left without one.
+    with engine.connect() as conn:
+        assert migrate.current(conn, schema_name=pg_schema) == migrate.head()
+        assert not conn.in_transaction()
+
+
+@pytest.mark.postgres
+def test_upgrade_never_commits_the_callers_transaction(
+    postgres_url: str, pg_schema: str, orders: tuple[sa.Engine, sa.Table]
+) -> None:
+    engine, table = orders
+    target = pg_schema + "_m"
+    try:
+        # Not at head: the migration runs inside the caller's transaction...
+        with engine.connect() as conn:
+            conn.execute(table.insert().values(id=1))
+            migrate.upgrade(conn, schema_name=target)
+            assert migrate.current(conn, schema_name=target) == migrate.head()
+            conn.rollback()
+        # ...so the caller's rollback undoes both its insert and the migration.
+        assert _ids(engine, table) == []
+        assert migrate.current(postgres_url, schema_name=target) is None
+        # At head: a no-op that leaves the caller's pending insert uncommitted.
+        migrate.upgrade(postgres_url, schema_name=target)
+        with engine.connect() as conn:
+            conn.execute(table.insert().values(id=2))
+            migrate.upgrade(conn, schema_name=target)
+            migrate.stamp(conn, "head", schema_name=target)
+            conn.rollback()
+        assert _ids(engine, table) == []
+        # The caller commits: everything lands.
+        with engine.connect() as conn:
+            conn.execute(table.insert().values(id=3))
+            migrate.downgrade(conn, "base", schema_name=target)
+            conn.commit()
+        assert _ids(engine, table) == [3]
+        assert migrate.current(postgres_url, schema_name=target) is None
+    finally:
+        _drop_schema(postgres_url, target)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("query", ["foo=bar", "connect_timeout=abc"])
+def test_bad_connect_arguments_are_a_connection_error(postgres_url: str, query: str) -> None:
+    from firefly_orm.errors import DatabaseConnectionError
+
+    secret = "s3cr3t-" + uuid.uuid4().hex[:6]
+    parsed = sa.engine.make_url(postgres_url).set(password=secret)
+    url = parsed.render_as_string(hide_password=False) + "?" + query
+    for call in (migrate.current, migrate.check, migrate.upgrade):
+        with pytest.raises(DatabaseConnectionError) as info:
+            call(url)
+        assert secret not in str(info.value)
+        assert query.split("=")[0] in str(info.value)

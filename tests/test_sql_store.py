@@ -472,3 +472,14 @@ def test_operational_errors_that_are_not_connection_problems(tmp_path: Path) -> 
     assert not isinstance(info.value, DatabaseConnectionError)
     assert "no such table" in str(info.value)
     store.close()
+
+
+@pytest.mark.postgres
+def test_short_postgres_scheme_is_accepted(postgres_url: str, pg_schema: str) -> None:
+    """Hosted DATABASE_URLs often say postgres://."""
+    url = sa.engine.make_url(postgres_url).set(drivername="postgres")
+    store = PostgreSQLStore(url.render_as_string(hide_password=False), schema_name=pg_schema)
+    assert store.engine.dialect.driver == "psycopg"
+    store.save("ns", MemoryEntry(content=1))
+    assert len(store.load("ns")) == 1
+    store.close()
