@@ -650,7 +650,13 @@ def enable_sqlite_savepoints(engine: Engine | AsyncEngine) -> None:
     @event.listens_for(sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get(_WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        # Straight to the DBAPI cursor: the statement needs no SQLAlchemy
+        # execution context, and this runs once per transaction.
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        finally:
+            cursor.close()
 
 
 def _is_memory_sqlite(url: URL) -> bool:
