@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
 from firefly_orm import migrate
@@ -368,9 +368,9 @@ def _op_cleanup_expired(session: Session | Connection) -> int:
 
 
 class SQLEntryRepository:
-    """:class:`~firefly_orm.uow.EntryRepository` over one Session transaction."""
+    """:class:`~firefly_orm.uow.EntryRepository` over one Session or Connection transaction."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session | Connection) -> None:
         self.session = session
 
     def get(self, namespace: str, entry_id: str) -> MemoryEntry | None:
@@ -427,9 +427,10 @@ class SQLEntryRepository:
 
 
 class SQLUnitOfWork:
-    """One Session transaction; rolls back unless :meth:`commit` is called.
+    """One transaction; rolls back unless :meth:`commit` is called.
 
-    With a caller's ``session``, the work runs inside a SAVEPOINT
+    The store's own units of work run on a plain Connection transaction.  With a
+    caller's ``session``, the work runs inside a SAVEPOINT of it
     (``begin_nested``): :meth:`commit` releases the savepoint and the caller's
     own commit (or rollback) decides the outcome; a failure rolls back only the
     savepoint.
@@ -442,46 +443,45 @@ class SQLUnitOfWork:
         self._external = session
         self._read_only = read_only
         self._restore: Callable[[], None] | None = None
-        self._session: Session | None = None
-        self._nested: sa.orm.SessionTransaction | None = None
+        self._conn: Connection | None = None
+        self._tx: sa.Transaction | sa.orm.SessionTransaction | None = None
         self._done = False
         self.entries: SQLEntryRepository
 
     def __enter__(self) -> Self:
+        target: Session | Connection
         if self._external is not None:
-            self._session = self._external
+            target = self._external
             self._restore = _push_translation(self._external, self._store.schema_name)
             try:
-                self._nested = self._external.begin_nested()
+                self._tx = self._external.begin_nested()
             except BaseException:
                 if self._restore is not None:
                     self._restore()
                 raise
         else:
             engine = self._store.engine if self._read_only else self._store._write_engine()
-            self._session = Session(engine, expire_on_commit=False)
-            self._session.begin()
-        self.entries = SQLEntryRepository(self._session)
+            target = self._conn = engine.connect()
+            try:
+                self._tx = self._conn.begin()
+            except BaseException:
+                self._conn.close()
+                raise
+        self.entries = SQLEntryRepository(target)
         return self
 
     def commit(self) -> None:
-        if self._done or self._session is None:
+        if self._done or self._tx is None:
             raise RuntimeError("this unit of work is not active")
         with self._store._wrap("commit"):
-            if self._nested is not None:
-                self._nested.commit()
-            else:
-                self._session.commit()
+            self._tx.commit()
         self._done = True
 
     def rollback(self) -> None:
-        if self._session is None or self._done:
+        if self._tx is None or self._done:
             return
-        if self._nested is not None:
-            if self._nested.is_active:
-                self._nested.rollback()
-        else:
-            self._session.rollback()
+        if self._tx.is_active:
+            self._tx.rollback()
         self._done = True
 
     def __exit__(
@@ -494,18 +494,18 @@ class SQLUnitOfWork:
             if not self._done:
                 self.rollback()
         finally:
-            if self._external is None and self._session is not None:
-                self._session.close()
+            if self._conn is not None:
+                self._conn.close()
             if self._restore is not None:
                 self._restore()
 
 
 class AsyncSQLUnitOfWork:
-    """Async unit of work on an :class:`AsyncSession` (native async driver).
+    """Async unit of work on the native async engine (or a caller's AsyncSession).
 
     ``await uow.run_sync(fn, *args)`` calls ``fn(sync_uow, *args)`` where
-    ``sync_uow`` is a :class:`SQLUnitOfWork`-like object over the AsyncSession's
-    sync facade, so the logic written for sync units of work runs unchanged.
+    ``sync_uow`` has the same ``entries`` repository over the sync facade of the
+    async connection, so the logic written for sync units of work runs unchanged.
     """
 
     def __init__(
@@ -519,17 +519,18 @@ class AsyncSQLUnitOfWork:
         self._external = session
         self._read_only = read_only
         self._restore: Callable[[], None] | None = None
-        self._session: AsyncSession | None = None
-        self._nested: Any = None
+        self._conn: AsyncConnection | None = None
+        self._runner: AsyncSession | AsyncConnection | None = None
+        self._tx: Any = None
         self._done = False
 
     async def __aenter__(self) -> Self:
         await self._store.async_ensure_initialized()
         if self._external is not None:
-            self._session = self._external
+            self._runner = self._external
             self._restore = _push_translation(self._external.sync_session, self._store.schema_name)
             try:
-                self._nested = await self._external.begin_nested()
+                self._tx = await self._external.begin_nested()
             except BaseException:
                 if self._restore is not None:
                     self._restore()
@@ -538,40 +539,38 @@ class AsyncSQLUnitOfWork:
             engine = (
                 self._store.async_engine if self._read_only else self._store._async_write_engine()
             )
-            self._session = AsyncSession(engine, expire_on_commit=False)
-            await self._session.begin()
+            self._runner = self._conn = await engine.connect()
+            try:
+                self._tx = await self._conn.begin()
+            except BaseException:
+                await self._conn.close()
+                raise
         return self
 
     async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(uow, *args)`` with a sync unit-of-work view of this session."""
-        if self._session is None:
+        """Run ``fn(uow, *args)`` with a sync unit-of-work view of this transaction."""
+        if self._runner is None:
             raise RuntimeError("this unit of work is not active")
 
-        def call(sync_session: Session) -> T:
-            view = _SessionUnitOfWork(sync_session)
-            return fn(view, *args)
+        def call(sync_target: Session | Connection) -> T:
+            return fn(_SessionUnitOfWork(sync_target), *args)
 
         with self._store._wrap("unit of work"):
-            return await self._session.run_sync(call)
+            result: T = await self._runner.run_sync(call)
+            return result
 
     async def commit(self) -> None:
-        if self._done or self._session is None:
+        if self._done or self._tx is None:
             raise RuntimeError("this unit of work is not active")
         with self._store._wrap("commit"):
-            if self._nested is not None:
-                await self._nested.commit()
-            else:
-                await self._session.commit()
+            await self._tx.commit()
         self._done = True
 
     async def rollback(self) -> None:
-        if self._session is None or self._done:
+        if self._tx is None or self._done:
             return
-        if self._nested is not None:
-            if self._nested.is_active:
-                await self._nested.rollback()
-        else:
-            await self._session.rollback()
+        if self._tx.is_active:
+            await self._tx.rollback()
         self._done = True
 
     async def __aexit__(
@@ -584,8 +583,8 @@ class AsyncSQLUnitOfWork:
             if not self._done:
                 await self.rollback()
         finally:
-            if self._external is None and self._session is not None:
-                await self._session.close()
+            if self._conn is not None:
+                await self._conn.close()
             if self._restore is not None:
                 self._restore()
 
@@ -593,7 +592,7 @@ class AsyncSQLUnitOfWork:
 class _SessionUnitOfWork:
     """Sync view handed to ``run_sync`` callbacks; commit is the async owner's job."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session | Connection) -> None:
         self.entries = SQLEntryRepository(session)
 
     def commit(self) -> None:
