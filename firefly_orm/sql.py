@@ -79,6 +79,9 @@ _COLUMNS = (
     _C.version,
 )
 _WRITE_OPTION = "firefly_orm_write"
+#: On SQLite: run this connection's statements in autocommit (no BEGIN).  Used
+#: only for single-statement reads, which SQLite makes atomic by themselves.
+_AUTOCOMMIT_READ_OPTION = "firefly_orm_autocommit_read"
 #: Alembic's ``context``/``op`` are process-wide proxies: one migration at a time
 #: per process (PostgreSQL adds an advisory lock, SQLite BEGIN IMMEDIATE, for
 #: other processes).
@@ -648,7 +651,10 @@ def enable_sqlite_savepoints(engine: Engine | AsyncEngine) -> None:
 
     @event.listens_for(sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get(_WRITE_OPTION, False)
+        options = conn.get_execution_options()
+        if options.get(_AUTOCOMMIT_READ_OPTION, False):
+            return
+        write = options.get(_WRITE_OPTION, False)
         # Straight to the DBAPI cursor: the statement needs no SQLAlchemy
         # execution context, and this runs once per transaction.
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
@@ -730,6 +736,8 @@ class SQLAlchemyStore:
         self._async_engine_proxy: AsyncEngine | None = None
         self._write_engine_cache: Engine | None = None
         self._async_write_engine_cache: AsyncEngine | None = None
+        self._read_engine_cache: Engine | None = None
+        self._async_read_engine_cache: AsyncEngine | None = None
         dialect = self._dialect_name()
         if dialect not in ("sqlite", "postgresql"):
             raise EntryValidationError(
@@ -842,6 +850,22 @@ class SQLAlchemyStore:
         if engine is None:
             engine = self._write_engine_cache = self.engine.execution_options(
                 **{_WRITE_OPTION: True}
+            )
+        return engine
+
+    def _read_engine(self) -> Engine:
+        engine = self._read_engine_cache
+        if engine is None:
+            engine = self._read_engine_cache = self.engine.execution_options(
+                **{_AUTOCOMMIT_READ_OPTION: True}
+            )
+        return engine
+
+    def _async_read_engine(self) -> AsyncEngine:
+        engine = self._async_read_engine_cache
+        if engine is None:
+            engine = self._async_read_engine_cache = self.async_engine.execution_options(
+                **{_AUTOCOMMIT_READ_OPTION: True}
             )
         return engine
 
@@ -987,6 +1011,8 @@ class SQLAlchemyStore:
         self._async_engine_proxy = None
         self._write_engine_cache = None
         self._async_write_engine_cache = None
+        self._read_engine_cache = None
+        self._async_read_engine_cache = None
         self._initialized = False
 
     def __enter__(self) -> Self:
@@ -1004,19 +1030,26 @@ class SQLAlchemyStore:
     # ------------------------------------------------------------------ running ops
     # Single operations run on a plain Connection transaction (lighter than a
     # Session); units of work use Sessions so they can join a caller's.
+    # Writes: one transaction (BEGIN IMMEDIATE on SQLite).  Single-statement
+    # reads: on SQLite no BEGIN/COMMIT at all (the statement is atomic on its own).
     def _run(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         self.ensure_initialized()
-        engine = self._write_engine() if write else self.engine
-        with self._wrap(what), engine.begin() as conn:
-            return fn(conn, *args)
+        with self._wrap(what):
+            if write:
+                with self._write_engine().begin() as conn:
+                    return fn(conn, *args)
+            with self._read_engine().connect() as conn:
+                return fn(conn, *args)
 
     async def _async_run(
         self, what: str, fn: Callable[..., T], *args: Any, write: bool = False
     ) -> T:
         await self.async_ensure_initialized()
-        engine = self._async_write_engine() if write else self.async_engine
         with self._wrap(what):
-            async with engine.begin() as conn:
+            if write:
+                async with self._async_write_engine().begin() as conn:
+                    return await conn.run_sync(fn, *args)
+            async with self._async_read_engine().connect() as conn:
                 return await conn.run_sync(fn, *args)
 
     # ------------------------------------------------------------------ protocol
