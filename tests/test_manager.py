@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from layer_stores import LAYER_BACKENDS, drop_schema, open_layer_store
 
 from firefly_orm.config import ConfigurationError
 from firefly_orm.conversation import ConversationMemory, ConversationTurn
@@ -17,87 +18,12 @@ from firefly_orm.manager import MemoryManager
 from firefly_orm.store import InMemoryStore
 from firefly_orm.working import WorkingMemory
 
-PG_URL = os.environ.get("FIREFLY_ORM_TEST_POSTGRES_URL")
-BACKENDS = [
-    "memory",
-    "file",
-    "sqlite",
-    pytest.param("postgres", marks=pytest.mark.postgres),
-    pytest.param("mongo", marks=pytest.mark.mongo),
-]
 ENV_PREFIX = "FIREFLY_AGENTIC_MEMORY_"
 
 
-def _drop_schema(url: str, schema: str) -> None:
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    finally:
-        engine.dispose()
-
-
-def make_store(kind: str, tmp_path: Path) -> tuple[Any, Any]:
-    """(store, cleanup) for ``kind``; skips when the backend is unavailable."""
-    if kind == "memory":
-        return InMemoryStore(), None
-    if kind == "file":
-        try:
-            from firefly_orm.file_store import FileStore
-        except ImportError as exc:
-            pytest.skip(f"FileStore unavailable: {exc}")
-        return FileStore(tmp_path / "files"), None
-    if kind == "sqlite":
-        try:
-            from firefly_orm.sql import SQLiteStore
-        except ImportError as exc:
-            pytest.skip(f"SQLiteStore unavailable: {exc}")
-        sqlite_store = SQLiteStore(tmp_path / "db" / "memory.sqlite3")
-        return sqlite_store, sqlite_store.close
-    if PG_URL is None:
-        pytest.skip("FIREFLY_ORM_TEST_POSTGRES_URL is not set")
-    try:
-        from firefly_orm.sql import PostgreSQLStore
-    except ImportError as exc:
-        pytest.skip(f"PostgreSQLStore unavailable: {exc}")
-    schema = "t_" + uuid.uuid4().hex[:10]
-    pg_store = PostgreSQLStore(PG_URL, schema_name=schema, pool_min_size=0)
-    pg_store.initialize()
-
-    def cleanup() -> None:
-        pg_store.close()
-        _drop_schema(PG_URL, schema)
-
-    return pg_store, cleanup
-
-
-def make_mongo_store(url: str) -> tuple[Any, Any]:
-    from firefly_orm.mongo import MongoDBStore
-
-    database = "t_" + uuid.uuid4().hex[:10]
-    mongo_store = MongoDBStore(url, database=database)
-
-    def cleanup() -> None:
-        import pymongo
-
-        mongo_store.close()
-        client: Any = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
-        try:
-            client.drop_database(database)
-        finally:
-            client.close()
-
-    return mongo_store, cleanup
-
-
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture(params=LAYER_BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "mongo":
-        made, cleanup = make_mongo_store(request.getfixturevalue("mongo_url"))
-    else:
-        made, cleanup = make_store(request.param, tmp_path)
+    made, cleanup = open_layer_store(request.param, request, tmp_path)
     try:
         yield made
     finally:
@@ -565,14 +491,12 @@ def test_from_config_explicit_summarizer_wins(clean_env: pytest.MonkeyPatch) -> 
 
 
 @pytest.mark.postgres
-@pytest.mark.skipif(PG_URL is None, reason="FIREFLY_ORM_TEST_POSTGRES_URL is not set")
-def test_from_config_postgres(clean_env: pytest.MonkeyPatch) -> None:
+def test_from_config_postgres(clean_env: pytest.MonkeyPatch, postgres_url: str) -> None:
     from firefly_orm.sql import PostgreSQLStore
 
-    assert PG_URL is not None
     schema = "t_" + uuid.uuid4().hex[:10]
     clean_env.setenv(f"{ENV_PREFIX}BACKEND", "postgres")
-    clean_env.setenv(f"{ENV_PREFIX}POSTGRES_URL", PG_URL)
+    clean_env.setenv(f"{ENV_PREFIX}POSTGRES_URL", postgres_url)
     clean_env.setenv(f"{ENV_PREFIX}POSTGRES_SCHEMA", schema)
     clean_env.setenv(f"{ENV_PREFIX}POSTGRES_POOL_SIZE", "3")
     clean_env.setenv(f"{ENV_PREFIX}POSTGRES_POOL_MIN_SIZE", "1")
@@ -592,18 +516,16 @@ def test_from_config_postgres(clean_env: pytest.MonkeyPatch) -> None:
         finally:
             mgr.store.close()  # type: ignore[attr-defined]
     finally:
-        _drop_schema(PG_URL, schema)
+        drop_schema(postgres_url, schema)
 
 
 @pytest.mark.postgres
-@pytest.mark.skipif(PG_URL is None, reason="FIREFLY_ORM_TEST_POSTGRES_URL is not set")
-async def test_async_from_config_postgres(clean_env: pytest.MonkeyPatch) -> None:
+async def test_async_from_config_postgres(clean_env: pytest.MonkeyPatch, postgres_url: str) -> None:
     from firefly_orm.sql import PostgreSQLStore
 
-    assert PG_URL is not None
     schema = "t_" + uuid.uuid4().hex[:10]
     clean_env.setenv(f"{ENV_PREFIX}BACKEND", "postgres")
-    clean_env.setenv(f"{ENV_PREFIX}POSTGRES_URL", PG_URL)
+    clean_env.setenv(f"{ENV_PREFIX}POSTGRES_URL", postgres_url)
     clean_env.setenv(f"{ENV_PREFIX}POSTGRES_SCHEMA", schema)
     try:
         mgr = await MemoryManager.async_from_config()
@@ -617,7 +539,7 @@ async def test_async_from_config_postgres(clean_env: pytest.MonkeyPatch) -> None
         finally:
             await mgr.store.async_close()  # type: ignore[attr-defined]
     finally:
-        _drop_schema(PG_URL, schema)
+        drop_schema(postgres_url, schema)
 
 
 def test_from_config_unreachable_postgres_hides_password(clean_env: pytest.MonkeyPatch) -> None:

@@ -3,100 +3,24 @@
 from __future__ import annotations
 
 import math
-import os
 import threading
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from layer_stores import LAYER_BACKENDS, open_layer_store
 
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
 from firefly_orm.errors import EntryValidationError, StoreError
 from firefly_orm.store import InMemoryStore
 from firefly_orm.working import WorkingMemory
 
-PG_URL = os.environ.get("FIREFLY_ORM_TEST_POSTGRES_URL")
-BACKENDS = ["memory", "file", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 
-
-def _drop_schema(url: str, schema: str) -> None:
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    finally:
-        engine.dispose()
-
-
-def make_store(kind: str, tmp_path: Path) -> tuple[Any, Any]:
-    """(store, cleanup) for ``kind``; skips when the backend is unavailable."""
-    if kind == "memory":
-        return InMemoryStore(), None
-    if kind == "file":
-        try:
-            from firefly_orm.file_store import FileStore
-        except ImportError as exc:
-            pytest.skip(f"FileStore unavailable: {exc}")
-        return FileStore(tmp_path / "files"), None
-    if kind == "sqlite":
-        try:
-            from firefly_orm.sql import SQLiteStore
-        except ImportError as exc:
-            pytest.skip(f"SQLiteStore unavailable: {exc}")
-        sqlite_store = SQLiteStore(tmp_path / "db" / "memory.sqlite3")
-        return sqlite_store, sqlite_store.close
-    if PG_URL is None:
-        pytest.skip("FIREFLY_ORM_TEST_POSTGRES_URL is not set")
-    try:
-        from firefly_orm.sql import PostgreSQLStore
-    except ImportError as exc:
-        pytest.skip(f"PostgreSQLStore unavailable: {exc}")
-    schema = "t_" + uuid.uuid4().hex[:10]
-    pg_store = PostgreSQLStore(PG_URL, schema_name=schema, pool_min_size=0)
-    pg_store.initialize()
-
-    def cleanup() -> None:
-        pg_store.close()
-        _drop_schema(PG_URL, schema)
-
-    return pg_store, cleanup
-
-
-def make_mongo_store(request: pytest.FixtureRequest) -> tuple[Any, Any]:
-    """MongoDBStore in a database of its own (server from conftest's ``mongo_url``)."""
-    pytest.importorskip("beanie")
-    try:
-        from firefly_orm.mongo import MongoDBStore
-    except ImportError as exc:
-        pytest.skip(f"MongoDBStore unavailable: {exc}")
-    url: str = request.getfixturevalue("mongo_url")
-    database = "t_" + uuid.uuid4().hex[:10]
-    mongo_store = MongoDBStore(url, database=database)
-
-    def cleanup() -> None:
-        import pymongo
-
-        mongo_store.close()
-        client: Any = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
-        try:
-            client.drop_database(database)
-        finally:
-            client.close()
-
-    return mongo_store, cleanup
-
-
-@pytest.fixture(params=[*BACKENDS, pytest.param("mongo", marks=pytest.mark.mongo)])
+@pytest.fixture(params=LAYER_BACKENDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    if request.param == "mongo":
-        made, cleanup = make_mongo_store(request)
-    else:
-        made, cleanup = make_store(request.param, tmp_path)
+    made, cleanup = open_layer_store(request.param, request, tmp_path)
     try:
         yield made
     finally:
