@@ -1,10 +1,12 @@
 """One SQLAlchemy store for SQLite and PostgreSQL, sync and async.
 
 :class:`SQLAlchemyStore` runs every operation as a plain function over a sync
-:class:`~sqlalchemy.orm.Session` (the ``_op_*`` functions below).  Sync methods
-call them inside ``with Session(engine)``; the ``async_*`` twins await the very
-same functions through :meth:`AsyncSession.run_sync` on SQLAlchemy's native async
-engine (aiosqlite, psycopg async) — no thread hop, one implementation.
+:class:`~sqlalchemy.engine.Connection` or :class:`~sqlalchemy.orm.Session` (the
+``_op_*`` functions below).  Sync methods call them inside a Connection
+transaction; the ``async_*`` twins await the very same functions through
+``AsyncConnection.run_sync`` on SQLAlchemy's native async engine (aiosqlite,
+psycopg async) — no thread hop, one implementation.  A Session is used only to
+join a caller's transaction (``unit_of_work(session=...)``).
 
 The schema name is applied per store with ``schema_translate_map``; the table
 definition has no schema, so stores with different schemas share one process.
@@ -267,8 +269,8 @@ def _dialect(session: Session | Connection) -> str:
 
 
 # --------------------------------------------------------------------------- operations
-# Each operation is written once, over a sync Session.  Sync methods call them
-# directly; async methods await them through AsyncSession.run_sync.
+# Each operation is written once, over a sync Connection or Session.  Sync methods
+# call them directly; async methods await them through run_sync.
 
 
 def _op_save(session: Session | Connection, namespace: str, entry: MemoryEntry) -> None:
@@ -926,9 +928,9 @@ class SQLAlchemyStore:
                 return
             with self._wrap("initialize"):
                 if migrate:
-                    migrate_module().upgrade(self._write_engine(), schema_name=self._schema)
+                    _upgrade(self._write_engine(), self._schema)
                 else:
-                    migrate_module().require_head(self.engine, schema_name=self._schema)
+                    _require_head(self.engine, self._schema)
                 self._after_initialize()
             self._initialized = True
         finally:
@@ -955,9 +957,9 @@ class SQLAlchemyStore:
             with self._wrap("initialize"):
                 async with self._async_write_engine().connect() as conn:
                     if migrate:
-                        await conn.run_sync(_upgrade_on_connection, self._schema)
+                        await conn.run_sync(_upgrade, self._schema)
                     else:
-                        await conn.run_sync(_require_head_on_connection, self._schema)
+                        await conn.run_sync(_require_head, self._schema)
             self._initialized = True
         finally:
             _release_migration_lock()
@@ -1276,17 +1278,14 @@ def _repo_clear(uow: Any, namespace: str) -> None:
     uow.entries.clear(namespace)
 
 
-def migrate_module() -> Any:
-    """The migrate module (indirection keeps imports lazy for tooling)."""
-    return migrate
+# Module-level so that ``initialize(migrate=...)`` (whose parameter shadows the
+# module name) and its async twin (through run_sync) share them.
+def _upgrade(target: Engine | Connection, schema: str | None) -> None:
+    migrate.upgrade(target, schema_name=schema)
 
 
-def _upgrade_on_connection(conn: Connection, schema: str | None) -> None:
-    migrate.upgrade(conn, schema_name=schema)
-
-
-def _require_head_on_connection(conn: Connection, schema: str | None) -> None:
-    migrate.require_head(conn, schema_name=schema)
+def _require_head(target: Engine | Connection, schema: str | None) -> None:
+    migrate.require_head(target, schema_name=schema)
 
 
 _CONNECTION_WORDS = (

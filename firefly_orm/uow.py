@@ -17,8 +17,9 @@ stores that function runs on the native async driver through
 
 What each store guarantees:
 
-* SQL stores: one ``Session`` transaction; ``for_update`` is ``SELECT ... FOR
-  UPDATE`` on PostgreSQL (SQLite serialises writers with ``BEGIN IMMEDIATE``).
+* SQL stores: one database transaction (a SAVEPOINT when joining a caller's
+  Session); ``for_update`` is ``SELECT ... FOR UPDATE`` on PostgreSQL (SQLite
+  serialises writers with ``BEGIN IMMEDIATE``).
 * :class:`~firefly_orm.store.InMemoryStore` and :class:`~firefly_orm.FileStore`:
   changes are staged and applied atomically on commit, under the store's lock
   (the file store also holds an inter-process file lock); version preconditions

@@ -18,8 +18,6 @@ Backends live in :data:`BACKENDS` (name -> factory + marks); adding one is one e
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -29,6 +27,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
+from dbutil import drop_mongo_database, drop_schema
 
 # Rewrite asserts in the contract suite so failures show the compared values.
 pytest.register_assert_rewrite("firefly_orm.testing")
@@ -177,21 +176,6 @@ def mongo_url(request: pytest.FixtureRequest) -> Iterator[str]:
 # --------------------------------------------------------------------------- backends
 
 
-def import_or_skip(module: str, name: str) -> Any:
-    """``module.name``, skipping the test when ``module`` itself does not exist yet.
-
-    An ImportError raised *inside* an existing module (a real bug, or a missing
-    dependency) is not hidden.
-    """
-    try:
-        mod = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name == module:
-            pytest.skip(f"{module}: module not yet available")
-        raise
-    return getattr(mod, name)
-
-
 BackendFactory = Callable[[pytest.FixtureRequest, str], AbstractAsyncContextManager[Any]]
 
 
@@ -220,9 +204,10 @@ async def memory_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIter
 
 @asynccontextmanager
 async def file_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIterator[Any]:
-    file_store = import_or_skip("firefly_orm.file_store", "FileStore")
+    from firefly_orm.file_store import FileStore
+
     tmp_path: Path = request.getfixturevalue("tmp_path")
-    store = file_store(tmp_path / "memory")
+    store = FileStore(tmp_path / "memory")
     try:
         yield store
     finally:
@@ -231,39 +216,32 @@ async def file_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIterat
 
 @asynccontextmanager
 async def sqlite_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIterator[Any]:
-    sqlite_store = import_or_skip("firefly_orm.sql", "SQLiteStore")
+    from firefly_orm.sql import SQLiteStore
+
     tmp_path: Path = request.getfixturevalue("tmp_path")
-    store = sqlite_store(tmp_path / "m.sqlite3")
+    store = SQLiteStore(tmp_path / "m.sqlite3")
     try:
         yield store
     finally:
         await close_store(store, mode)
 
 
-def drop_postgres_schema(engine: Any, schema: str) -> None:
-    """``DROP SCHEMA <schema> CASCADE`` (quoted), ignoring a missing schema."""
-    import sqlalchemy as sa
-
-    quoted = '"' + schema.replace('"', '""') + '"'
-    with engine.begin() as conn:
-        conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {quoted} CASCADE"))
-
-
 @asynccontextmanager
 async def postgres_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIterator[Any]:
     """PostgreSQLStore in a schema of its own, dropped afterwards."""
+    from firefly_orm.sql import PostgreSQLStore
+
     url: str = request.getfixturevalue("postgres_url")
-    postgres_store = import_or_skip("firefly_orm.sql", "PostgreSQLStore")
     engine = request.getfixturevalue("postgres_admin_engine")
     schema = "t_" + uuid.uuid4().hex[:10]
-    store = postgres_store(url, schema_name=schema)
+    store = PostgreSQLStore(url, schema_name=schema)
     try:
         yield store
     finally:
         try:
             await close_store(store, mode)
         finally:
-            drop_postgres_schema(engine, schema)
+            drop_schema(engine, schema)
 
 
 @asynccontextmanager
@@ -276,9 +254,10 @@ async def postgres_default_schema_backend(
     not dropped; the contract suite only writes namespaces of its own and
     clears them at the end of each test.
     """
+    from firefly_orm.sql import PostgreSQLStore
+
     url: str = request.getfixturevalue("postgres_url")
-    postgres_store = import_or_skip("firefly_orm.sql", "PostgreSQLStore")
-    store = postgres_store(url)
+    store = PostgreSQLStore(url)
     try:
         yield store
     finally:
@@ -287,27 +266,19 @@ async def postgres_default_schema_backend(
 
 @asynccontextmanager
 async def mongo_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIterator[Any]:
-    """MONGO HOOK: MongoDBStore in a database of its own, dropped afterwards.
+    """MongoDBStore in a database of its own, dropped afterwards."""
+    from firefly_orm.mongo import MongoDBStore
 
-    Skips until ``firefly_orm.mongo`` exists.
-    """
-    mongo_store = import_or_skip("firefly_orm.mongo", "MongoDBStore")
     url: str = request.getfixturevalue("mongo_url")
     database = "t_" + uuid.uuid4().hex[:10]
-    store = mongo_store(url, database=database)
+    store = MongoDBStore(url, database=database)
     try:
         yield store
     finally:
         try:
             await close_store(store, mode)
         finally:
-            import pymongo
-
-            client: Any = pymongo.MongoClient(url, serverSelectionTimeoutMS=5000)
-            try:
-                client.drop_database(database)
-            finally:
-                client.close()
+            drop_mongo_database(url, database)
 
 
 #: Every backend the ``store`` fixture runs; one entry per backend.

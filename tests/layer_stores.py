@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
+from dbutil import drop_mongo_database, drop_schema
 
 from firefly_orm.file_store import FileStore
 from firefly_orm.sql import PostgreSQLStore, SQLiteStore
@@ -28,15 +28,6 @@ LAYER_BACKENDS = [
 ]
 
 Cleanup = Callable[[], None] | None
-
-
-def drop_schema(url: str, schema: str) -> None:
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.schema.DropSchema(schema, cascade=True, if_exists=True))
-    finally:
-        engine.dispose()
 
 
 def open_layer_store(
@@ -62,8 +53,6 @@ def open_layer_store(
 
         return pg_store, drop_pg
     if kind == "mongo":
-        import pymongo
-
         from firefly_orm.mongo import MongoDBStore
 
         mongo_url: str = request.getfixturevalue("mongo_url")
@@ -71,11 +60,7 @@ def open_layer_store(
 
         def drop_mongo() -> None:
             mongo_store.close()
-            client: Any = pymongo.MongoClient(mongo_url, serverSelectionTimeoutMS=5000)
-            try:
-                client.drop_database(name)
-            finally:
-                client.close()
+            drop_mongo_database(mongo_url, name)
 
         return mongo_store, drop_mongo
     raise ValueError(f"unknown backend {kind!r}")

@@ -188,9 +188,9 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
         for store in db.opened:
             store.close()  # idempotent; async tests already closed theirs
         if admin is not None and db.schema is not None:
-            from conftest import drop_postgres_schema
+            from dbutil import drop_schema
 
-            drop_postgres_schema(admin, db.schema)
+            drop_schema(admin, db.schema)
 
 
 # --------------------------------------------------------------------------- tests

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dbutil import drop_schema
 
 from firefly_orm.config import (
     BACKENDS,
@@ -34,17 +35,6 @@ def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
             monkeypatch.delenv(name)
     monkeypatch.chdir(tmp_path)
     return monkeypatch
-
-
-def _drop_schema(url: str, schema: str) -> None:
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    finally:
-        engine.dispose()
 
 
 # --------------------------------------------------------------------------- settings
@@ -286,7 +276,7 @@ def test_build_postgres_is_initialised(env: pytest.MonkeyPatch) -> None:
         finally:
             store.close()
     finally:
-        _drop_schema(PG_URL, schema)
+        drop_schema(PG_URL, schema)
 
 
 def test_pool_min_size_above_pool_size(env: pytest.MonkeyPatch) -> None:

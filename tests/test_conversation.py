@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dbutil import drop_mongo_database, drop_schema
 
 from firefly_orm.conversation import (
     INDEX_NAMESPACE,
@@ -37,17 +38,6 @@ from firefly_orm.tokens import TokenEstimator
 PG_URL = os.environ.get("FIREFLY_ORM_TEST_POSTGRES_URL")
 
 # --------------------------------------------------------------------------- fixtures
-
-
-def _drop_schema(url: str, schema: str) -> None:
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    finally:
-        engine.dispose()
 
 
 class StoreEnv:
@@ -104,15 +94,9 @@ class StoreEnv:
             if close is not None:
                 close()
         if self.kind == "postgres" and PG_URL is not None:
-            _drop_schema(PG_URL, self.schema)
+            drop_schema(PG_URL, self.schema)
         if self.kind == "mongo" and self.mongo_url is not None:
-            import pymongo
-
-            client: Any = pymongo.MongoClient(self.mongo_url, serverSelectionTimeoutMS=5000)
-            try:
-                client.drop_database(self.schema)
-            finally:
-                client.close()
+            drop_mongo_database(self.mongo_url, self.schema)
 
 
 BACKENDS = [

@@ -24,6 +24,7 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from dbutil import drop_schema
 from sqlmodel import SQLModel
 
 from firefly_orm import migrate
@@ -61,15 +62,6 @@ class Db:
             engine.dispose()
 
 
-def _drop_schema(url: str, schema: str) -> None:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.schema.DropSchema(schema, cascade=True, if_exists=True))
-    finally:
-        engine.dispose()
-
-
 def with_search_path(url: str, schema: str) -> str:
     """``url`` whose connections use ``schema`` as their default schema."""
     parsed = sa.engine.make_url(url).update_query_dict({"options": f"-csearch_path={schema}"})
@@ -90,7 +82,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
     try:
         yield Db(with_search_path(admin_url, schema), "postgres", schema)
     finally:
-        _drop_schema(admin_url, schema)
+        drop_schema(admin_url, schema)
 
 
 def _package_has_migrations() -> bool:
@@ -311,8 +303,8 @@ def test_mode_b_custom_schema(postgres_url: str, host_dir: Path) -> None:
         finally:
             store.close()
     finally:
-        _drop_schema(postgres_url, host_schema)
-        _drop_schema(postgres_url, mem_schema)
+        drop_schema(postgres_url, host_schema)
+        drop_schema(postgres_url, mem_schema)
 
 
 @pytest.mark.postgres

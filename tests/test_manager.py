@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from layer_stores import LAYER_BACKENDS, drop_schema, open_layer_store
+from dbutil import drop_schema
+from layer_stores import LAYER_BACKENDS, open_layer_store
 
 from firefly_orm.config import ConfigurationError
 from firefly_orm.conversation import ConversationMemory, ConversationTurn

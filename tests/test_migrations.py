@@ -1,4 +1,4 @@
-"""Alembic migrations: one head, round trips, model == migrated schema, CLI, wheel."""
+"""Alembic migrations: one head, round trips, model == schema, CLI (wheel: test_cli.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from dbutil import drop_schema
 
 from firefly_orm import migrate
 from firefly_orm.entry import TABLE_NAME, metadata
@@ -68,16 +69,7 @@ def sqlite_url(tmp_path: Path) -> str:
 def pg_schema(postgres_url: str) -> Iterator[str]:
     schema = "mig_" + uuid.uuid4().hex[:10]
     yield schema
-    _drop_schema(postgres_url, schema)
-
-
-def _drop_schema(url: str, schema: str) -> None:
-    engine = sa.create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.schema.DropSchema(schema, cascade=True, if_exists=True))
-    finally:
-        engine.dispose()
+    drop_schema(postgres_url, schema)
 
 
 def test_one_head_with_branch_label() -> None:
@@ -165,24 +157,24 @@ def test_postgres_custom_schema_round_trip(postgres_url: str, pg_schema: str) ->
 @pytest.mark.postgres
 def test_postgres_default_schema_equals_model(postgres_url: str) -> None:
     schema = migrate.DEFAULT_SCHEMA
-    _drop_schema(postgres_url, schema)
+    drop_schema(postgres_url, schema)
     try:
         migrate.upgrade(postgres_url, schema_name=schema)
         assert _diff(postgres_url, schema) == []
     finally:
-        _drop_schema(postgres_url, schema)
+        drop_schema(postgres_url, schema)
 
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("reserved", ["user", "select"])
 def test_postgres_reserved_word_schema(postgres_url: str, reserved: str) -> None:
     """Names that are SQL keywords are quoted, never interpolated."""
-    _drop_schema(postgres_url, reserved)
+    drop_schema(postgres_url, reserved)
     try:
         migrate.upgrade(postgres_url, schema_name=reserved)
         assert TABLE_NAME in _tables(postgres_url, reserved)
     finally:
-        _drop_schema(postgres_url, reserved)
+        drop_schema(postgres_url, reserved)
 
 
 @pytest.mark.parametrize("bad", ["", "1abc", "a;drop table x", "a-b", "x" * 64, "sch ema"])
@@ -233,64 +225,6 @@ def test_alembic_cli_postgres_schema(postgres_url: str, pg_schema: str) -> None:
     assert result.returncode == 0, result.stderr
     assert migrate.current(postgres_url, schema_name=pg_schema) == migrate.head()
     assert _diff(postgres_url, pg_schema) == []
-
-
-@pytest.mark.slow
-def test_wheel_carries_migrations_and_migrates(tmp_path: Path) -> None:
-    """Build the wheel, install it in a fresh venv, migrate and round-trip from there."""
-    dist = tmp_path / "dist"
-    build = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--outdir", str(dist), str(REPO)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert build.returncode == 0, build.stderr[-2000:]
-    wheel = next(dist.glob("firefly_orm-*.whl"))
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    vpy = venv / "bin" / "python"
-    install = subprocess.run(
-        [
-            str(vpy),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "-c",
-            str(REPO / "requirements" / "constraints.txt"),
-            str(wheel),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert install.returncode == 0, install.stderr[-2000:]
-    script = tmp_path / "check.py"
-    script.write_text(
-        "import sys\n"
-        "from pathlib import Path\n"
-        "import firefly_orm\n"
-        "from firefly_orm import migrate, SQLiteStore, MemoryEntry\n"
-        "loc = Path(migrate.script_location())\n"
-        "assert 'site-packages' in str(loc), loc\n"
-        "url = 'sqlite:///' + sys.argv[1]\n"
-        "migrate.upgrade(url)\n"
-        "assert migrate.check(url) == []\n"
-        "store = SQLiteStore(sys.argv[1])\n"
-        "store.save('ns', MemoryEntry(key='k', content={'x': 1}))\n"
-        "print(store.load_by_key('ns', 'k').content['x'])\n"
-        "store.close()\n"
-    )
-    run = subprocess.run(
-        [str(vpy), str(script), str(tmp_path / "wheel.sqlite3")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    assert run.stdout.strip() == "1"
 
 
 def test_database_from_a_newer_release_is_refused(sqlite_url: str) -> None:
@@ -478,7 +412,7 @@ def test_upgrade_never_commits_the_callers_transaction(
         assert _ids(engine, table) == [3]
         assert migrate.current(postgres_url, schema_name=target) is None
     finally:
-        _drop_schema(postgres_url, target)
+        drop_schema(postgres_url, target)
 
 
 @pytest.mark.postgres

@@ -167,9 +167,9 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
         yield db
     finally:
         if admin is not None and db.schema is not None:
-            from conftest import drop_postgres_schema
+            from dbutil import drop_schema
 
-            drop_postgres_schema(admin, db.schema)
+            drop_schema(admin, db.schema)
 
 
 def run_workers(
