@@ -18,7 +18,7 @@ endif
 
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast lint format bench bench-quick migrate clean
+.PHONY: install demo test test-unit test-fast lint format bench bench-quick migrate clean
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ LINT_PATHS := firefly_orm tests migrations $(wildcard bench)
 lint: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
-	$(VENV)/bin/mypy --strict firefly_orm
+	$(VENV)/bin/mypy --strict firefly_orm tests
 
 format: install
 	$(VENV)/bin/ruff format $(LINT_PATHS)
@@ -44,6 +44,10 @@ format: install
 
 test: install lint
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# tests/unit only: no database, no server process (well under a minute).
+test-unit: install
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 test-fast: install
 	$(PY) -m pytest -q -x -m "not slow" $(PYTEST_ARGS)

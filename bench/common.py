@@ -10,8 +10,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-#: Token estimate of the library's default TokenEstimator (words * 1.33, at least 1).
-TOKENS_PER_WORD = 1.33
+from firefly_orm.envnames import ENV_POSTGRES_URL
+from firefly_orm.tokens import DEFAULT_TOKENS_PER_WORD
+
+#: Token estimate of the library's default TokenEstimator (words * this, at least 1).
+TOKENS_PER_WORD = DEFAULT_TOKENS_PER_WORD
 #: "No budget": a max_tokens so large that nothing is ever evicted or trimmed.
 UNLIMITED = 10**12
 #: Words per message: about 300 characters with the word lengths used below.
@@ -22,7 +25,8 @@ BUDGET_TURNS = 10
 W5_KEPT_TURNS = 5
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-PG_URL_VARS = ("FIREFLY_ORM_TEST_POSTGRES_URL", "FIREFLY_AGENTIC_MEMORY_POSTGRES_URL")
+#: Where the Postgres URL is looked up: the test suite's variable, then the library's.
+PG_URL_VARS = ("FIREFLY_ORM_TEST_POSTGRES_URL", ENV_POSTGRES_URL)
 
 
 @dataclass(frozen=True)

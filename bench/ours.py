@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from bench.common import UNLIMITED, estimate_tokens
@@ -17,24 +18,31 @@ def _memory(store: Any, max_tokens: int | None) -> Any:
 
 def _library_rows(conversations: list[tuple[str, list[tuple[str, str, Any]]]]) -> list[Any]:
     """Column values of the rows ConversationMemory would store for these conversations."""
-    from firefly_orm import conversation as conv
-    from firefly_orm.sql import _values
+    from firefly_orm.conversation import ConversationTurn, encode_raw_messages
+    from firefly_orm.conversation.rows import (
+        INDEX_NAMESPACE,
+        conversation_namespace,
+        head_entry,
+        index_entry,
+        turn_entry,
+    )
+    from firefly_orm.sql.statements import entry_values
 
     rows = []
     for cid, turns in conversations:
-        namespace = conv.conversation_namespace(cid)
+        namespace = conversation_namespace(cid)
         total = 0
         for number, (user, assistant, messages) in enumerate(turns):
-            turn = conv.ConversationTurn(
+            turn = ConversationTurn(
                 turn_id=number,
                 user_prompt=user,
                 assistant_response=assistant,
                 token_estimate=estimate_tokens(user, assistant),
             )
-            encoded = conv.encode_raw_messages(messages)
-            rows.append(_values(namespace, conv._turn_entry(namespace, turn, encoded)))
+            encoded = encode_raw_messages(messages)
+            rows.append(entry_values(namespace, turn_entry(namespace, turn, encoded)))
             total += turn.token_estimate
-        head = conv._head_entry(
+        head = head_entry(
             cid,
             None,
             next_turn_id=len(turns),
@@ -42,8 +50,8 @@ def _library_rows(conversations: list[tuple[str, list[tuple[str, str, Any]]]]) -
             turn_count=len(turns),
             summary=None,
         )
-        rows.append(_values(namespace, head))
-        rows.append(_values(conv.INDEX_NAMESPACE, conv._index_entry(cid)))
+        rows.append(entry_values(namespace, head))
+        rows.append(entry_values(INDEX_NAMESPACE, index_entry(cid)))
     return rows
 
 
@@ -102,8 +110,9 @@ class Ours(_Base):
             rows = _library_rows(conversations)
             import sqlalchemy as sa
 
-            from firefly_orm.sql import TABLE
-        except (ImportError, AttributeError):
+            from firefly_orm.sql.statements import TABLE
+        except (ImportError, AttributeError) as exc:
+            print(f"bench: W4 fill through import_conversation (slow): {exc}", file=sys.stderr)
             for cid, turns in conversations:
                 data = {
                     "turns": [

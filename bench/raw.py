@@ -81,15 +81,8 @@ def _load_json(value: Any) -> Any:
 # --------------------------------------------------------------------------- the logic
 
 
-def add_turn_steps(
-    d: Dialect,
-    cid: str,
-    user: str,
-    assistant: str,
-    messages: list[dict[str, str]],
-    max_tokens: int,
-) -> Steps:
-    """One turn: read the head (locked), insert the turn, evict FIFO, write the head."""
+def _turn_row(d: Dialect, user: str, assistant: str, messages: Any) -> tuple[int, Any, str]:
+    """(token estimate, timestamp, JSON content) of one stored turn."""
     estimate = estimate_tokens(user, assistant)
     now = d.now()
     content = json.dumps(
@@ -101,6 +94,19 @@ def add_turn_steps(
             "token_estimate": estimate,
         }
     )
+    return estimate, now, content
+
+
+def add_turn_steps(
+    d: Dialect,
+    cid: str,
+    user: str,
+    assistant: str,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+) -> Steps:
+    """One turn: read the head (locked), insert the turn, evict FIFO, write the head."""
+    estimate, now, content = _turn_row(d, user, assistant, messages)
     yield d.begin_write, ()
     rows = yield (
         d.q(
@@ -209,18 +215,8 @@ def fill_rows(
     for cid, turns in conversations:
         total = 0
         for number, (user, assistant, messages) in enumerate(turns):
-            estimate = estimate_tokens(user, assistant)
+            estimate, now, content = _turn_row(d, user, assistant, messages)
             total += estimate
-            now = d.now()
-            content = json.dumps(
-                {
-                    "user_prompt": user,
-                    "assistant_response": assistant,
-                    "raw_messages": messages,
-                    "timestamp": now if isinstance(now, str) else now.isoformat(),
-                    "token_estimate": estimate,
-                }
-            )
             turn_rows.append((cid, number, estimate, now, content))
         head_rows.append((cid, len(turns), total, len(turns)))
     insert_turns = d.q(

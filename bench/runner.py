@@ -251,8 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--backend",
         action="append",
-        choices=("sqlite", "postgres"),
-        help="run only this backend (repeatable; default both)",
+        choices=("sqlite", "postgres", "mongo"),
+        help="run only this backend (repeatable; default all three)",
+    )
+    parser.add_argument(
+        "--mongo-url",
+        help="MongoDB for the mongo rows (default: $FIREFLY_ORM_TEST_MONGO_URL, else a "
+        "SecantusDB subprocess when installed, else the rows are skipped)",
     )
     parser.add_argument("--no-async", action="store_true", help="skip the async rows")
     parser.add_argument("--seed", type=int, default=20240601)
@@ -270,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sizes = QUICK if args.quick else FULL
     runner = Runner(sizes, args.seed)
-    backends = args.backend or ["sqlite", "postgres"]
+    backends = args.backend or ["sqlite", "postgres", "mongo"]
     tmp = Path(tempfile.mkdtemp(prefix="firefly-bench-", dir=args.tmpdir))
     runner.meta.update(
         {
@@ -308,6 +313,14 @@ def main(argv: list[str] | None = None) -> int:
             except Skip as exc:
                 skipped["postgres"] = str(exc)
                 runner.log(f"postgres rows skipped: {exc}")
+        if "mongo" in backends:
+            from bench.mongo import run_mongo
+
+            try:
+                run_mongo(runner, args.mongo_url)
+            except Skip as exc:
+                skipped["mongo"] = str(exc)
+                runner.log(f"mongo rows skipped: {exc}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runner.meta["skipped"] = skipped

@@ -1,9 +1,13 @@
-"""W1-W5 (sync) and their async twins; each returns result rows.
+"""W1-W5 (sync) and W1-W3 through the async APIs; each returns result rows.
 
 Every workload runs the library ("ours") and the raw-driver baseline on the same
 operation sequence, interleaved operation by operation (alternating which side
 goes first), so background noise such as disk flushes hits both sides alike.
 Only the call itself is timed; data generation and sanity checks are not.
+
+A workload's operation sequence is written once, as a generator of
+:data:`Call` s; :func:`_measure` runs it on sync adapters and :func:`_ameasure`
+awaits it on async ones, so the sync and async rows do identical work.
 """
 
 from __future__ import annotations
@@ -11,7 +15,8 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench.common import (
@@ -25,6 +30,8 @@ from bench.common import (
 )
 
 Turn = tuple[str, str, list[dict[str, str]]]
+#: One measured operation: (ours' method, the baseline's method, the arguments).
+Call = tuple[Callable[..., Any], Callable[..., Any], tuple[Any, ...]]
 
 
 class CheckFailed(AssertionError):
@@ -38,38 +45,63 @@ def _pair_call(
 
     Returns (ours seconds, baseline seconds, ours result, baseline result).
     """
-    if i % 2 == 0:
-        t0 = time.perf_counter()
-        mine = ours(*args)
-        t1 = time.perf_counter()
-        theirs = base(*args)
-        t2 = time.perf_counter()
-        return t1 - t0, t2 - t1, mine, theirs
+    first, second = (ours, base) if i % 2 == 0 else (base, ours)
     t0 = time.perf_counter()
-    theirs = base(*args)
+    r1 = first(*args)
     t1 = time.perf_counter()
-    mine = ours(*args)
+    r2 = second(*args)
     t2 = time.perf_counter()
-    return t2 - t1, t1 - t0, mine, theirs
+    return _ours_first(i, t1 - t0, t2 - t1, r1, r2)
 
 
 async def _apair_call(
     i: int, ours: Callable[..., Awaitable[Any]], base: Callable[..., Awaitable[Any]], *args: Any
 ) -> tuple[float, float, Any, Any]:
-    """Async twin of :func:`_pair_call`."""
-    if i % 2 == 0:
-        t0 = time.perf_counter()
-        mine = await ours(*args)
-        t1 = time.perf_counter()
-        theirs = await base(*args)
-        t2 = time.perf_counter()
-        return t1 - t0, t2 - t1, mine, theirs
+    """:func:`_pair_call` for coroutine functions (what is timed is each await)."""
+    first, second = (ours, base) if i % 2 == 0 else (base, ours)
     t0 = time.perf_counter()
-    theirs = await base(*args)
+    r1 = await first(*args)
     t1 = time.perf_counter()
-    mine = await ours(*args)
+    r2 = await second(*args)
     t2 = time.perf_counter()
-    return t2 - t1, t1 - t0, mine, theirs
+    return _ours_first(i, t1 - t0, t2 - t1, r1, r2)
+
+
+def _ours_first(i: int, s1: float, s2: float, r1: Any, r2: Any) -> tuple[float, float, Any, Any]:
+    """Seconds and results of the first and second call, reordered ours-first."""
+    return (s1, s2, r1, r2) if i % 2 == 0 else (s2, s1, r2, r1)
+
+
+@dataclass
+class Samples:
+    """Seconds and results of a measured call sequence, ours and the baseline's."""
+
+    ours: list[float] = field(default_factory=list)
+    base: list[float] = field(default_factory=list)
+    results: list[tuple[Any, Any]] = field(default_factory=list)
+
+    def add(self, measured: tuple[float, float, Any, Any]) -> None:
+        """Record one :func:`_pair_call` result."""
+        o, b, mine, theirs = measured
+        self.ours.append(o)
+        self.base.append(b)
+        self.results.append((mine, theirs))
+
+
+def _measure(calls: Iterable[Call]) -> Samples:
+    """Run and time each call on both sides (sync adapters)."""
+    samples = Samples()
+    for i, (ours, base, args) in enumerate(calls):
+        samples.add(_pair_call(i, ours, base, *args))
+    return samples
+
+
+async def _ameasure(calls: Iterable[Call]) -> Samples:
+    """Run and time each call on both sides (async adapters)."""
+    samples = Samples()
+    for i, (ours, base, args) in enumerate(calls):
+        samples.add(await _apair_call(i, ours, base, *args))
+    return samples
 
 
 def _new_ids(n: int) -> list[str]:
@@ -132,73 +164,33 @@ def _check_same(what: str, ours: list[Any], base: list[Any], expected: int) -> N
         raise CheckFailed(f"{what}: ours and raw returned different messages")
 
 
-# =========================================================================== sync
+# =========================================================================== call sequences
 
 
-def warm_up(ours: Any, base: Any, pool: TextPool) -> None:
-    """Open connections, run migrations, fill statement caches (untimed)."""
+def _warm_up_calls(ours: Any, base: Any, pool: TextPool) -> Iterator[Call]:
     cid = "warmup-" + uuid.uuid4().hex
     for _ in range(3):
-        user, assistant, messages = pool.turn()
-        ours.add_turn(cid, user, assistant, messages)
-        base.add_turn(cid, user, assistant, messages)
-    ours.history(cid, None)
-    base.history(cid, None)
-    ours.wm_set("warmup", "k", 1)
-    base.wm_set("warmup", "k", 1)
-    ours.wm_get("warmup", "k")
-    base.wm_get("warmup", "k")
+        yield ours.add_turn, base.add_turn, (cid, *pool.turn())
+    yield ours.history, base.history, (cid, None)
+    yield ours.wm_set, base.wm_set, ("warmup", "k", 1)
+    yield ours.wm_get, base.wm_get, ("warmup", "k")
 
 
-def w1_append(
-    ours: Any, base: Any, sizes: Sizes, pool: TextPool, backend: str
-) -> tuple[Row, list[str]]:
-    """W1: C conversations x T turns, one add_turn (one commit) per turn."""
-    cids = _new_ids(sizes.conversations)
-    ours_s: list[float] = []
-    base_s: list[float] = []
-    i = 0
-    for _ in range(sizes.turns):
+def _append_calls(
+    ours: Any, base: Any, cids: list[str], turns: int, pool: TextPool
+) -> Iterator[Call]:
+    """W1: ``turns`` rounds of one add_turn on each conversation."""
+    for _ in range(turns):
         for cid in cids:
-            user, assistant, messages = pool.turn()
-            o, b, _, _ = _pair_call(
-                i,
-                ours.add_turn,
-                base.add_turn,
-                cid,
-                user,
-                assistant,
-                messages,
-            )
-            ours_s.append(o)
-            base_s.append(b)
-            i += 1
-    row = _throughput_row("W1 append", backend, "turns/s", i, ours_s, base_s)
-    row.detail["shape"] = f"{sizes.conversations} conversations x {sizes.turns} turns"
-    return row, cids
+            yield ours.add_turn, base.add_turn, (cid, *pool.turn())
 
 
-def w2_read(
-    ours: Any, base: Any, cids: list[str], sizes: Sizes, pool: TextPool, backend: str, seed: int
-) -> list[Row]:
-    """W2: get_message_history of random conversations, whole and with a ~20-message budget."""
-    rng = random.Random(seed)
-    budget = budget_for_turns(pool.turn_tokens, BUDGET_TURNS)
-    rows = []
-    for label, limit, expected in (
-        (f"W2 read whole ({2 * sizes.turns} msgs)", None, 2 * sizes.turns),
-        (f"W2 read budget ({2 * BUDGET_TURNS} msgs)", budget, 2 * BUDGET_TURNS),
-    ):
-        _check_same(label, ours.history(cids[0], limit), base.history(cids[0], limit), expected)
-        ours_s: list[float] = []
-        base_s: list[float] = []
-        for i in range(sizes.reads):
-            cid = rng.choice(cids)
-            o, b, _, _ = _pair_call(i, ours.history, base.history, cid, limit)
-            ours_s.append(o)
-            base_s.append(b)
-        rows.append(_latency_row(label, backend, ours_s, base_s, 4.0, budget_tokens=limit))
-    return rows
+def _read_calls(
+    ours: Any, base: Any, cids: list[str], reads: int, budget: int | None, rng: random.Random
+) -> Iterator[Call]:
+    """W2: ``reads`` history reads of random conversations."""
+    for _ in range(reads):
+        yield ours.history, base.history, (rng.choice(cids), budget)
 
 
 def _wm_plan(sizes: Sizes, ops: int, seed: int) -> list[tuple[str, str, str, Any]]:
@@ -216,9 +208,31 @@ def _wm_plan(sizes: Sizes, ops: int, seed: int) -> list[tuple[str, str, str, Any
     return plan
 
 
-def _wm_rows(
-    backend: str, plan: list[tuple[str, str, str, Any]], ours_s: list[float], base_s: list[float]
-) -> Row:
+def _wm_calls(ours: Any, base: Any, plan: list[tuple[str, str, str, Any]]) -> Iterator[Call]:
+    """W3: the plan's working-memory operations."""
+    for op, scope, key, value in plan:
+        if op == "set":
+            yield ours.wm_set, base.wm_set, (scope, key, value)
+        elif op == "get":
+            yield ours.wm_get, base.wm_get, (scope, key)
+        else:
+            yield ours.wm_delete, base.wm_delete, (scope, key)
+
+
+# =========================================================================== rows
+
+
+def _append_row(backend: str, samples: Samples) -> Row:
+    return _throughput_row(
+        "W1 append", backend, "turns/s", len(samples.ours), samples.ours, samples.base
+    )
+
+
+def _wm_rows(backend: str, plan: list[tuple[str, str, str, Any]], samples: Samples) -> Row:
+    for (op, scope, key, _), (mine, theirs) in zip(plan, samples.results, strict=True):
+        if op == "get" and mine != theirs:
+            raise CheckFailed(f"W3: get({scope}, {key}) differs: {mine!r} vs {theirs!r}")
+    ours_s, base_s = samples.ours, samples.base
     row = _throughput_row("W3 working memory", backend, "ops/s", len(plan), ours_s, base_s)
     for op in ("set", "get", "delete"):
         idx = [n for n, p in enumerate(plan) if p[0] == op]
@@ -230,23 +244,47 @@ def _wm_rows(
     return row
 
 
+# =========================================================================== sync
+
+
+def warm_up(ours: Any, base: Any, pool: TextPool) -> None:
+    """Open connections, run migrations, fill statement caches (untimed)."""
+    _measure(_warm_up_calls(ours, base, pool))
+
+
+def w1_append(
+    ours: Any, base: Any, sizes: Sizes, pool: TextPool, backend: str
+) -> tuple[Row, list[str]]:
+    """W1: C conversations x T turns, one add_turn (one commit) per turn."""
+    cids = _new_ids(sizes.conversations)
+    row = _append_row(backend, _measure(_append_calls(ours, base, cids, sizes.turns, pool)))
+    row.detail["shape"] = f"{sizes.conversations} conversations x {sizes.turns} turns"
+    return row, cids
+
+
+def w2_read(
+    ours: Any, base: Any, cids: list[str], sizes: Sizes, pool: TextPool, backend: str, seed: int
+) -> list[Row]:
+    """W2: get_message_history of random conversations, whole and with a ~20-message budget."""
+    rng = random.Random(seed)
+    budget = budget_for_turns(pool.turn_tokens, BUDGET_TURNS)
+    rows = []
+    for label, limit, expected in (
+        (f"W2 read whole ({2 * sizes.turns} msgs)", None, 2 * sizes.turns),
+        (f"W2 read budget ({2 * BUDGET_TURNS} msgs)", budget, 2 * BUDGET_TURNS),
+    ):
+        _check_same(label, ours.history(cids[0], limit), base.history(cids[0], limit), expected)
+        samples = _measure(_read_calls(ours, base, cids, sizes.reads, limit, rng))
+        rows.append(
+            _latency_row(label, backend, samples.ours, samples.base, 4.0, budget_tokens=limit)
+        )
+    return rows
+
+
 def w3_working(ours: Any, base: Any, sizes: Sizes, backend: str, seed: int) -> Row:
     """W3: S scopes x K keys set, then random get, upsert and delete; ops/s."""
     plan = _wm_plan(sizes, sizes.wm_ops, seed)
-    ours_s: list[float] = []
-    base_s: list[float] = []
-    for i, (op, scope, key, value) in enumerate(plan):
-        if op == "set":
-            o, b, _, _ = _pair_call(i, ours.wm_set, base.wm_set, scope, key, value)
-        elif op == "get":
-            o, b, mine, theirs = _pair_call(i, ours.wm_get, base.wm_get, scope, key)
-            if mine != theirs:
-                raise CheckFailed(f"W3: get({scope}, {key}) differs: {mine!r} vs {theirs!r}")
-        else:
-            o, b, _, _ = _pair_call(i, ours.wm_delete, base.wm_delete, scope, key)
-        ours_s.append(o)
-        base_s.append(b)
-    return _wm_rows(backend, plan, ours_s, base_s)
+    return _wm_rows(backend, plan, _measure(_wm_calls(ours, base, plan)))
 
 
 def w4_scale(
@@ -410,70 +448,34 @@ def w5_long(
 
 
 async def async_warm_up(ours: Any, base: Any, pool: TextPool) -> None:
-    """Async twin of :func:`warm_up`."""
-    cid = "warmup-" + uuid.uuid4().hex
-    for _ in range(3):
-        user, assistant, messages = pool.turn()
-        await ours.add_turn(cid, user, assistant, messages)
-        await base.add_turn(cid, user, assistant, messages)
-    await ours.history(cid, None)
-    await base.history(cid, None)
-    await ours.wm_set("warmup", "k", 1)
-    await base.wm_set("warmup", "k", 1)
+    """:func:`warm_up` through the async APIs."""
+    await _ameasure(_warm_up_calls(ours, base, pool))
 
 
 async def async_w1_w2_w3(
     ours: Any, base: Any, sizes: Sizes, pool: TextPool, backend: str, seed: int
 ) -> list[Row]:
-    """W1, W2 (budget read) and W3 through the async APIs."""
-    rows: list[Row] = []
+    """W1, W2 (budget read) and W3 through the async APIs (the same call sequences)."""
     await async_warm_up(ours, base, pool)
     cids = _new_ids(sizes.async_conversations)
-    ours_s: list[float] = []
-    base_s: list[float] = []
-    i = 0
-    for _ in range(sizes.async_turns):
-        for cid in cids:
-            user, assistant, messages = pool.turn()
-            o, b, _, _ = await _apair_call(
-                i,
-                ours.add_turn,
-                base.add_turn,
-                cid,
-                user,
-                assistant,
-                messages,
-            )
-            ours_s.append(o)
-            base_s.append(b)
-            i += 1
-    rows.append(_throughput_row("W1 append", backend, "turns/s", i, ours_s, base_s))
+    rows = [
+        _append_row(
+            backend, await _ameasure(_append_calls(ours, base, cids, sizes.async_turns, pool))
+        )
+    ]
 
     rng = random.Random(seed)
     budget = budget_for_turns(pool.turn_tokens, BUDGET_TURNS)
     _check_same(
         "async W2", await ours.history(cids[0], budget), await base.history(cids[0], budget), 20
     )
-    ours_s, base_s = [], []
-    for i in range(sizes.async_reads):
-        cid = rng.choice(cids)
-        o, b, _, _ = await _apair_call(i, ours.history, base.history, cid, budget)
-        ours_s.append(o)
-        base_s.append(b)
+    samples = await _ameasure(_read_calls(ours, base, cids, sizes.async_reads, budget, rng))
     rows.append(
-        _latency_row(f"W2 read budget ({2 * BUDGET_TURNS} msgs)", backend, ours_s, base_s, 4.0)
+        _latency_row(
+            f"W2 read budget ({2 * BUDGET_TURNS} msgs)", backend, samples.ours, samples.base, 4.0
+        )
     )
 
     plan = _wm_plan(sizes, sizes.async_wm_ops, seed + 1)
-    ours_s, base_s = [], []
-    for i, (op, scope, key, value) in enumerate(plan):
-        if op == "set":
-            o, b, _, _ = await _apair_call(i, ours.wm_set, base.wm_set, scope, key, value)
-        elif op == "get":
-            o, b, _, _ = await _apair_call(i, ours.wm_get, base.wm_get, scope, key)
-        else:
-            o, b, _, _ = await _apair_call(i, ours.wm_delete, base.wm_delete, scope, key)
-        ours_s.append(o)
-        base_s.append(b)
-    rows.append(_wm_rows(backend, plan, ours_s, base_s))
+    rows.append(_wm_rows(backend, plan, await _ameasure(_wm_calls(ours, base, plan))))
     return rows

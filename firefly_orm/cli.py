@@ -30,7 +30,7 @@ import logging
 import os
 import sys
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -40,12 +40,20 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL
 
 from firefly_orm import migrate
+from firefly_orm.conversation import ConversationMemory, conversation_namespace
+from firefly_orm.conversation.transfer import parse_import
 from firefly_orm.entry import MemoryEntry, utcnow
+from firefly_orm.envnames import ENV_POSTGRES_SCHEMA as ENV_POSTGRES_SCHEMA
+from firefly_orm.envnames import ENV_POSTGRES_URL as ENV_POSTGRES_URL
+from firefly_orm.envnames import ENV_SQLITE_PATH as ENV_SQLITE_PATH
+from firefly_orm.envnames import database_url_from_env
 from firefly_orm.errors import (
     EntryValidationError,
     FireflyOrmError,
     MigrationRequiredError,
     redact_url,
+    scrub_secret,
+    url_password,
 )
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_AT_HEAD", "EXIT_OK", "EXIT_USAGE", "Progress", "main"]
@@ -57,10 +65,8 @@ EXIT_NOT_AT_HEAD = 1
 EXIT_USAGE = 2
 EXIT_ERROR = 3
 
-ENV_POSTGRES_URL = "FIREFLY_AGENTIC_MEMORY_POSTGRES_URL"
-ENV_SQLITE_PATH = "FIREFLY_AGENTIC_MEMORY_SQLITE_PATH"
-ENV_POSTGRES_SCHEMA = "FIREFLY_AGENTIC_MEMORY_POSTGRES_SCHEMA"
-CONVERSATION_PREFIX = "conversation:"
+#: Namespace prefix of every conversation (what ``stats`` counts as one).
+CONVERSATION_PREFIX = conversation_namespace("")
 EXPORT_FORMAT_VERSION = 1
 
 
@@ -159,11 +165,7 @@ class Target:
 
 
 def _resolve_target(args: argparse.Namespace) -> Target:
-    raw: str | None = args.url
-    if not raw:
-        raw = os.environ.get(ENV_POSTGRES_URL) or None
-    if not raw and os.environ.get(ENV_SQLITE_PATH):
-        raw = f"sqlite:///{os.environ[ENV_SQLITE_PATH]}"
+    raw: str | None = args.url or database_url_from_env()
     if not raw:
         raise CliError(
             f"no database: pass --url or set {ENV_POSTGRES_URL} / {ENV_SQLITE_PATH}", EXIT_USAGE
@@ -226,21 +228,12 @@ def _store(target: Target, args: argparse.Namespace) -> Iterator[Any]:
         store.close()
 
 
-def _migration_target(target: Target, args: argparse.Namespace) -> Any:
-    """An engine for the migration commands (connect timeout on PostgreSQL)."""
-    if target.is_sqlite:
-        return sa.create_engine(target.url, poolclass=sa.pool.NullPool)
-    return sa.create_engine(
-        target.url,
-        poolclass=sa.pool.NullPool,
-        connect_args={"connect_timeout": max(1, int(args.timeout))},
-    )
-
-
 @contextmanager
 def _migration_engine(target: Target, args: argparse.Namespace) -> Iterator[Any]:
+    """An engine for the migration commands (connect timeout on PostgreSQL), disposed after."""
+    connect_args = {} if target.is_sqlite else {"connect_timeout": max(1, int(args.timeout))}
     try:
-        engine = _migration_target(target, args)
+        engine = sa.create_engine(target.url, poolclass=sa.pool.NullPool, connect_args=connect_args)
     except ImportError as exc:
         from firefly_orm.errors import MissingExtraError
 
@@ -254,15 +247,40 @@ def _migration_engine(target: Target, args: argparse.Namespace) -> Iterator[Any]
 # --------------------------------------------------------------------------- migration commands
 
 
-def _cmd_migrate(args: argparse.Namespace) -> int:
+@contextmanager
+def _target_engine(
+    args: argparse.Namespace, *, create: bool = False
+) -> Iterator[tuple[Target, Any]]:
+    """The command's target and a migration engine on it.
+
+    A missing SQLite file is created when ``create`` (``migrate``), else it is an error.
+    """
     target = _resolve_target(args)
-    path = target.sqlite_path
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    if create and target.sqlite_path is not None:
+        target.sqlite_path.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        _require_existing_sqlite(target)
     with _migration_engine(target, args) as engine:
+        yield target, engine
+
+
+def _change_revision(
+    args: argparse.Namespace, change: Callable[[Any, str | None], object], *, create: bool = False
+) -> tuple[Target, str | None, str | None]:
+    """Run ``change(engine, schema)``; the target and its revision before and after."""
+    with _target_engine(args, create=create) as (target, engine):
         before = migrate.current(engine, schema_name=target.schema)
-        migrate.upgrade(engine, schema_name=target.schema, revision=args.revision)
+        change(engine, target.schema)
         after = migrate.current(engine, schema_name=target.schema)
+    return target, before, after
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    target, before, after = _change_revision(
+        args,
+        lambda engine, schema: migrate.upgrade(engine, schema_name=schema, revision=args.revision),
+        create=True,
+    )
     if before == after:
         print(f"{target.describe()}: already at {after}")
     else:
@@ -271,30 +289,23 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_downgrade(args: argparse.Namespace) -> int:
-    target = _resolve_target(args)
-    _require_existing_sqlite(target)
-    with _migration_engine(target, args) as engine:
-        before = migrate.current(engine, schema_name=target.schema)
-        migrate.downgrade(engine, args.revision, schema_name=target.schema)
-        after = migrate.current(engine, schema_name=target.schema)
+    target, before, after = _change_revision(
+        args, lambda engine, schema: migrate.downgrade(engine, args.revision, schema_name=schema)
+    )
     print(f"{target.describe()}: downgraded {before or '(empty)'} -> {after or '(base)'}")
     return EXIT_OK
 
 
 def _cmd_stamp(args: argparse.Namespace) -> int:
-    target = _resolve_target(args)
-    _require_existing_sqlite(target)
-    with _migration_engine(target, args) as engine:
-        migrate.stamp(engine, args.revision, schema_name=target.schema)
-        after = migrate.current(engine, schema_name=target.schema)
+    target, _before, after = _change_revision(
+        args, lambda engine, schema: migrate.stamp(engine, args.revision, schema_name=schema)
+    )
     print(f"{target.describe()}: stamped {after or '(base)'}")
     return EXIT_OK
 
 
 def _cmd_current(args: argparse.Namespace) -> int:
-    target = _resolve_target(args)
-    _require_existing_sqlite(target)
-    with _migration_engine(target, args) as engine:
+    with _target_engine(args) as (target, engine):
         at = migrate.current(engine, schema_name=target.schema)
     suffix = " (head)" if at == migrate.head() else ""
     print(f"{at or '(none: not migrated)'}{suffix}")
@@ -423,9 +434,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _conversation_memory(store: Any) -> Any:
-    from firefly_orm.conversation import ConversationMemory
-
+def _conversation_memory(store: Any) -> ConversationMemory:
     return ConversationMemory(store=store)
 
 
@@ -487,21 +496,18 @@ def _cmd_import(args: argparse.Namespace) -> int:
         conv = _conversation_memory(store)
         # Validate every conversation before writing any: a bad item anywhere in
         # the file leaves the store untouched.
-        ids = [
-            _check_import_item(conv, item, position, args) for position, item in enumerate(items)
-        ]
+        ids = [_check_import_item(item, position, args) for position, item in enumerate(items)]
         progress = Progress(len(items), "import", enabled=args.progress)
         for cid, item in progress.iterate(list(zip(ids, items, strict=True))):
             print(conv.import_conversation(item, conversation_id=cid), flush=True)
     return EXIT_OK
 
 
-def _check_import_item(
-    conv: Any, item: dict[str, Any], position: int, args: argparse.Namespace
-) -> str:
+def _check_import_item(item: dict[str, Any], position: int, args: argparse.Namespace) -> str:
     """The id ``item`` will be imported under; :class:`CliError` when it is invalid."""
     try:
-        cid, _turns, _summary = conv._prepare_import(item, args.conversation_id)
+        # Token estimates do not matter here: only validity and the id are kept.
+        cid, _turns, _summary = parse_import(item, args.conversation_id, lambda _u, _a: 1)
     except (EntryValidationError, TypeError, ValueError) as exc:
         label = item.get("conversation_id") or args.conversation_id
         which = f"conversation {position}" + (f" ({label!r})" if isinstance(label, str) else "")
@@ -615,24 +621,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _one_line(exc: BaseException, args: argparse.Namespace | None) -> str:
     text = str(exc).strip() or type(exc).__name__
-    first = text.splitlines()[0]
-    secret = _password(args)
-    if secret:
-        first = first.replace(secret, "***")
-    return first
+    return scrub_secret(text.splitlines()[0], _password(args))
 
 
 def _password(args: argparse.Namespace | None) -> str | None:
-    candidates = [getattr(args, "url", None), os.environ.get(ENV_POSTGRES_URL)]
-    for raw in candidates:
-        if not raw:
-            continue
-        try:
-            password = sa.engine.make_url(raw).password
-        except (sa.exc.ArgumentError, ValueError):
-            continue
+    for raw in (getattr(args, "url", None), os.environ.get(ENV_POSTGRES_URL)):
+        password = url_password(raw) if raw else None
         if password:
-            return str(password)
+            return password
     return None
 
 

@@ -26,12 +26,16 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from firefly_orm.envnames import ENV_PREFIX
+from firefly_orm.envnames import env_var as env_var  # public here too, as before
 from firefly_orm.errors import (
     DatabaseConnectionError,
     EntryValidationError,
     FireflyOrmError,
     MissingExtraError,
     redact_url,
+    scrub_secret,
+    url_password,
 )
 
 if TYPE_CHECKING:
@@ -50,9 +54,6 @@ __all__ = [
 
 logger = logging.getLogger("firefly_orm")
 
-#: Prefix of every environment variable read by :class:`MemorySettings`.
-ENV_PREFIX = "FIREFLY_AGENTIC_MEMORY_"
-
 Backend = Literal["in_memory", "file", "sqlite", "postgres", "mongodb"]
 #: The backend names ``FIREFLY_AGENTIC_MEMORY_BACKEND`` accepts.
 BACKENDS: tuple[str, ...] = get_args(Backend)
@@ -60,11 +61,6 @@ BACKENDS: tuple[str, ...] = get_args(Backend)
 
 class ConfigurationError(FireflyOrmError, ValueError):
     """The configuration is invalid or incomplete (the message names the variable)."""
-
-
-def env_var(field_name: str) -> str:
-    """The environment variable that sets ``field_name``."""
-    return f"{ENV_PREFIX}{field_name.upper()}"
 
 
 class MemorySettings(BaseSettings):
@@ -203,27 +199,10 @@ def _require(settings: MemorySettings, field: str) -> str:
     return str(value)
 
 
-def _scrub(text: str, url: str) -> str:
-    """``text`` with the password of ``url`` (if any) replaced by ``***``."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        password = make_url(url).password
-    except (ArgumentError, ValueError, TypeError):
-        password = None
-        if "://" in url and "@" in url:
-            creds = url.split("://", 1)[1].rsplit("@", 1)[0]
-            password = creds.split(":", 1)[1] if ":" in creds else None
-    if password:
-        text = text.replace(str(password), "***")
-    return text
-
-
 def _init_failed(backend: str, url: str, exc: Exception) -> DatabaseConnectionError:
     return DatabaseConnectionError(
         f"could not initialise the {backend} memory store at {redact_url(url)}: "
-        f"{_scrub(f'{type(exc).__name__}: {exc}', url)}"
+        f"{scrub_secret(f'{type(exc).__name__}: {exc}', url_password(url))}"
     )
 
 
@@ -285,7 +264,7 @@ def _construct(settings: MemorySettings) -> tuple[Any, str | None]:
         except EntryValidationError as exc:
             # Name the variable, not the constructor argument; never show the password.
             field = _POSTGRES_ARGS.get(exc.field, "postgres_url")
-            message = _scrub(str(exc).removeprefix(f"{exc.field}: "), url)
+            message = scrub_secret(str(exc).removeprefix(f"{exc.field}: "), url_password(url))
             raise ConfigurationError(f"{env_var(field)}: {message}") from None
         return store, url
     if backend == "mongodb":

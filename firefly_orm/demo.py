@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from firefly_orm.conversation import ConversationTurn
+from firefly_orm.conversation import SUMMARY_TURN_ID, ConversationTurn
 from firefly_orm.manager import MemoryManager
 from firefly_orm.sql import SQLiteStore
 
@@ -89,13 +89,13 @@ SCRIPT: tuple[tuple[str, str], ...] = (
 def summarize(turns: list[ConversationTurn]) -> str:
     """A deterministic, offline summarizer for the demo.
 
-    The first turn may be the previous summary (``turn_id == -1``); it is kept,
+    The first turn may be the previous summary (``turn_id == SUMMARY_TURN_ID``); it is kept,
     then the first sentence of each evicted answer is appended.  A real app would
     use :func:`firefly_orm.create_llm_summarizer` instead.
     """
     parts: list[str] = []
     for turn in turns:
-        if turn.turn_id < 0:
+        if turn.turn_id == SUMMARY_TURN_ID:
             parts.append(turn.assistant_response.strip())
             continue
         first = turn.assistant_response.split(". ")[0].strip().rstrip(".")

@@ -32,16 +32,20 @@ from sqlmodel import Field, SQLModel
 from firefly_orm.errors import EntryValidationError
 
 __all__ = [
+    "JSON_WRAPPER_KEY",
     "TABLE_NAME",
     "MemoryEntry",
     "MemoryScope",
     "metadata",
     "derived_entry_id",
+    "is_json_wrapper",
     "new_entry_id",
+    "unwrap_stored_json",
     "utcnow",
     "validate_entry",
     "validate_key",
     "validate_namespace",
+    "wrap_json_for_storage",
 ]
 
 TABLE_NAME = "memory_entries"
@@ -155,22 +159,66 @@ class UTCDateTime(sa.TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
-#: Key used to wrap JSON values that PostgreSQL's JSONB cannot hold as they are.
-NUL_WRAPPER_KEY = "__firefly_orm_json__"
+# --------------------------------------------------------------------------- JSON wrapper
+# One encoding for JSON values a database cannot hold as they are, shared by
+# every backend that needs it (PostgreSQL JSONB here, MongoDB in its codec):
+# such a value is stored as ``{JSON_WRAPPER_KEY: "<its JSON text>"}``.  Each
+# backend decides what it cannot hold; values that already look like a wrapper
+# are always wrapped too, so decoding stays reversible.
+
+#: The single key of a wrapped JSON value.
+JSON_WRAPPER_KEY = "__firefly_orm_json__"
+#: Former name of :data:`JSON_WRAPPER_KEY` (same value).
+NUL_WRAPPER_KEY = JSON_WRAPPER_KEY
+
+
+def is_json_wrapper(value: Any) -> bool:
+    """True if ``value`` has the shape of a wrapped JSON value."""
+    return isinstance(value, dict) and len(value) == 1 and JSON_WRAPPER_KEY in value
+
+
+def wrap_json_for_storage(value: Any, *, text: str, unstorable: bool) -> Any:
+    """``value`` as a backend stores it.
+
+    Args:
+        value: The JSON value to store.
+        text: Its JSON text (as the backend's encoder wrote it); this is what
+            a wrapper holds.
+        unstorable: The backend's verdict: ``True`` if it cannot hold
+            ``value`` as it is.
+
+    Returns:
+        ``{JSON_WRAPPER_KEY: text}`` when ``unstorable`` or when ``value``
+        already looks like a wrapper; otherwise ``value`` itself.
+    """
+    if unstorable or is_json_wrapper(value):
+        return {JSON_WRAPPER_KEY: text}
+    return value
+
+
+def unwrap_stored_json(value: Any) -> Any:
+    """Inverse of :func:`wrap_json_for_storage` (other values pass through)."""
+    if is_json_wrapper(value) and isinstance(value[JSON_WRAPPER_KEY], str):
+        return json.loads(value[JSON_WRAPPER_KEY])
+    return value
 
 
 def encode_json_for_jsonb(value: Any) -> Any:
     """Make a JSON value storable in JSONB, reversibly.
 
-    JSONB rejects ``\\u0000`` inside strings.  Such values (and, so that the
-    encoding stays reversible, values that already look like our wrapper) are
-    stored as ``{NUL_WRAPPER_KEY: "<their JSON text>"}``; the JSON text escapes
-    NUL as the six characters ``\\u0000``, which JSONB accepts.
+    JSONB rejects ``\\u0000`` inside strings and turns floats such as ``1e20``
+    into integers.  Such values are wrapped (:func:`wrap_json_for_storage`);
+    the JSON text escapes NUL as the six characters ``\\u0000``, which JSONB
+    accepts.
     """
     text = json.dumps(value, ensure_ascii=False)
-    if "\\u0000" in text or _is_wrapper(value) or _has_exponent_float(value, text):
-        return {NUL_WRAPPER_KEY: text}
-    return value
+    unstorable = "\\u0000" in text or _has_exponent_float(value, text)
+    return wrap_json_for_storage(value, text=text, unstorable=unstorable)
+
+
+def decode_json_from_jsonb(value: Any) -> Any:
+    """Inverse of :func:`encode_json_for_jsonb` (:func:`unwrap_stored_json`)."""
+    return unwrap_stored_json(value)
 
 
 def _has_exponent_float(value: Any, text: str | None = None) -> bool:
@@ -189,17 +237,6 @@ def _has_exponent_float(value: Any, text: str | None = None) -> bool:
     if isinstance(value, list | tuple):
         return any(_has_exponent_float(v) for v in value)
     return False
-
-
-def decode_json_from_jsonb(value: Any) -> Any:
-    """Inverse of :func:`encode_json_for_jsonb`."""
-    if _is_wrapper(value) and isinstance(value[NUL_WRAPPER_KEY], str):
-        return json.loads(value[NUL_WRAPPER_KEY])
-    return value
-
-
-def _is_wrapper(value: Any) -> bool:
-    return isinstance(value, dict) and len(value) == 1 and NUL_WRAPPER_KEY in value
 
 
 class JSONValue(sa.TypeDecorator[Any]):

@@ -3,11 +3,17 @@
 Every error the library raises on purpose derives from :class:`FireflyOrmError`.
 Driver errors (sqlite3, psycopg, pymongo) are wrapped into :class:`StoreError`
 subclasses, and any URL that appears in a message has its password hidden.
+
+This module is also the one home of secret scrubbing: :func:`redact_url`
+renders a URL without its password, :func:`url_password` extracts the password
+of a URL, and :func:`scrub_secret` hides a secret (plain or URL-quoted) inside
+any text, such as a driver's error message.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 __all__ = [
     "ConcurrencyError",
@@ -19,6 +25,8 @@ __all__ = [
     "StoreError",
     "StoreCorruptedError",
     "redact_url",
+    "scrub_secret",
+    "url_password",
 ]
 
 
@@ -83,3 +91,39 @@ def redact_url(url: Any) -> str:
             user = creds.split(":", 1)[0]
             return f"{scheme}://{user}:***@{host}"
         return text
+
+
+def url_password(url: Any) -> str | None:
+    """The password of a database URL (str or SQLAlchemy ``URL``), or ``None``.
+
+    URLs SQLAlchemy cannot parse (e.g. ``mongodb+srv://`` with several hosts)
+    fall back to the text between ``"://user:"`` and the last ``"@"``.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if url is None:
+        return None
+    try:
+        password = make_url(url).password
+    except (ArgumentError, ValueError, TypeError):
+        text = str(url)
+        if "://" not in text or "@" not in text:
+            return None
+        creds = text.split("://", 1)[1].rsplit("@", 1)[0]
+        password = creds.split(":", 1)[1] if ":" in creds else None
+    return str(password) if password else None
+
+
+def scrub_secret(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` replaced by ``***``.
+
+    The URL-quoted forms of the secret (as it appears inside a URL) are
+    replaced too. An empty or ``None`` secret leaves ``text`` unchanged.
+    """
+    if not secret:
+        return text
+    forms = {secret, quote(secret, safe=""), quote_plus(secret, safe="")}
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, "***")
+    return text

@@ -45,7 +45,6 @@ Corruption
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
@@ -56,18 +55,20 @@ import tempfile
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import filelock
 
+from firefly_orm.bridges.twins import AsyncTwins
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
 from firefly_orm.errors import StoreCorruptedError, StoreError
+from firefly_orm.protocols import ListOptions
 from firefly_orm.uow import (
     StagedChanges,
     StagedUnitOfWork,
-    SyncBackedAsyncUnitOfWork,
     apply_version,
     check_preconditions,
+    select_entries,
     sort_entries,
 )
 
@@ -144,7 +145,7 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_thread_locks_after_fork)
 
 
-class FileStore:
+class FileStore(AsyncTwins):
     """A store that persists each namespace as one JSON file in ``base_dir``.
 
     Safe to share between threads, and between processes that point at the same
@@ -168,6 +169,10 @@ class FileStore:
     it; a crash of the machine half-way through the final renames can still
     leave only some of the files updated (a single-namespace change is always
     all-or-nothing).
+
+    The ``async_*`` methods are derived from the sync ones
+    (:class:`~firefly_orm.bridges.twins.AsyncTwins`) and run in a worker
+    thread, so file I/O never blocks the event loop.
 
     Args:
         base_dir: Directory of the namespace files; created (with parents) if
@@ -241,9 +246,7 @@ class FileStore:
             EntryValidationError: If ``namespace`` is invalid.
             StoreCorruptedError: If the namespace file is corrupt or unreadable.
         """
-        path = self.path_for(namespace)
-        entries = self._read_locked(path, namespace)
-        return [e for e in sort_entries(entries.values()) if not e.is_expired]
+        return self.read_list(namespace)
 
     def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
         """The newest non-expired entry of ``namespace`` with ``key``, or ``None``.
@@ -259,11 +262,8 @@ class FileStore:
             EntryValidationError: If ``namespace`` or ``key`` is invalid.
             StoreCorruptedError: If the namespace file is corrupt or unreadable.
         """
-        path = self.path_for(namespace)
-        validate_key(key)
-        entries = self._read_locked(path, namespace)
-        matches = [e for e in entries.values() if e.key == key and not e.is_expired]
-        return sort_entries(matches)[-1] if matches else None
+        newest = select_entries(self.read_by_key(namespace, key), limit=1, newest_first=True)
+        return newest[0] if newest else None
 
     def delete(self, namespace: str, entry_id: str) -> None:
         """Remove one entry; no error if it does not exist.
@@ -307,27 +307,6 @@ class FileStore:
         with self._locked([path]):
             self._write_files({path: {}})
         logger.debug("FileStore: cleared %r (%s)", namespace, path.name)
-
-    # ------------------------------------------------------------------ async twins
-    async def async_save(self, namespace: str, entry: MemoryEntry) -> None:
-        """Async twin of :meth:`save` (runs in a worker thread)."""
-        await asyncio.to_thread(self.save, namespace, entry)
-
-    async def async_load(self, namespace: str) -> list[MemoryEntry]:
-        """Async twin of :meth:`load` (runs in a worker thread)."""
-        return await asyncio.to_thread(self.load, namespace)
-
-    async def async_load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
-        """Async twin of :meth:`load_by_key` (runs in a worker thread)."""
-        return await asyncio.to_thread(self.load_by_key, namespace, key)
-
-    async def async_delete(self, namespace: str, entry_id: str) -> None:
-        """Async twin of :meth:`delete` (runs in a worker thread)."""
-        await asyncio.to_thread(self.delete, namespace, entry_id)
-
-    async def async_clear(self, namespace: str) -> None:
-        """Async twin of :meth:`clear` (runs in a worker thread)."""
-        await asyncio.to_thread(self.clear, namespace)
 
     # ------------------------------------------------------------------ extras
     @property
@@ -392,31 +371,66 @@ class FileStore:
         logger.debug("FileStore: cleanup_expired removed %d entries", removed)
         return removed
 
-    async def async_cleanup_expired(self) -> int:
-        """Async twin of :meth:`cleanup_expired` (runs in a worker thread)."""
-        return await asyncio.to_thread(self.cleanup_expired)
-
-    def unit_of_work(self) -> StagedUnitOfWork:
+    def unit_of_work(self, *, read_only: bool = False) -> StagedUnitOfWork:
         """A unit of work whose changes are applied on commit under the file locks.
 
         Version preconditions are checked at commit while every touched
         namespace is locked; a failed precondition raises
         :class:`~firefly_orm.errors.ConcurrencyError` and writes nothing.
+        Reads inside it read the namespace file (under its lock) and return
+        only the entries asked for.  ``read_only`` is accepted for the common
+        signature; it changes nothing here.
         """
         return StagedUnitOfWork(self)
-
-    def async_unit_of_work(self) -> SyncBackedAsyncUnitOfWork:
-        """Async form of :meth:`unit_of_work`."""
-        return SyncBackedAsyncUnitOfWork(self.unit_of_work())
 
     def __repr__(self) -> str:
         return f"FileStore(base_dir={str(self._base_dir)!r})"
 
     # ------------------------------------------------------------------ staged backend
-    def _staged_read(self, namespace: str) -> list[MemoryEntry]:
-        return list(self._read_locked(self.path_for(namespace), namespace).values())
+    def read_entry(self, namespace: str, entry_id: str) -> MemoryEntry | None:
+        """The live entry with this id in ``namespace``, or ``None``.
 
-    def _staged_apply(self, changes: StagedChanges) -> None:
+        Raises:
+            EntryValidationError: If ``namespace`` is invalid.
+            StoreCorruptedError: If the namespace file is corrupt or unreadable.
+        """
+        entry = self._read_locked(self.path_for(namespace), namespace).get(entry_id)
+        return None if entry is None or entry.is_expired else entry
+
+    def read_by_key(self, namespace: str, key: str) -> list[MemoryEntry]:
+        """Every live entry of ``namespace`` with ``key``.
+
+        Raises:
+            EntryValidationError: If ``namespace`` or ``key`` is invalid.
+            StoreCorruptedError: If the namespace file is corrupt or unreadable.
+        """
+        path = self.path_for(namespace)
+        validate_key(key)
+        entries = self._read_locked(path, namespace).values()
+        return [e for e in entries if e.key == key and not e.is_expired]
+
+    def read_list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
+        """Live entries of ``namespace``, ordered and limited (see :class:`ListOptions`).
+
+        Ordered by ``(key, created_at, entry_id)`` with ``key_prefix`` (only
+        keys starting with it), else by ``(created_at, entry_id)``;
+        ``newest_first`` reverses; ``limit`` applies after ordering.
+
+        Raises:
+            EntryValidationError: If ``namespace`` is invalid.
+            StoreCorruptedError: If the namespace file is corrupt or unreadable.
+        """
+        entries = self._read_locked(self.path_for(namespace), namespace).values()
+        return select_entries(entries, **options)
+
+    def apply_changes(self, changes: StagedChanges) -> None:
+        """Check the preconditions and apply ``changes`` holding every touched file's lock.
+
+        Raises:
+            ConcurrencyError: A version precondition failed (nothing is written).
+            StoreCorruptedError: A touched namespace file is corrupt.
+            StoreError: A file cannot be written.
+        """
         namespaces = sorted(changes.namespaces())
         paths = {ns: self.path_for(ns) for ns in namespaces}
         with self._locked([paths[ns] for ns in namespaces]):

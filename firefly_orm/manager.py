@@ -11,26 +11,37 @@ child wipe every conversation of its parent; here a fork clears its own working
 scope and only the conversations it started itself (with
 :meth:`MemoryManager.new_conversation`).  Clear a shared conversation
 explicitly with :meth:`MemoryManager.clear_conversation`.
+
+Each method is written once as an operation that composes the conversation's
+and the working memory's operations (:mod:`firefly_orm.bridges.steps`); its
+``async_`` twin is derived from the same operation.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from firefly_orm.bridges.steps import MemoryLayer, Operation, async_method, delegate, sync_method
 from firefly_orm.conversation import ConversationMemory, Summarizer
-from firefly_orm.store import InMemoryStore, MemoryStore
+from firefly_orm.store import MemoryStore
 from firefly_orm.working import WorkingMemory
 
 if TYPE_CHECKING:
     from firefly_orm.config import MemorySettings
-    from firefly_orm.conversation import ConversationTurn
 
 __all__ = ["MemoryManager"]
 
 
-class MemoryManager:
+def _conversation_of(manager: MemoryManager) -> ConversationMemory:
+    return manager.conversation
+
+
+def _working_of(manager: MemoryManager) -> WorkingMemory:
+    return manager.working
+
+
+class MemoryManager(MemoryLayer):
     """Conversation memory plus working memory behind one object.
 
     Args:
@@ -61,7 +72,7 @@ class MemoryManager:
         working_scope_id: str = "default",
         summarizer: Summarizer | None = None,
     ) -> None:
-        self._store: MemoryStore = store if store is not None else InMemoryStore()
+        super().__init__(store)
         self._conversation = ConversationMemory(
             max_tokens=max_conversation_tokens,
             summarize_threshold=summarize_threshold,
@@ -101,17 +112,10 @@ class MemoryManager:
             firefly_orm.errors.DatabaseConnectionError: The database failed to
                 initialise.
         """
-        from firefly_orm.config import build_store, load_settings
+        from firefly_orm.config import build_store
 
-        settings = settings if settings is not None else load_settings()
-        summarizer = summarizer if summarizer is not None else _configured_summarizer(settings)
-        return cls(
-            store=build_store(settings),
-            max_conversation_tokens=settings.max_conversation_tokens,
-            summarize_threshold=settings.summarize_threshold,
-            working_scope_id=working_scope_id,
-            summarizer=summarizer,
-        )
+        settings, summarizer = _settings_and_summarizer(settings, summarizer)
+        return cls._configured(settings, build_store(settings), working_scope_id, summarizer)
 
     @classmethod
     async def async_from_config(
@@ -122,12 +126,22 @@ class MemoryManager:
         summarizer: Summarizer | None = None,
     ) -> MemoryManager:
         """Async form of :meth:`from_config` (initialises the store asynchronously)."""
-        from firefly_orm.config import async_build_store, load_settings
+        from firefly_orm.config import async_build_store
 
-        settings = settings if settings is not None else load_settings()
-        summarizer = summarizer if summarizer is not None else _configured_summarizer(settings)
+        settings, summarizer = _settings_and_summarizer(settings, summarizer)
+        store = await async_build_store(settings)
+        return cls._configured(settings, store, working_scope_id, summarizer)
+
+    @classmethod
+    def _configured(
+        cls,
+        settings: MemorySettings,
+        store: MemoryStore,
+        working_scope_id: str,
+        summarizer: Summarizer | None,
+    ) -> MemoryManager:
         return cls(
-            store=await async_build_store(settings),
+            store=store,
             max_conversation_tokens=settings.max_conversation_tokens,
             summarize_threshold=settings.summarize_threshold,
             working_scope_id=working_scope_id,
@@ -144,11 +158,6 @@ class MemoryManager:
     def working(self) -> WorkingMemory:
         """This manager's working memory."""
         return self._working
-
-    @property
-    def store(self) -> MemoryStore:
-        """The store (shared with forks)."""
-        return self._store
 
     @property
     def parent(self) -> MemoryManager | None:
@@ -198,50 +207,26 @@ class MemoryManager:
             self._started.discard(conversation_id)
 
     # ------------------------------------------------------------------ conversations
-    def new_conversation(self) -> str:
+    def _new_conversation(self) -> Operation[str]:
         """Start a conversation and return its id."""
-        return self._record_started(self._conversation.new_conversation())
+        conversation_id = yield from self._conversation._new_conversation()
+        return self._record_started(conversation_id)
 
-    def add_turn(
-        self,
-        conversation_id: str,
-        user_prompt: str,
-        assistant_response: str,
-        raw_messages: Sequence[Any] | None = None,
-        **kwargs: Any,
-    ) -> ConversationTurn:
-        """Record one exchange (see ``ConversationMemory.add_turn``; ``metadata=`` passes on)."""
-        return self._conversation.add_turn(
-            conversation_id, user_prompt, assistant_response, raw_messages, **kwargs
-        )
+    _add_turn = delegate(ConversationMemory._add_turn, _conversation_of)
+    _get_message_history = delegate(ConversationMemory._get_message_history, _conversation_of)
 
-    def get_message_history(self, conversation_id: str) -> list[Any]:
-        """The newest turns' messages that fit the token budget, oldest first."""
-        return self._conversation.get_message_history(conversation_id)
-
-    def clear_conversation(self, conversation_id: str) -> None:
+    def _clear_conversation(self, conversation_id: str) -> Operation[None]:
         """Remove one conversation (turns and summary)."""
-        self._conversation.clear(conversation_id)
+        yield from self._conversation._clear(conversation_id)
         self._forget_started(conversation_id)
 
     # ------------------------------------------------------------------ facts
-    def set_fact(self, key: str, value: Any, **kwargs: Any) -> None:
-        """Set a fact in this manager's working memory (``importance=`` passes on)."""
-        self._working.set(key, value, **kwargs)
+    _set_fact = delegate(WorkingMemory._set, _working_of)
+    _get_fact = delegate(WorkingMemory._get, _working_of)
+    _get_working_context = delegate(WorkingMemory._to_context_string, _working_of)
+    _clear_working = delegate(WorkingMemory._clear, _working_of)
 
-    def get_fact(self, key: str, default: Any = None) -> Any:
-        """A fact's value, or ``default``."""
-        return self._working.get(key, default)
-
-    def get_working_context(self) -> str:
-        """The facts as a prompt string (``""`` when there are none)."""
-        return self._working.to_context_string()
-
-    def clear_working(self) -> None:
-        """Remove every fact of this manager's scope."""
-        self._working.clear()
-
-    def clear_all(self) -> None:
+    def _clear_all(self) -> Operation[None]:
         """Clear this manager's memory.
 
         On a manager built directly (not a fork): every conversation and this
@@ -250,65 +235,42 @@ class MemoryManager:
         shared with its parent are kept.
         """
         if self._parent is None:
-            self._conversation.clear_all()
+            yield from self._conversation._clear_all()
         else:
             for conversation_id in self._started_ids():
-                self.clear_conversation(conversation_id)
-        self._working.clear()
+                yield from self._clear_conversation(conversation_id)
+        yield from self._working._clear()
 
-    # ------------------------------------------------------------------ async twins
-    async def async_new_conversation(self) -> str:
-        """Async twin of :meth:`new_conversation`."""
-        method = getattr(self._conversation, "async_new_conversation", None)
-        cid: str = await method() if method is not None else self._conversation.new_conversation()
-        return self._record_started(cid)
+    # ------------------------------------------------------------------ public forms
+    new_conversation = sync_method(_new_conversation)
+    add_turn = sync_method(_add_turn)
+    get_message_history = sync_method(_get_message_history)
+    clear_conversation = sync_method(_clear_conversation)
+    set_fact = sync_method(_set_fact)
+    get_fact = sync_method(_get_fact)
+    get_working_context = sync_method(_get_working_context)
+    clear_working = sync_method(_clear_working)
+    clear_all = sync_method(_clear_all)
 
-    async def async_add_turn(
-        self,
-        conversation_id: str,
-        user_prompt: str,
-        assistant_response: str,
-        raw_messages: Sequence[Any] | None = None,
-        **kwargs: Any,
-    ) -> ConversationTurn:
-        """Async twin of :meth:`add_turn`."""
-        return await self._conversation.async_add_turn(
-            conversation_id, user_prompt, assistant_response, raw_messages, **kwargs
-        )
+    async_new_conversation = async_method(_new_conversation)
+    async_add_turn = async_method(_add_turn)
+    async_get_message_history = async_method(_get_message_history)
+    async_clear_conversation = async_method(_clear_conversation)
+    async_set_fact = async_method(_set_fact)
+    async_get_fact = async_method(_get_fact)
+    async_get_working_context = async_method(_get_working_context)
+    async_clear_working = async_method(_clear_working)
+    async_clear_all = async_method(_clear_all)
 
-    async def async_get_message_history(self, conversation_id: str) -> list[Any]:
-        """Async twin of :meth:`get_message_history`."""
-        return await self._conversation.async_get_message_history(conversation_id)
 
-    async def async_clear_conversation(self, conversation_id: str) -> None:
-        """Async twin of :meth:`clear_conversation`."""
-        await self._conversation.async_clear(conversation_id)
-        self._forget_started(conversation_id)
+def _settings_and_summarizer(
+    settings: MemorySettings | None, summarizer: Summarizer | None
+) -> tuple[MemorySettings, Summarizer | None]:
+    """The settings (read from the environment when ``None``) and the summarizer to use."""
+    from firefly_orm.config import load_settings
 
-    async def async_set_fact(self, key: str, value: Any, **kwargs: Any) -> None:
-        """Async twin of :meth:`set_fact`."""
-        await self._working.async_set(key, value, **kwargs)
-
-    async def async_get_fact(self, key: str, default: Any = None) -> Any:
-        """Async twin of :meth:`get_fact`."""
-        return await self._working.async_get(key, default)
-
-    async def async_get_working_context(self) -> str:
-        """Async twin of :meth:`get_working_context`."""
-        return await self._working.async_to_context_string()
-
-    async def async_clear_working(self) -> None:
-        """Async twin of :meth:`clear_working`."""
-        await self._working.async_clear()
-
-    async def async_clear_all(self) -> None:
-        """Async twin of :meth:`clear_all` (same fork rules)."""
-        if self._parent is None:
-            await self._conversation.async_clear_all()
-        else:
-            for conversation_id in self._started_ids():
-                await self.async_clear_conversation(conversation_id)
-        await self._working.async_clear()
+    settings = settings if settings is not None else load_settings()
+    return settings, summarizer if summarizer is not None else _configured_summarizer(settings)
 
 
 def _configured_summarizer(settings: MemorySettings) -> Summarizer | None:

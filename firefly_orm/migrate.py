@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -54,6 +53,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, Connection, Engine
 
 from firefly_orm.entry import TABLE_NAME, metadata
+from firefly_orm.envnames import ENV_POSTGRES_URL, ENV_SQLITE_PATH, database_url_from_env
 from firefly_orm.errors import (
     DatabaseConnectionError,
     EntryValidationError,
@@ -336,10 +336,7 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
     """
     with _connect(target) as (conn, caller_tx):
         schema = _schema_for(conn, schema_name)
-        try:
-            at, managed_by = _state(conn, schema)
-        finally:
-            _end(conn, caller_tx, commit=False)
+        at, managed_by = _read_state(conn, caller_tx, schema)
         if managed_by == HOST_VERSION_TABLE:
             if at == head() and revision in ("head", "heads", head()):
                 return
@@ -407,6 +404,16 @@ def _our_revisions() -> set[str]:
     return {rev.revision for rev in script.walk_revisions()}
 
 
+def _read_state(
+    conn: Connection, caller_tx: bool, schema: str | None
+) -> tuple[str | None, str | None]:
+    """:func:`_state`, then end our read transaction (a caller's stays open)."""
+    try:
+        return _state(conn, schema)
+    finally:
+        _end(conn, caller_tx, commit=False)
+
+
 def _state(conn: Connection, schema: str | None) -> tuple[str | None, str | None]:
     """(revision, version table holding it): ours first, then a host's (mode (b))."""
     ctx = MigrationContext.configure(
@@ -445,11 +452,7 @@ def current(target: Target, *, schema_name: str | None = None) -> str | None:
     """
     with _connect(target) as (conn, caller_tx):
         schema = _schema_for(conn, schema_name)
-        try:
-            rev, _ = _state(conn, schema)
-        finally:
-            _end(conn, caller_tx, commit=False)
-        return rev
+        return _read_state(conn, caller_tx, schema)[0]
 
 
 def _refuse_unknown(at: str | None) -> None:
@@ -489,14 +492,25 @@ def require_head(target: Target, *, schema_name: str | None = None) -> None:
 # --------------------------------------------------------------------------- env.py
 
 
-def _env_url(x_args: dict[str, str]) -> str | None:
-    if x_args.get("url"):
-        return x_args["url"]
-    if os.environ.get("FIREFLY_AGENTIC_MEMORY_POSTGRES_URL"):
-        return os.environ["FIREFLY_AGENTIC_MEMORY_POSTGRES_URL"]
-    if os.environ.get("FIREFLY_AGENTIC_MEMORY_SQLITE_PATH"):
-        return f"sqlite:///{os.environ['FIREFLY_AGENTIC_MEMORY_SQLITE_PATH']}"
-    return None
+def _environment_url(config: Any, x_args: dict[str, str]) -> str | None:
+    """The URL given to ``env.py``: attribute, ``-x url=``, environment, ``alembic.ini``."""
+    url: str | None = (
+        config.attributes.get("url")
+        or x_args.get("url")
+        or database_url_from_env()
+        or config.get_main_option("sqlalchemy.url")
+    )
+    return url
+
+
+def _configure(context: Any, schema: str | None, **options: Any) -> None:
+    """``context.configure`` with our metadata and version table (in ``schema``)."""
+    context.configure(
+        target_metadata=metadata,
+        version_table=VERSION_TABLE,
+        version_table_schema=schema,
+        **options,
+    )
 
 
 def _configure_and_run(context: Any, connection: Connection, schema: str | None) -> None:
@@ -507,11 +521,10 @@ def _configure_and_run(context: Any, connection: Connection, schema: str | None)
         if not sa.inspect(connection).has_schema(schema):
             connection.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
         connection = connection.execution_options(schema_translate_map={None: schema})
-    context.configure(
+    _configure(
+        context,
+        schema,
         connection=connection,
-        target_metadata=metadata,
-        version_table=VERSION_TABLE,
-        version_table_schema=schema,
         include_name=_own_include_name,
         render_as_batch=is_sqlite,
         compare_type=True,
@@ -530,25 +543,19 @@ def run_environment(context: Any) -> None:
         schema_arg = x_args["schema"] or None
     explicit_schema = "schema_name" in config.attributes or "schema" in x_args
 
+    def url_schema(backend: str) -> str | None:
+        """The schema on a database we connect to ourselves (none on SQLite)."""
+        if backend == "sqlite":
+            return None
+        return validate_schema_name(schema_arg if explicit_schema else DEFAULT_SCHEMA)
+
     if context.is_offline_mode():
-        url = (
-            config.attributes.get("url")
-            or _env_url(x_args)
-            or config.get_main_option("sqlalchemy.url")
-        )
+        url = _environment_url(config, x_args)
         if not url:
             raise RuntimeError("no database URL: pass -x url=... (offline mode)")
         offline_url = normalize_url(url)
-        schema = None
-        if offline_url.get_backend_name() != "sqlite":
-            schema = validate_schema_name(schema_arg if explicit_schema else DEFAULT_SCHEMA)
-        context.configure(
-            url=offline_url,
-            target_metadata=metadata,
-            version_table=VERSION_TABLE,
-            version_table_schema=schema,
-            literal_binds=True,
-        )
+        schema = url_schema(offline_url.get_backend_name())
+        _configure(context, schema, url=offline_url, literal_binds=True)
         with context.begin_transaction():
             if schema is not None:
                 # The version table (created first) lives in the schema too.
@@ -562,20 +569,17 @@ def run_environment(context: Any) -> None:
         _configure_and_run(context, connection, schema)
         return
 
-    url = (
-        config.attributes.get("url") or _env_url(x_args) or config.get_main_option("sqlalchemy.url")
-    )
+    url = _environment_url(config, x_args)
     if not url:
         raise RuntimeError(
-            "no database URL: pass `alembic -x url=...` or set FIREFLY_AGENTIC_MEMORY_POSTGRES_URL"
-            " / FIREFLY_AGENTIC_MEMORY_SQLITE_PATH"
+            f"no database URL: pass `alembic -x url=...` or set {ENV_POSTGRES_URL}"
+            f" / {ENV_SQLITE_PATH}"
         )
     engine = sa.create_engine(normalize_url(url), poolclass=sa.pool.NullPool)
     try:
         with _open(engine) as conn:
-            schema = None
+            schema = url_schema(conn.dialect.name)
             if conn.dialect.name != "sqlite":
-                schema = validate_schema_name(schema_arg if explicit_schema else DEFAULT_SCHEMA)
                 with conn.begin():
                     conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(schema))))
                     _configure_and_run(context, conn, schema)

@@ -1,6 +1,7 @@
-"""The :class:`MemoryStore` protocol and the in-process :class:`InMemoryStore`.
+"""The in-process :class:`InMemoryStore` (and the store protocols, re-exported).
 
-Every store honours the same contract (checked by :mod:`firefly_orm.testing`):
+Every store honours the same contract (checked by :mod:`firefly_orm.testing`;
+the protocols themselves live in :mod:`firefly_orm.protocols`):
 
 * ``save(namespace, entry)`` is an upsert on ``entry_id`` (an id is global: saving
   it under another namespace moves it); the entry is validated first and nothing
@@ -16,129 +17,74 @@ Every store honours the same contract (checked by :mod:`firefly_orm.testing`):
 from __future__ import annotations
 
 import threading
-from typing import Protocol, runtime_checkable
+from typing import Unpack
 
+from firefly_orm.bridges.twins import AsyncTwins
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
+from firefly_orm.protocols import AsyncMemoryStore, ListOptions, MemoryStore
 from firefly_orm.uow import (
     StagedChanges,
     StagedUnitOfWork,
-    SyncBackedAsyncUnitOfWork,
     apply_version,
     check_preconditions,
-    sort_entries,
+    select_entries,
 )
 
 __all__ = ["AsyncMemoryStore", "InMemoryStore", "MemoryStore"]
 
 
-@runtime_checkable
-class MemoryStore(Protocol):
-    """The five synchronous methods every backend implements."""
-
-    def save(self, namespace: str, entry: MemoryEntry) -> None:
-        """Insert or replace ``entry`` (by ``entry_id``) in ``namespace``."""
-        ...
-
-    def load(self, namespace: str) -> list[MemoryEntry]:
-        """Non-expired entries of ``namespace`` in ``(created_at, entry_id)`` order."""
-        ...
-
-    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
-        """The newest non-expired entry with ``key``, or ``None``."""
-        ...
-
-    def delete(self, namespace: str, entry_id: str) -> None:
-        """Remove one entry; no error if it does not exist."""
-        ...
-
-    def clear(self, namespace: str) -> None:
-        """Remove every entry of ``namespace``."""
-        ...
-
-
-@runtime_checkable
-class AsyncMemoryStore(Protocol):
-    """The async twins of :class:`MemoryStore`."""
-
-    async def async_save(self, namespace: str, entry: MemoryEntry) -> None: ...
-
-    async def async_load(self, namespace: str) -> list[MemoryEntry]: ...
-
-    async def async_load_by_key(self, namespace: str, key: str) -> MemoryEntry | None: ...
-
-    async def async_delete(self, namespace: str, entry_id: str) -> None: ...
-
-    async def async_clear(self, namespace: str) -> None: ...
-
-
-class InMemoryStore:
+class InMemoryStore(AsyncTwins):
     """A thread-safe store in process memory (nothing survives the process).
 
     Entries are copied in and out, so callers can never change stored data by
-    mutating their objects.
+    mutating their objects.  The ``async_*`` methods are derived from the sync
+    ones (:class:`~firefly_orm.bridges.twins.AsyncTwins`) and run inline.
+
+    Inside a unit of work, a read by id is O(1) and a read by key O(matches);
+    only the entries a read returns are copied.
     """
+
+    twins_in_thread = False
 
     def __init__(self) -> None:
         self._data: dict[str, dict[str, MemoryEntry]] = {}
         self._where: dict[str, str] = {}  # entry_id -> namespace
+        self._keyed: dict[tuple[str, str], set[str]] = {}  # (namespace, key) -> entry ids
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ protocol
     def save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Insert or replace ``entry`` (by ``entry_id``); an id saved elsewhere moves here."""
         validate_entry(entry, namespace)
         copy = entry.copy_entry(namespace=namespace)
         with self._lock:
             self._write(namespace, copy)
 
     def load(self, namespace: str) -> list[MemoryEntry]:
-        validate_namespace(namespace)
-        with self._lock:
-            stored = list(self._data.get(namespace, {}).values())
-        return [e.copy_entry() for e in sort_entries(stored) if not e.is_expired]
+        """Non-expired entries of ``namespace`` in ``(created_at, entry_id)`` order."""
+        return self.read_list(namespace)
 
     def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """The newest non-expired entry of ``namespace`` with ``key``, or ``None``."""
         validate_namespace(namespace)
         validate_key(key)
         with self._lock:
-            matches = [
-                e
-                for e in self._data.get(namespace, {}).values()
-                if e.key == key and not e.is_expired
-            ]
-        return sort_entries(matches)[-1].copy_entry() if matches else None
+            newest = select_entries(self._with_key(namespace, key), limit=1, newest_first=True)
+        return newest[0].copy_entry() if newest else None
 
     def delete(self, namespace: str, entry_id: str) -> None:
+        """Remove one entry; no error if it does not exist."""
         validate_namespace(namespace)
         with self._lock:
-            if self._data.get(namespace, {}).pop(entry_id, None) is not None:
-                self._where.pop(entry_id, None)
+            self._remove(namespace, entry_id)
 
     def clear(self, namespace: str) -> None:
+        """Remove every entry of ``namespace``."""
         validate_namespace(namespace)
         with self._lock:
-            for entry_id in self._data.pop(namespace, {}):
-                self._where.pop(entry_id, None)
-
-    # ------------------------------------------------------------------ async twins
-    async def async_save(self, namespace: str, entry: MemoryEntry) -> None:
-        """Async twin of :meth:`save` (no I/O: runs inline)."""
-        self.save(namespace, entry)
-
-    async def async_load(self, namespace: str) -> list[MemoryEntry]:
-        """Async twin of :meth:`load`."""
-        return self.load(namespace)
-
-    async def async_load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
-        """Async twin of :meth:`load_by_key`."""
-        return self.load_by_key(namespace, key)
-
-    async def async_delete(self, namespace: str, entry_id: str) -> None:
-        """Async twin of :meth:`delete`."""
-        self.delete(namespace, entry_id)
-
-    async def async_clear(self, namespace: str) -> None:
-        """Async twin of :meth:`clear`."""
-        self.clear(namespace)
+            for entry_id in list(self._data.get(namespace, {})):
+                self._remove(namespace, entry_id)
+            self._data.pop(namespace, None)
 
     # ------------------------------------------------------------------ extras
     @property
@@ -151,45 +97,50 @@ class InMemoryStore:
         """Delete expired entries in every namespace; return how many."""
         removed = 0
         with self._lock:
-            for entries in self._data.values():
+            for namespace, entries in self._data.items():
                 for entry_id in [i for i, e in entries.items() if e.is_expired]:
-                    del entries[entry_id]
-                    self._where.pop(entry_id, None)
+                    self._remove(namespace, entry_id)
                     removed += 1
         return removed
 
-    async def async_cleanup_expired(self) -> int:
-        """Async twin of :meth:`cleanup_expired`."""
-        return self.cleanup_expired()
+    def unit_of_work(self, *, read_only: bool = False) -> StagedUnitOfWork:
+        """A unit of work whose changes apply atomically (under the lock) on commit.
 
-    def unit_of_work(self) -> StagedUnitOfWork:
-        """A unit of work whose changes apply atomically (under the lock) on commit."""
+        ``read_only`` is accepted for the common signature; it changes nothing here.
+        """
         return StagedUnitOfWork(self)
-
-    def async_unit_of_work(self) -> SyncBackedAsyncUnitOfWork:
-        """Async form of :meth:`unit_of_work`."""
-        return SyncBackedAsyncUnitOfWork(self.unit_of_work(), offload=False)
 
     def __repr__(self) -> str:
         with self._lock:
             count = sum(len(v) for v in self._data.values())
         return f"InMemoryStore(namespaces={len(self._data)}, entries={count})"
 
-    # ------------------------------------------------------------------ internals
-    def _write(self, namespace: str, entry: MemoryEntry) -> None:
-        old_ns = self._where.get(entry.entry_id)
-        previous = None
-        if old_ns is not None:
-            previous = self._data.get(old_ns, {}).pop(entry.entry_id, None)
-        apply_version(entry, previous)
-        self._data.setdefault(namespace, {})[entry.entry_id] = entry
-        self._where[entry.entry_id] = namespace
-
-    def _staged_read(self, namespace: str) -> list[MemoryEntry]:
+    # ------------------------------------------------------------------ staged backend
+    def read_entry(self, namespace: str, entry_id: str) -> MemoryEntry | None:
+        """The live entry with this id in ``namespace`` (a copy), or ``None``."""
+        validate_namespace(namespace)
         with self._lock:
-            return [e.copy_entry() for e in self._data.get(namespace, {}).values()]
+            entry = self._data.get(namespace, {}).get(entry_id)
+            if entry is None or entry.is_expired:
+                return None
+            return entry.copy_entry()
 
-    def _staged_apply(self, changes: StagedChanges) -> None:
+    def read_by_key(self, namespace: str, key: str) -> list[MemoryEntry]:
+        """Every live entry of ``namespace`` with ``key`` (copies)."""
+        validate_namespace(namespace)
+        validate_key(key)
+        with self._lock:
+            return [e.copy_entry() for e in self._with_key(namespace, key) if not e.is_expired]
+
+    def read_list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
+        """Live entries of ``namespace``, ordered and limited (copies of those only)."""
+        validate_namespace(namespace)
+        with self._lock:
+            rows = select_entries(self._data.get(namespace, {}).values(), **options)
+            return [e.copy_entry() for e in rows]
+
+    def apply_changes(self, changes: StagedChanges) -> None:
+        """Check the version preconditions and apply ``changes``, all under the lock."""
         with self._lock:
 
             def current(namespace: str, entry_id: str) -> MemoryEntry | None:
@@ -204,3 +155,31 @@ class InMemoryStore:
                     self.delete(namespace, entry_id)
                 else:
                     self._write(namespace, entry.copy_entry())
+
+    # ------------------------------------------------------------------ internals
+    # Callers hold the lock.
+    def _with_key(self, namespace: str, key: str) -> list[MemoryEntry]:
+        entries = self._data.get(namespace, {})
+        return [entries[i] for i in self._keyed.get((namespace, key), ())]
+
+    def _write(self, namespace: str, entry: MemoryEntry) -> None:
+        old_ns = self._where.get(entry.entry_id)
+        previous = None if old_ns is None else self._remove(old_ns, entry.entry_id)
+        apply_version(entry, previous)
+        self._data.setdefault(namespace, {})[entry.entry_id] = entry
+        self._where[entry.entry_id] = namespace
+        if entry.key is not None:
+            self._keyed.setdefault((namespace, entry.key), set()).add(entry.entry_id)
+
+    def _remove(self, namespace: str, entry_id: str) -> MemoryEntry | None:
+        entry = self._data.get(namespace, {}).pop(entry_id, None)
+        if entry is None:
+            return None
+        self._where.pop(entry_id, None)
+        if entry.key is not None:
+            ids = self._keyed.get((namespace, entry.key))
+            if ids is not None:
+                ids.discard(entry_id)
+                if not ids:
+                    del self._keyed[(namespace, entry.key)]
+        return entry

@@ -17,9 +17,10 @@ What it does better than the module it is modelled on:
 * any model failure (missing model name, unknown provider, network, auth) is
   logged as a warning and a plain extractive summary is returned instead, so a
   failing LLM never breaks ``add_turn``;
-* the sync call runs the model on one background event loop shared by all
-  summarizers, so it works with no running loop, inside a thread while a loop
-  runs elsewhere, and even (blocking) from a coroutine; async code should await
+* the sync call runs the model on the process-wide event-loop thread
+  (:func:`~firefly_orm.bridges.loop_thread.shared_loop`), so it works with no
+  running loop, inside a thread while a loop runs elsewhere, and even
+  (blocking) from a coroutine; async code should await
   :meth:`LLMSummarizer.async_summarize` instead.
 
 A conversation passes its previous summary as a first turn with ``turn_id=-1``;
@@ -33,11 +34,15 @@ import logging
 import os
 import re
 import string
-import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from firefly_orm.bridges.loop_thread import shared_loop
+from firefly_orm.conversation.model import SUMMARY_TURN_ID
+from firefly_orm.envnames import ENV_SUMMARY_MODEL
 from firefly_orm.errors import MissingExtraError
+from firefly_orm.tokens import DEFAULT_TOKENS_PER_WORD
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -56,18 +61,17 @@ __all__ = [
 logger = logging.getLogger("firefly_orm")
 
 #: Environment variable naming the model when ``model=None``.
-SUMMARY_MODEL_ENV = "FIREFLY_AGENTIC_MEMORY_SUMMARY_MODEL"
+SUMMARY_MODEL_ENV = ENV_SUMMARY_MODEL
 
 #: What the fallback returns when no turn has a usable response.
 FALLBACK_SUMMARY = "Previous conversation context."
 
-#: Turn id of the synthetic turn that carries the previous summary.
-PREVIOUS_SUMMARY_TURN_ID = -1
+#: Turn id of the synthetic turn that carries the previous summary (an alias of
+#: :data:`firefly_orm.conversation.SUMMARY_TURN_ID`).
+PREVIOUS_SUMMARY_TURN_ID = SUMMARY_TURN_ID
 
 #: Characters of each prompt/response shown to the model.
 _MAX_TURN_CHARS = 500
-
-_TOKENS_PER_WORD = 1.33
 
 DEFAULT_PROMPT_TEMPLATE = (
     "Summarize the following conversation turns in one concise paragraph. Keep the facts, "
@@ -124,7 +128,7 @@ def _text(value: Any) -> str:
 
 
 def _is_previous_summary(turn: TurnLike) -> bool:
-    return getattr(turn, "turn_id", None) == PREVIOUS_SUMMARY_TURN_ID
+    return getattr(turn, "turn_id", None) == SUMMARY_TURN_ID
 
 
 def _summary_text(turn: TurnLike) -> str:
@@ -152,7 +156,7 @@ def format_turns(turns: Sequence[TurnLike]) -> str:
     return "\n".join(lines)
 
 
-def max_words_for(max_tokens: int, tokens_per_word: float = _TOKENS_PER_WORD) -> int:
+def max_words_for(max_tokens: int, tokens_per_word: float = DEFAULT_TOKENS_PER_WORD) -> int:
     """The most words whose heuristic estimate ``int(words * tpw)`` fits ``max_tokens``."""
     words = int(max_tokens / tokens_per_word) + 1
     while words > 0 and int(words * tokens_per_word) > max_tokens:
@@ -195,82 +199,47 @@ def fallback_summary(turns: Sequence[TurnLike]) -> str:
     return " ".join(parts) if parts else FALLBACK_SUMMARY
 
 
-# --------------------------------------------------------------------------- background loop
-
-_loop_lock = threading.Lock()
-_loop: asyncio.AbstractEventLoop | None = None
-
-
-def _background_loop() -> asyncio.AbstractEventLoop:
-    """One event loop, in a daemon thread, that runs every sync summarizer call.
-
-    A single long-lived loop (instead of ``asyncio.run`` per call) keeps HTTP
-    clients that model providers cache bound to a loop that stays alive.
-    """
-    global _loop
-    with _loop_lock:
-        if _loop is None or _loop.is_closed():
-            loop = asyncio.new_event_loop()
-            thread = threading.Thread(
-                target=loop.run_forever, name="firefly-orm-summarizer", daemon=True
-            )
-            thread.start()
-            _loop = loop
-        return _loop
-
-
 # --------------------------------------------------------------------------- summarizer
 
 
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class LLMSummarizer:
     """Summarises evicted turns with a pydantic-ai model; see the module docstring.
 
     Build it with :func:`create_llm_summarizer`.  Call it (sync) or await
     :meth:`async_summarize`; both return the summary text and never raise for a
     model failure (they fall back to :func:`fallback_summary`).
+
+    Attributes:
+        model: The model given at creation (``None``: read from the environment
+            per call).
+        prompt_template: The template the prompt is built from (validated at
+            creation, see :func:`validate_template`).
+        max_summary_tokens: Upper bound of a summary's length in tokens.
     """
 
-    def __init__(
-        self,
-        *,
-        model: str | Model | None,
-        prompt_template: str,
-        max_summary_tokens: int,
-    ) -> None:
-        self._model = model
-        self._template = validate_template(prompt_template)
-        self._max_tokens = max_summary_tokens
+    model: str | Model | None
+    prompt_template: str
+    max_summary_tokens: int
 
-    @property
-    def model(self) -> str | Model | None:
-        """The model given at creation (``None``: read from the environment per call)."""
-        return self._model
-
-    @property
-    def max_summary_tokens(self) -> int:
-        """Upper bound of a summary's length in tokens."""
-        return self._max_tokens
-
-    @property
-    def prompt_template(self) -> str:
-        """The template the prompt is built from."""
-        return self._template
+    def __post_init__(self) -> None:
+        validate_template(self.prompt_template)
 
     def __repr__(self) -> str:
-        model = self._model if isinstance(self._model, str | None) else type(self._model).__name__
-        return f"LLMSummarizer(model={model!r}, max_summary_tokens={self._max_tokens})"
+        model = self.model if isinstance(self.model, str | None) else type(self.model).__name__
+        return f"LLMSummarizer(model={model!r}, max_summary_tokens={self.max_summary_tokens})"
 
     def build_prompt(self, turns: Sequence[TurnLike]) -> str:
         """The user prompt sent to the model for ``turns`` (includes the length limit)."""
-        words = max_words_for(self._max_tokens)
+        words = max_words_for(self.max_summary_tokens)
         return (
-            self._template.format(turns_text=format_turns(turns))
-            + f"\n\nWrite at most {self._max_tokens} tokens (about {words} words)."
+            self.prompt_template.format(turns_text=format_turns(turns))
+            + f"\n\nWrite at most {self.max_summary_tokens} tokens (about {words} words)."
         )
 
     def _resolve_model(self) -> str | Model:
-        if self._model is not None:
-            return self._model
+        if self.model is not None:
+            return self.model
         name = os.environ.get(SUMMARY_MODEL_ENV, "").strip()
         if not name:
             raise ValueError(
@@ -297,24 +266,20 @@ class LLMSummarizer:
                 exc,
             )
             text = fallback_summary(turns)
-        return truncate_to_tokens(text, self._max_tokens)
+        return truncate_to_tokens(text, self.max_summary_tokens)
 
     def __call__(self, turns: Sequence[TurnLike]) -> str:
         """Summarise ``turns`` from sync code (see the module docstring)."""
-        loop = _background_loop()
         try:
-            running = asyncio.get_running_loop()
+            asyncio.get_running_loop()
         except RuntimeError:
-            running = None
-        if running is loop:  # pragma: no cover - only our own loop could do this
-            raise RuntimeError("await async_summarize() instead of calling the summarizer")
-        if running is not None:
+            pass
+        else:
             logger.debug(
                 "sync summarizer call inside a running event loop blocks it; "
                 "await async_summarize() instead"
             )
-        future = asyncio.run_coroutine_threadsafe(self.async_summarize(turns), loop)
-        return future.result()
+        return shared_loop().call(self.async_summarize(turns))
 
 
 def create_llm_summarizer(

@@ -16,9 +16,12 @@ import math
 import threading
 from typing import Any
 
-__all__ = ["TokenEstimator"]
+__all__ = ["DEFAULT_TOKENS_PER_WORD", "TokenEstimator"]
 
 logger = logging.getLogger("firefly_orm")
+
+#: Tokens counted per word by the default heuristic (the one home of this figure).
+DEFAULT_TOKENS_PER_WORD = 1.33
 
 _UNLOADED = object()
 
@@ -36,7 +39,9 @@ class TokenEstimator:
         9
     """
 
-    def __init__(self, *, tokens_per_word: float = 1.33, encoding_name: str | None = None) -> None:
+    def __init__(
+        self, *, tokens_per_word: float = DEFAULT_TOKENS_PER_WORD, encoding_name: str | None = None
+    ) -> None:
         if (
             isinstance(tokens_per_word, bool)
             or not isinstance(tokens_per_word, int | float)

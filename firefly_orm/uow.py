@@ -15,36 +15,50 @@ function over the unit of work with ``await uow.run_sync(fn, *args)``; on SQL
 stores that function runs on the native async driver through
 ``AsyncSession.run_sync``, so each operation is written once.
 
-What each store guarantees:
+What each store guarantees (the contracts are in :mod:`firefly_orm.protocols`):
 
 * SQL stores: one database transaction (a SAVEPOINT when joining a caller's
   Session); ``for_update`` is ``SELECT ... FOR UPDATE`` on PostgreSQL (SQLite
   serialises writers with ``BEGIN IMMEDIATE``).
-* :class:`~firefly_orm.store.InMemoryStore` and :class:`~firefly_orm.FileStore`:
-  changes are staged and applied atomically on commit, under the store's lock
-  (the file store also holds an inter-process file lock); version preconditions
-  are checked at commit.
-* Any other :class:`~firefly_orm.store.MemoryStore` (a custom backend with only
-  the five protocol methods) gets :class:`BestEffortUnitOfWork`: changes are
-  staged and replayed on commit through ``save``/``delete``; preconditions are
-  checked just before, but a crash half-way through the replay can leave part of
-  the changes applied, and two processes can race between the check and the
-  writes.  Give your store a ``unit_of_work()`` method for real atomicity.
+* Stores implementing :class:`~firefly_orm.protocols.StagedBackend`
+  (:class:`~firefly_orm.store.InMemoryStore`, :class:`~firefly_orm.FileStore`,
+  the MongoDB store) get :class:`StagedUnitOfWork`: changes are staged and
+  handed to the store's ``apply_changes`` on commit, which checks the version
+  preconditions and applies them atomically.  Reads fetch only what they ask
+  for (one id, one key, a window of a key range) and see the unit of work's
+  own staged writes overlaid, so their cost does not grow with the namespace.
+* Any other :class:`~firefly_orm.protocols.MemoryStore` (a custom backend with
+  only the five protocol methods) gets :class:`BestEffortUnitOfWork`: changes
+  are staged and replayed on commit through ``save``/``delete``; preconditions
+  are checked just before, but a crash half-way through the replay can leave
+  part of the changes applied, and two processes can race between the check
+  and the writes.  Give your store a ``unit_of_work()`` method for real
+  atomicity.
 """
 
 from __future__ import annotations
 
-import asyncio
-import inspect
+import builtins
+import heapq
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import Any, Self, TypeGuard, Unpack
 
+from firefly_orm.bridges.twins import SyncBackedAsyncUnitOfWork
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
 from firefly_orm.errors import ConcurrencyError
+from firefly_orm.protocols import (
+    AsyncUnitOfWork,
+    AsyncUnitOfWorkStore,
+    EntryRepository,
+    ListOptions,
+    MemoryStore,
+    StagedBackend,
+    UnitOfWork,
+    UnitOfWorkStore,
+)
 
 __all__ = [
     "AsyncUnitOfWork",
@@ -58,98 +72,62 @@ __all__ = [
     "apply_version",
     "async_unit_of_work_for",
     "check_preconditions",
+    "select_entries",
     "sort_entries",
     "unit_of_work_for",
 ]
 
 logger = logging.getLogger("firefly_orm")
-T = TypeVar("T")
 
 
-@runtime_checkable
-class EntryRepository(Protocol):
-    """Reads and writes entries inside one unit of work.
-
-    Reads never return expired entries.  ``list`` orders by ``key`` when a
-    ``key_prefix`` is given, otherwise by ``(created_at, entry_id)``.
-    """
-
-    def get(self, namespace: str, entry_id: str) -> MemoryEntry | None: ...
-
-    def get_by_key(
-        self, namespace: str, key: str, *, for_update: bool = False
-    ) -> MemoryEntry | None: ...
-
-    def list(
-        self,
-        namespace: str,
-        *,
-        key_prefix: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[MemoryEntry]: ...
-
-    def save(
-        self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None
-    ) -> None:
-        """Upsert ``entry``.
-
-        ``expected_version=None`` writes unconditionally; ``0`` requires that no
-        entry with this id exists; ``n > 0`` requires the stored version to be
-        ``n``.  A failed precondition raises :class:`ConcurrencyError` (at once
-        or at commit, depending on the store).  The stored version becomes the
-        previous one plus one (``max(entry.version, 1)`` on insert).
-        """
-        ...
-
-    def delete(self, namespace: str, entry_ids: str | Iterable[str]) -> None: ...
-
-    def clear(self, namespace: str) -> None: ...
+# --------------------------------------------------------------------------- ordering
 
 
-class UnitOfWork(Protocol):
-    """A sync unit of work; use as a context manager, call :meth:`commit`."""
-
-    entries: EntryRepository
-
-    def commit(self) -> None: ...
-
-    def rollback(self) -> None: ...
-
-    def __enter__(self) -> Self: ...
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
+def _by_time(entry: MemoryEntry) -> tuple[Any, ...]:
+    return (entry.created_at, entry.entry_id)
 
 
-class AsyncUnitOfWork(Protocol):
-    """An async unit of work: ``await uow.run_sync(fn, *args)``, ``await uow.commit()``."""
-
-    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T: ...
-
-    async def commit(self) -> None: ...
-
-    async def rollback(self) -> None: ...
-
-    async def __aenter__(self) -> Self: ...
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None: ...
+def _by_key(entry: MemoryEntry) -> tuple[Any, ...]:
+    return (entry.key or "", entry.created_at, entry.entry_id)
 
 
 def sort_entries(entries: Iterable[MemoryEntry], *, by_key: bool = False) -> list[MemoryEntry]:
     """The store-wide stable order: ``(created_at, entry_id)`` or ``key``."""
-    if by_key:
-        return sorted(entries, key=lambda e: (e.key or "", e.created_at, e.entry_id))
-    return sorted(entries, key=lambda e: (e.created_at, e.entry_id))
+    return sorted(entries, key=_by_key if by_key else _by_time)
+
+
+def select_entries(
+    entries: Iterable[MemoryEntry],
+    *,
+    key_prefix: str | None = None,
+    limit: int | None = None,
+    newest_first: bool = False,
+) -> list[MemoryEntry]:
+    """The live entries a ``list`` read returns, in its order (no copies made).
+
+    Drops expired entries and, with ``key_prefix``, entries whose key does not
+    start with it; orders by ``(key, created_at, entry_id)`` when a prefix is
+    given, else by ``(created_at, entry_id)``; ``newest_first`` reverses;
+    ``limit`` keeps the first ``limit`` (selected without sorting the rest).
+    """
+    if key_prefix is None:
+        live = (e for e in entries if not e.is_expired)
+    else:
+        live = (
+            e
+            for e in entries
+            if e.key is not None and e.key.startswith(key_prefix) and not e.is_expired
+        )
+    order = _by_time if key_prefix is None else _by_key
+    if limit is None:
+        return sorted(live, key=order, reverse=newest_first)
+    pick = heapq.nlargest if newest_first else heapq.nsmallest
+    return pick(max(limit, 0), live, key=order)
+
+
+def _newest(entries: Iterable[MemoryEntry]) -> MemoryEntry | None:
+    newest = select_entries(entries, limit=1, newest_first=True)
+    return newest[0] if newest else None
 
 
 # --------------------------------------------------------------------------- staged UoW
@@ -172,74 +150,88 @@ class StagedChanges:
     preconditions: list[_Precondition] = field(default_factory=list)
 
     def namespaces(self) -> set[str]:
+        """Every namespace the changes touch (cleared, written or checked)."""
         return (
             self.cleared | {ns for ns, _ in self.writes} | {p.namespace for p in self.preconditions}
         )
 
 
-class StagedBackend(Protocol):
-    """What :class:`StagedUnitOfWork` needs from a store."""
+@dataclass
+class _Overlay:
+    """The staged writes as one namespace sees them."""
 
-    def _staged_read(self, namespace: str) -> list[MemoryEntry]:
-        """Every stored entry of ``namespace`` (expired included), as copies."""
-        ...
-
-    def _staged_apply(self, changes: StagedChanges) -> None:
-        """Check the preconditions and apply the changes atomically."""
-        ...
+    cleared: bool
+    #: ids whose stored row is replaced, deleted or moved away by a staged write
+    hidden: set[str]
+    #: entries staged into the namespace (not copies; copy before handing out)
+    staged: list[MemoryEntry]
 
 
 class _StagedRepository:
+    """Backend reads of only what is asked, with the staged writes overlaid."""
+
     def __init__(self, uow: StagedUnitOfWork) -> None:
         self._uow = uow
 
-    def _visible(self, namespace: str) -> list[MemoryEntry]:
+    def _overlay(self, namespace: str) -> _Overlay:
         changes = self._uow.changes
-        base = [] if namespace in changes.cleared else self._uow.backend._staged_read(namespace)
-        by_id = {e.entry_id: e for e in base}
+        hidden: set[str] = set()
+        staged: list[MemoryEntry] = []
         for (ns, entry_id), entry in changes.writes.items():
-            if ns != namespace:
-                # an id saved into another namespace in this unit of work has moved
+            if ns == namespace:
+                hidden.add(entry_id)
                 if entry is not None:
-                    by_id.pop(entry_id, None)
-                continue
-            if entry is None:
-                by_id.pop(entry_id, None)
-            else:
-                by_id[entry_id] = entry.copy_entry()
-        return [e for e in by_id.values() if not e.is_expired]
+                    staged.append(entry)
+            elif entry is not None:
+                hidden.add(entry_id)  # saved into another namespace here: it moved
+        return _Overlay(namespace in changes.cleared, hidden, staged)
 
     def get(self, namespace: str, entry_id: str) -> MemoryEntry | None:
         validate_namespace(namespace)
-        for entry in self._visible(namespace):
+        overlay = self._overlay(namespace)
+        for entry in overlay.staged:
             if entry.entry_id == entry_id:
-                return entry
-        return None
+                return None if entry.is_expired else entry.copy_entry()
+        if overlay.cleared or entry_id in overlay.hidden:
+            return None
+        return self._uow.backend.read_entry(namespace, entry_id)
 
     def get_by_key(
         self, namespace: str, key: str, *, for_update: bool = False
     ) -> MemoryEntry | None:
         validate_namespace(namespace)
         validate_key(key)
-        matches = [e for e in self._visible(namespace) if e.key == key]
-        return sort_entries(matches)[-1] if matches else None
+        overlay = self._overlay(namespace)
+        stored = [] if overlay.cleared else self._uow.backend.read_by_key(namespace, key)
+        candidates = [e for e in stored if e.entry_id not in overlay.hidden]
+        candidates.extend(e for e in overlay.staged if e.key == key)
+        newest = _newest(candidates)
+        if newest is not None and any(newest is e for e in overlay.staged):
+            return newest.copy_entry()
+        return newest
 
-    def list(
-        self,
-        namespace: str,
-        *,
-        key_prefix: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[MemoryEntry]:
+    def list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
         validate_namespace(namespace)
-        entries = self._visible(namespace)
-        if key_prefix is not None:
-            entries = [e for e in entries if e.key is not None and e.key.startswith(key_prefix)]
-        ordered = sort_entries(entries, by_key=key_prefix is not None)
-        if newest_first:
-            ordered.reverse()
-        return ordered if limit is None else ordered[:limit]
+        key_prefix = options.get("key_prefix")
+        limit = options.get("limit")
+        newest_first = options.get("newest_first", False)
+        overlay = self._overlay(namespace)
+        stored: list[MemoryEntry] = []
+        if not overlay.cleared:
+            # Each staged write can hide at most one stored row of the window,
+            # so this many rows always leave ``limit`` once the overlay is applied.
+            window = None if limit is None else max(limit, 0) + len(self._uow.changes.writes)
+            stored = self._uow.backend.read_list(
+                namespace, key_prefix=key_prefix, limit=window, newest_first=newest_first
+            )
+        staged = select_entries(overlay.staged, key_prefix=key_prefix)
+        merged = [e for e in stored if e.entry_id not in overlay.hidden]
+        merged.extend(e.copy_entry() for e in staged)
+        return select_entries(merged, key_prefix=key_prefix, limit=limit, newest_first=newest_first)
+
+    def list_contents(self, namespace: str, **options: Unpack[ListOptions]) -> builtins.list[Any]:
+        """Like :meth:`list` but only each entry's ``content``."""
+        return [e.content for e in self.list(namespace, **options)]
 
     def save(
         self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None
@@ -269,7 +261,12 @@ class _StagedRepository:
 
 
 class StagedUnitOfWork:
-    """Unit of work that stages changes and hands them to the store on commit."""
+    """Unit of work that stages changes and hands them to the store on commit.
+
+    Args:
+        backend: The store (or adapter) implementing
+            :class:`~firefly_orm.protocols.StagedBackend`.
+    """
 
     def __init__(self, backend: StagedBackend) -> None:
         self.backend = backend
@@ -278,65 +275,23 @@ class StagedUnitOfWork:
         self._done = False
 
     def commit(self) -> None:
+        """Apply the staged changes through ``backend.apply_changes``."""
         if self._done:
             raise RuntimeError("this unit of work has already been committed or rolled back")
-        self.backend._staged_apply(self.changes)
+        self.backend.apply_changes(self.changes)
         self._done = True
 
     def rollback(self) -> None:
+        """Drop the staged changes."""
         self.changes = StagedChanges()
         self._done = True
 
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if not self._done:
             self.rollback()
-
-
-class SyncBackedAsyncUnitOfWork:
-    """Async face of a sync unit of work (for stores without async I/O).
-
-    With ``offload=True`` (the default) the work and the commit run in a worker
-    thread, so a store doing blocking I/O (files, a custom backend) never blocks
-    the event loop; an in-process store passes ``offload=False``.
-    """
-
-    def __init__(self, uow: UnitOfWork, *, offload: bool = True) -> None:
-        self._uow = uow
-        self._offload = offload
-
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._offload:
-            return await asyncio.to_thread(fn, *args)
-        return fn(*args)
-
-    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        return await self._call(fn, self._uow, *args)
-
-    async def commit(self) -> None:
-        await self._call(self._uow.commit)
-
-    async def rollback(self) -> None:
-        await self._call(self._uow.rollback)
-
-    async def __aenter__(self) -> Self:
-        self._uow.__enter__()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._uow.__exit__(exc_type, exc, tb)
 
 
 def apply_version(entry: MemoryEntry, previous: MemoryEntry | None) -> MemoryEntry:
@@ -364,26 +319,25 @@ def check_preconditions(
 # --------------------------------------------------------------------------- best effort
 
 
-class _ProtocolStore(Protocol):
-    def save(self, namespace: str, entry: MemoryEntry) -> None: ...
+class _LoadingBackend:
+    """Adapts a plain five-method store to :class:`StagedBackend` through ``load``."""
 
-    def load(self, namespace: str) -> list[MemoryEntry]: ...
-
-    def delete(self, namespace: str, entry_id: str) -> None: ...
-
-    def clear(self, namespace: str) -> None: ...
-
-
-class _ProtocolBackend:
-    """Adapts a plain five-method store to :class:`StagedBackend`."""
-
-    def __init__(self, store: _ProtocolStore) -> None:
+    def __init__(self, store: MemoryStore) -> None:
         self.store = store
 
-    def _staged_read(self, namespace: str) -> list[MemoryEntry]:
-        return [e.copy_entry() for e in self.store.load(namespace)]
+    def read_entry(self, namespace: str, entry_id: str) -> MemoryEntry | None:
+        for entry in self.store.load(namespace):
+            if entry.entry_id == entry_id:
+                return entry.copy_entry()
+        return None
 
-    def _staged_apply(self, changes: StagedChanges) -> None:
+    def read_by_key(self, namespace: str, key: str) -> list[MemoryEntry]:
+        return [e.copy_entry() for e in self.store.load(namespace) if e.key == key]
+
+    def read_list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
+        return [e.copy_entry() for e in select_entries(self.store.load(namespace), **options)]
+
+    def apply_changes(self, changes: StagedChanges) -> None:
         cache: dict[str, dict[str, MemoryEntry]] = {}
 
         def current(namespace: str, entry_id: str) -> MemoryEntry | None:
@@ -408,58 +362,49 @@ class BestEffortUnitOfWork(StagedUnitOfWork):
     See the module docstring for what it does and does not guarantee.
     """
 
-    def __init__(self, store: _ProtocolStore) -> None:
-        super().__init__(_ProtocolBackend(store))
+    def __init__(self, store: MemoryStore) -> None:
+        super().__init__(_LoadingBackend(store))
 
 
-_TAKES_READ_ONLY: dict[Any, bool] = {}
+# --------------------------------------------------------------------------- entry points
+# Capability checks by attribute (as ``isinstance`` on a runtime protocol does,
+# but without its cost on every operation of every memory layer).
 
 
-def _takes_read_only(factory: Callable[..., Any]) -> bool:
-    func = getattr(factory, "__func__", factory)
-    known = _TAKES_READ_ONLY.get(func)
-    if known is None:
-        try:
-            known = "read_only" in inspect.signature(factory).parameters
-        except (TypeError, ValueError):  # pragma: no cover - callables without signatures
-            known = False
-        _TAKES_READ_ONLY[func] = known
-    return known
+def _offers_unit_of_work(store: object) -> TypeGuard[UnitOfWorkStore]:
+    return callable(getattr(store, "unit_of_work", None))
 
 
-def _call_factory(factory: Callable[..., Any], read_only: bool) -> Any:
-    """Call a store's unit-of-work factory, passing ``read_only`` only if it takes it."""
-    if read_only and _takes_read_only(factory):
-        return factory(read_only=True)
-    return factory()
+def _offers_async_unit_of_work(store: object) -> TypeGuard[AsyncUnitOfWorkStore]:
+    return callable(getattr(store, "async_unit_of_work", None))
 
 
 @contextmanager
-def unit_of_work_for(store: Any, *, read_only: bool = False) -> Iterator[UnitOfWork]:
-    """``store.unit_of_work()`` when the store has one, else a best-effort one.
+def unit_of_work_for(store: MemoryStore, *, read_only: bool = False) -> Iterator[UnitOfWork]:
+    """``store.unit_of_work(read_only=...)`` when the store has one, else a best-effort one.
 
     ``read_only=True`` is a hint for stores that can use it (SQL stores start a
     plain transaction instead of a write-locking one); the unit of work must then
     not write.
     """
-    factory = getattr(store, "unit_of_work", None)
-    if factory is not None:
-        with _call_factory(factory, read_only) as uow:
+    if _offers_unit_of_work(store):
+        with store.unit_of_work(read_only=read_only) as uow:
             yield uow
     else:
-        with BestEffortUnitOfWork(store) as uow:
-            yield uow
+        with BestEffortUnitOfWork(store) as staged:
+            yield staged
 
 
-def async_unit_of_work_for(store: Any, *, read_only: bool = False) -> Any:
-    """``store.async_unit_of_work()`` when the store has one, else a sync-backed one."""
-    factory = getattr(store, "async_unit_of_work", None)
-    if factory is not None:
-        return _call_factory(factory, read_only)
-    sync_factory = getattr(store, "unit_of_work", None)
-    uow = (
-        _call_factory(sync_factory, read_only)
-        if sync_factory is not None
-        else BestEffortUnitOfWork(store)
-    )
-    return SyncBackedAsyncUnitOfWork(uow)
+def async_unit_of_work_for(
+    store: MemoryStore, *, read_only: bool = False
+) -> AbstractAsyncContextManager[AsyncUnitOfWork]:
+    """``store.async_unit_of_work(read_only=...)`` when the store has one, else a sync-backed one.
+
+    A store with only a sync ``unit_of_work`` (or none) gets it wrapped in a
+    :class:`SyncBackedAsyncUnitOfWork` that runs the work in a worker thread.
+    """
+    if _offers_async_unit_of_work(store):
+        return store.async_unit_of_work(read_only=read_only)
+    if _offers_unit_of_work(store):
+        return SyncBackedAsyncUnitOfWork(store.unit_of_work(read_only=read_only))
+    return SyncBackedAsyncUnitOfWork(BestEffortUnitOfWork(store))

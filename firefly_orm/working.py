@@ -9,17 +9,26 @@ namespace and the key (:func:`~firefly_orm.entry.derived_entry_id`), so a single
 leave two entries for a key, and a failed write leaves the previous value in
 place (the module this is modelled on deleted first and inserted second).
 
-Every I/O method has an ``async_`` twin that uses the store's ``async_*``
-methods (a store without them has its sync method run in a worker thread); the
-entry building and result shaping are shared by both paths.
+Each method is written once as an operation (:mod:`firefly_orm.bridges.steps`)
+and has an ``async_`` twin derived from it: single reads and writes call the
+store's own methods (its ``async_*`` ones from async code; a store without them
+has the sync method run in a worker thread), :meth:`WorkingMemory.delete` runs
+one unit of work.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
+from firefly_orm.bridges.steps import (
+    MemoryLayer,
+    Operation,
+    StoreCall,
+    Transaction,
+    async_method,
+    sync_method,
+)
 from firefly_orm.entry import (
     MemoryEntry,
     MemoryScope,
@@ -29,19 +38,17 @@ from firefly_orm.entry import (
     validate_namespace,
 )
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.store import InMemoryStore, MemoryStore
-from firefly_orm.uow import UnitOfWork, async_unit_of_work_for, unit_of_work_for
+from firefly_orm.protocols import UnitOfWork
+from firefly_orm.store import MemoryStore
 
 __all__ = ["WorkingMemory", "format_context"]
-
-T = TypeVar("T")
 
 #: Stop deleting after this many stray entries for one key (guards against a
 #: store whose delete silently does nothing).
 _MAX_STRAY_DELETES = 64
 
 
-def _delete_in(uow: UnitOfWork, namespace: str, key: str, entry_id: str) -> None:
+def delete_fact(uow: UnitOfWork, namespace: str, key: str, entry_id: str) -> None:
     """Delete a fact inside a unit of work, with any stray entries of the same key.
 
     Entries with this key but another id (written by other tools) go too.
@@ -89,7 +96,15 @@ def _check_importance(importance: Any) -> float:
     return float(importance)
 
 
-class WorkingMemory:
+def _check_metadata(metadata: Any) -> dict[str, Any]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
+        raise EntryValidationError("metadata", "must be a dict with string keys")
+    return dict(metadata)
+
+
+class WorkingMemory(MemoryLayer):
     """Key-value facts of one scope (an agent, a session, a sub-task).
 
     Args:
@@ -112,7 +127,7 @@ class WorkingMemory:
             raise EntryValidationError(
                 "scope_id", f"must be a string, got {type(scope_id).__name__}"
             )
-        self._store: MemoryStore = store if store is not None else InMemoryStore()
+        super().__init__(store)
         self._scope_id = scope_id
         self._namespace = validate_namespace(f"working:{scope_id}")
 
@@ -127,11 +142,6 @@ class WorkingMemory:
         """The store namespace of this scope (``working:<scope_id>``)."""
         return self._namespace
 
-    @property
-    def store(self) -> MemoryStore:
-        """The underlying store."""
-        return self._store
-
     def __repr__(self) -> str:
         # No I/O here: a repr must not query a database.
         return f"WorkingMemory(scope_id={self._scope_id!r}, store={type(self._store).__name__})"
@@ -140,7 +150,7 @@ class WorkingMemory:
     def _entry_id(self, key: str) -> str:
         return derived_entry_id(self._namespace, key)
 
-    def _build(self, key: str, value: Any, importance: Any) -> MemoryEntry:
+    def _build(self, key: str, value: Any, importance: Any, metadata: Any) -> MemoryEntry:
         """The validated entry that :meth:`set` writes (no I/O)."""
         validate_key(key)
         entry = MemoryEntry.from_dict(
@@ -151,121 +161,113 @@ class WorkingMemory:
                 key=key,
                 content=value,
                 importance=_check_importance(importance),
-                metadata={"scope_id": self._scope_id},
+                metadata={**_check_metadata(metadata), "scope_id": self._scope_id},
             )
         )
         return validate_entry(entry, self._namespace)
 
-    # ------------------------------------------------------------------ sync API
-    def set(self, key: str, value: Any, *, importance: float = 0.5) -> None:
+    # ------------------------------------------------------------------ operations
+    def _set(
+        self,
+        key: str,
+        value: Any,
+        *,
+        importance: float = 0.5,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Operation[None]:
         """Store ``value`` under ``key``, replacing any previous value atomically.
 
         Args:
             key: The fact's name.
             value: Any JSON-serialisable value.
             importance: 0.0-1.0, kept on the entry.
+            metadata: A JSON object kept on the entry, with ``"scope_id"`` set to
+                this memory's scope.
 
         Raises:
-            EntryValidationError: ``importance`` out of range, ``value`` not JSON,
-                or a bad key; nothing is written.
+            EntryValidationError: ``importance`` out of range, ``value`` or
+                ``metadata`` not JSON, or a bad key; nothing is written.
         """
-        entry = self._build(key, value, importance)
-        self._store.save(self._namespace, entry)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """The value of ``key``, or ``default`` when it is not set."""
-        entry = self._store.load_by_key(self._namespace, validate_key(key))
-        return default if entry is None else entry.content
-
-    def get_entry(self, key: str) -> MemoryEntry | None:
-        """The stored entry of ``key`` (with importance and timestamps), or ``None``."""
-        return self._store.load_by_key(self._namespace, validate_key(key))
-
-    def has(self, key: str) -> bool:
-        """Whether ``key`` is set."""
-        return self._store.load_by_key(self._namespace, validate_key(key)) is not None
-
-    def delete(self, key: str) -> None:
-        """Remove ``key``; no error when it is not set (one unit of work)."""
-        validate_key(key)
-        with unit_of_work_for(self._store) as uow:
-            _delete_in(uow, self._namespace, key, self._entry_id(key))
-            uow.commit()
-
-    def keys(self) -> list[str]:
-        """The keys that are set, oldest write first."""
-        return [key for key, _ in self.items()]
-
-    def items(self) -> list[tuple[str, Any]]:
-        """``(key, value)`` pairs, oldest write first (re-set keys move to the end)."""
-        return _facts(self._store.load(self._namespace))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The facts as a dict."""
-        return dict(self.items())
-
-    def to_context_string(self) -> str:
-        """The facts for a prompt: ``"Working Memory:\\n- key: value..."`` or ``""``."""
-        return format_context(self.items())
-
-    def clear(self) -> None:
-        """Remove every fact of this scope."""
-        self._store.clear(self._namespace)
-
-    # ------------------------------------------------------------------ async API
-    async def _call(self, name: str, *args: Any) -> Any:
-        """Await the store's ``async_<name>``, or run ``<name>`` in a worker thread."""
-        async_method: Callable[..., Any] | None = getattr(self._store, f"async_{name}", None)
-        if async_method is not None:
-            return await async_method(*args)
-        sync_method: Callable[..., Any] = getattr(self._store, name)
-        return await asyncio.to_thread(sync_method, *args)
-
-    async def async_set(self, key: str, value: Any, *, importance: float = 0.5) -> None:
-        """Async twin of :meth:`set`."""
-        entry = self._build(key, value, importance)
-        await self._call("save", self._namespace, entry)
-
-    async def async_get(self, key: str, default: Any = None) -> Any:
-        """Async twin of :meth:`get`."""
-        entry = await self.async_get_entry(key)
-        return default if entry is None else entry.content
-
-    async def async_get_entry(self, key: str) -> MemoryEntry | None:
-        """Async twin of :meth:`get_entry`."""
-        entry: MemoryEntry | None = await self._call(
-            "load_by_key", self._namespace, validate_key(key)
+        namespace, entry = self._namespace, self._build(key, value, importance, metadata)
+        yield from StoreCall(
+            lambda store: store.save(namespace, entry),
+            lambda store: store.async_save(namespace, entry),
         )
-        return entry
 
-    async def async_has(self, key: str) -> bool:
-        """Async twin of :meth:`has`."""
-        return await self.async_get_entry(key) is not None
+    def _get(self, key: str, default: Any = None) -> Operation[Any]:
+        """The value of ``key``, or ``default`` when it is not set."""
+        entry = yield from self._get_entry(key)
+        return default if entry is None else entry.content
 
-    async def async_delete(self, key: str) -> None:
-        """Async twin of :meth:`delete`."""
-        validate_key(key)
-        async with async_unit_of_work_for(self._store) as uow:
-            await uow.run_sync(_delete_in, self._namespace, key, self._entry_id(key))
-            await uow.commit()
+    def _get_entry(self, key: str) -> Operation[MemoryEntry | None]:
+        """The stored entry of ``key`` (with importance and timestamps), or ``None``."""
+        namespace, key = self._namespace, validate_key(key)
+        return (
+            yield from StoreCall(
+                lambda store: store.load_by_key(namespace, key),
+                lambda store: store.async_load_by_key(namespace, key),
+            )
+        )
 
-    async def async_keys(self) -> list[str]:
-        """Async twin of :meth:`keys`."""
-        return [key for key, _ in await self.async_items()]
+    def _has(self, key: str) -> Operation[bool]:
+        """Whether ``key`` is set."""
+        entry = yield from self._get_entry(key)
+        return entry is not None
 
-    async def async_items(self) -> list[tuple[str, Any]]:
-        """Async twin of :meth:`items`."""
-        entries: list[MemoryEntry] = await self._call("load", self._namespace)
+    def _delete(self, key: str) -> Operation[None]:
+        """Remove ``key``; no error when it is not set (one unit of work)."""
+        key = validate_key(key)
+        yield from Transaction.write(delete_fact, self._namespace, key, self._entry_id(key))
+
+    def _keys(self) -> Operation[list[str]]:
+        """The keys that are set, oldest write first."""
+        items = yield from self._items()
+        return [key for key, _ in items]
+
+    def _items(self) -> Operation[list[tuple[str, Any]]]:
+        """``(key, value)`` pairs, oldest write first (re-set keys move to the end)."""
+        namespace = self._namespace
+        entries = yield from StoreCall(
+            lambda store: store.load(namespace), lambda store: store.async_load(namespace)
+        )
         return _facts(entries)
 
-    async def async_to_dict(self) -> dict[str, Any]:
-        """Async twin of :meth:`to_dict`."""
-        return dict(await self.async_items())
+    def _to_dict(self) -> Operation[dict[str, Any]]:
+        """The facts as a dict."""
+        items = yield from self._items()
+        return dict(items)
 
-    async def async_to_context_string(self) -> str:
-        """Async twin of :meth:`to_context_string`."""
-        return format_context(await self.async_items())
+    def _to_context_string(self) -> Operation[str]:
+        """The facts for a prompt: ``"Working Memory:\\n- key: value..."`` or ``""``."""
+        items = yield from self._items()
+        return format_context(items)
 
-    async def async_clear(self) -> None:
-        """Async twin of :meth:`clear`."""
-        await self._call("clear", self._namespace)
+    def _clear(self) -> Operation[None]:
+        """Remove every fact of this scope."""
+        namespace = self._namespace
+        yield from StoreCall(
+            lambda store: store.clear(namespace), lambda store: store.async_clear(namespace)
+        )
+
+    # ------------------------------------------------------------------ public forms
+    set = sync_method(_set)
+    get = sync_method(_get)
+    get_entry = sync_method(_get_entry)
+    has = sync_method(_has)
+    delete = sync_method(_delete)
+    keys = sync_method(_keys)
+    items = sync_method(_items)
+    to_dict = sync_method(_to_dict)
+    to_context_string = sync_method(_to_context_string)
+    clear = sync_method(_clear)
+
+    async_set = async_method(_set)
+    async_get = async_method(_get)
+    async_get_entry = async_method(_get_entry)
+    async_has = async_method(_has)
+    async_delete = async_method(_delete)
+    async_keys = async_method(_keys)
+    async_items = async_method(_items)
+    async_to_dict = async_method(_to_dict)
+    async_to_context_string = async_method(_to_context_string)
+    async_clear = async_method(_clear)

@@ -1,4 +1,4 @@
-"""Shared fixtures: real databases, the ``store`` backends and the ``mode`` switch.
+"""Shared fixtures: real databases, the memory-layer store backends, test-suite markers.
 
 Databases are resolved in this order (see DESIGN.md, "Testing against real databases"):
 
@@ -13,24 +13,26 @@ Databases are resolved in this order (see DESIGN.md, "Testing against real datab
 the run at the end if any test marked ``postgres`` / ``mongo`` was skipped for
 any other reason.
 
-Backends live in :data:`BACKENDS` (name -> factory + marks); adding one is one entry.
+Store backends live in ONE registry, ``tests/store_backends.py`` (name -> open,
+reopen, close, clean-up, marks); the ``layer_backend`` fixture here runs a test on each
+memory-layer backend, and the contract suite takes its stores from the same registry.
+Test folders (``unit``, ``contract``, ``layers``, ``integration``) double as markers.
 """
 
 from __future__ import annotations
 
 import os
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
-from dbutil import drop_mongo_database, drop_schema
 
-# Rewrite asserts in the contract suite so failures show the compared values.
+# Rewrite asserts in the contract suite so failures show the compared values
+# (before anything imports it).
 pytest.register_assert_rewrite("firefly_orm.testing")
+
+from store_backends import OpenedBackend, layer_params, open_backend  # noqa: E402
 
 DB_NAMES = ("postgres", "mongo")
 POSTGRES_ENV = "FIREFLY_ORM_TEST_POSTGRES_URL"
@@ -57,8 +59,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "postgres: needs a PostgreSQL server")
-    config.addinivalue_line("markers", "mongo: needs a MongoDB (wire-compatible) server")
     required = _required_dbs(config)
     config.stash[_REQUIRED] = required
     if required:
@@ -66,6 +66,33 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 _REQUIRED = pytest.StashKey[frozenset[str]]()
+
+
+#: The test folders; each one's name is also a marker (declared in pyproject.toml),
+#: put on every test collected under it, so ``-m unit`` works like ``tests/unit``.
+SUITES = ("unit", "contract", "layers", "integration")
+TESTS_DIR = Path(__file__).resolve().parent
+#: Fixtures that reach a database; tests/unit may not use them.
+DATABASE_FIXTURES = frozenset(
+    {"postgres_url", "postgres_admin_engine", "mongo_url", "layer_backend"}
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            suite = item.path.resolve().relative_to(TESTS_DIR).parts[0]
+        except ValueError:
+            continue
+        if suite in SUITES:
+            item.add_marker(suite)
+        if suite == "unit":
+            wanted = sorted(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
+            if wanted or any(item.get_closest_marker(name) for name in DB_NAMES):
+                raise pytest.UsageError(
+                    f"{item.nodeid}: tests/unit runs without databases, but this test uses "
+                    f"{wanted or 'a database mark'}; move it to tests/integration"
+                )
 
 
 def _required_dbs(config: pytest.Config) -> frozenset[str]:
@@ -173,136 +200,29 @@ def mongo_url(request: pytest.FixtureRequest) -> Iterator[str]:
         yield url
 
 
+# --------------------------------------------------------------------------- settings environment
+
+SETTINGS_PREFIX = "FIREFLY_AGENTIC_MEMORY_"
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    """No ``FIREFLY_AGENTIC_MEMORY_*`` variables, and a clean CWD (for ``build_store`` tests)."""
+    for name in list(os.environ):
+        if name.upper().startswith(SETTINGS_PREFIX):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+    return monkeypatch
+
+
 # --------------------------------------------------------------------------- backends
 
 
-BackendFactory = Callable[[pytest.FixtureRequest, str], AbstractAsyncContextManager[Any]]
-
-
-@dataclass(frozen=True)
-class Backend:
-    """One store backend of the ``store`` fixture."""
-
-    factory: BackendFactory
-    marks: tuple[pytest.MarkDecorator, ...] = field(default=())
-
-
-async def close_store(store: Any, mode: str) -> None:
-    """Close ``store`` the way ``mode`` code would (stores without close() are fine)."""
-    if mode == "async" and callable(getattr(store, "async_close", None)):
-        await store.async_close()
-    elif callable(getattr(store, "close", None)):
-        store.close()
-
-
-@asynccontextmanager
-async def memory_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIterator[Any]:
-    from firefly_orm.store import InMemoryStore
-
-    yield InMemoryStore()
-
-
-@asynccontextmanager
-async def file_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIterator[Any]:
-    from firefly_orm.file_store import FileStore
-
-    tmp_path: Path = request.getfixturevalue("tmp_path")
-    store = FileStore(tmp_path / "memory")
+@pytest.fixture(params=layer_params())
+def layer_backend(request: pytest.FixtureRequest) -> Iterator[OpenedBackend]:
+    """Each memory-layer backend of the registry (``store_backends``), cleaned up after."""
+    opened = open_backend(request, str(request.param))
     try:
-        yield store
+        yield opened
     finally:
-        await close_store(store, mode)
-
-
-@asynccontextmanager
-async def sqlite_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIterator[Any]:
-    from firefly_orm.sql import SQLiteStore
-
-    tmp_path: Path = request.getfixturevalue("tmp_path")
-    store = SQLiteStore(tmp_path / "m.sqlite3")
-    try:
-        yield store
-    finally:
-        await close_store(store, mode)
-
-
-@asynccontextmanager
-async def postgres_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIterator[Any]:
-    """PostgreSQLStore in a schema of its own, dropped afterwards."""
-    from firefly_orm.sql import PostgreSQLStore
-
-    url: str = request.getfixturevalue("postgres_url")
-    engine = request.getfixturevalue("postgres_admin_engine")
-    schema = "t_" + uuid.uuid4().hex[:10]
-    store = PostgreSQLStore(url, schema_name=schema)
-    try:
-        yield store
-    finally:
-        try:
-            await close_store(store, mode)
-        finally:
-            drop_schema(engine, schema)
-
-
-@asynccontextmanager
-async def postgres_default_schema_backend(
-    request: pytest.FixtureRequest, mode: str
-) -> AsyncIterator[Any]:
-    """PostgreSQLStore with the default schema ("firefly_memory").
-
-    The schema is shared with anything else using the test database, so it is
-    not dropped; the contract suite only writes namespaces of its own and
-    clears them at the end of each test.
-    """
-    from firefly_orm.sql import PostgreSQLStore
-
-    url: str = request.getfixturevalue("postgres_url")
-    store = PostgreSQLStore(url)
-    try:
-        yield store
-    finally:
-        await close_store(store, mode)
-
-
-@asynccontextmanager
-async def mongo_backend(request: pytest.FixtureRequest, mode: str) -> AsyncIterator[Any]:
-    """MongoDBStore in a database of its own, dropped afterwards."""
-    from firefly_orm.mongo import MongoDBStore
-
-    url: str = request.getfixturevalue("mongo_url")
-    database = "t_" + uuid.uuid4().hex[:10]
-    store = MongoDBStore(url, database=database)
-    try:
-        yield store
-    finally:
-        try:
-            await close_store(store, mode)
-        finally:
-            drop_mongo_database(url, database)
-
-
-#: Every backend the ``store`` fixture runs; one entry per backend.
-BACKENDS: dict[str, Backend] = {
-    "memory": Backend(memory_backend),
-    "file": Backend(file_backend),
-    "sqlite": Backend(sqlite_backend),
-    "postgres": Backend(postgres_backend, (pytest.mark.postgres,)),
-    "postgres_default_schema": Backend(postgres_default_schema_backend, (pytest.mark.postgres,)),
-    "mongo": Backend(mongo_backend, (pytest.mark.mongo,)),
-}
-
-
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    """Whether a test drives the sync methods or their ``async_`` twins."""
-    return str(request.param)
-
-
-@pytest.fixture(
-    params=[pytest.param(name, marks=backend.marks) for name, backend in BACKENDS.items()],
-)
-async def store(request: pytest.FixtureRequest, mode: str) -> AsyncIterator[Any]:
-    """A fresh store of each backend in :data:`BACKENDS`, closed after the test."""
-    backend = BACKENDS[request.param]
-    async with backend.factory(request, mode) as instance:
-        yield instance
+        opened.close()

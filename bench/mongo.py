@@ -1,0 +1,564 @@
+"""MongoDB rows: W1 (append), W2 (read) and W5/W5b (long conversation) against raw pymongo.
+
+The server: ``--mongo-url``, else ``$FIREFLY_ORM_TEST_MONGO_URL``, else a SecantusDB
+server (the MongoDB wire-protocol server the test suite uses here) started as a
+subprocess on a free loopback port and stopped at the end; without any of them
+the rows are skipped and the reason printed.  Each workload gets its own
+databases (``ffbench_<run>_<workload>`` for the library, ``..._raw`` for the
+baseline), dropped at the end, also on failure.
+
+The baseline (:class:`RawMongo`) is a strong hand-written pymongo design storing
+the same logical data: a head document per conversation (``_id`` = the
+conversation id: next turn id, running token total, turn count, version) and one
+document per turn (prompt, response, raw messages, timestamp, token estimate)
+under a unique ``(conversation, turn)`` index.  ``add_turn`` is one transaction
+when the server supports them (the library detects the same and uses them too),
+else plain writes: read the head, insert the turn, evict the oldest turns FIFO
+while over budget (reading them in batches of 8), write the head.  Both sides
+keep the driver's default write concern.
+
+Besides time, both clients count the documents the server hands back (``find``,
+``aggregate`` and ``getMore`` batches, through pymongo command monitoring), so
+W5 also reports the documents read per ``add_turn`` early and late in a long
+conversation.  On SecantusDB only single-field equality queries use an index
+(every other query scans), so latency growth there says more about the server
+than about the client; the documents-read figures do not depend on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from importlib.metadata import version
+from typing import Any
+
+from bench.common import (
+    UNLIMITED,
+    W5_KEPT_TURNS,
+    Row,
+    Sizes,
+    Skip,
+    TextPool,
+    budget_for_turns,
+    estimate_tokens,
+    median,
+)
+from bench.ours import Ours
+from bench.workloads import _check_same, _new_ids, _pair_call, w1_append, w2_read
+
+#: Where a MongoDB URL is looked up when ``--mongo-url`` is not given.
+MONGO_URL_VAR = "FIREFLY_ORM_TEST_MONGO_URL"
+_EVICT_BATCH = 8
+_START_TIMEOUT = 60.0
+
+Turn = tuple[str, str, list[dict[str, str]]]
+
+
+# --------------------------------------------------------------------------- counting
+
+
+def documents_listener() -> Any:
+    """A pymongo command listener whose ``count`` is the documents read so far."""
+    from pymongo import monitoring
+
+    class DocumentsRead(monitoring.CommandListener):
+        def __init__(self) -> None:
+            self.count = 0
+
+        def started(self, event: monitoring.CommandStartedEvent) -> None:
+            pass
+
+        def failed(self, event: monitoring.CommandFailedEvent) -> None:
+            pass
+
+        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+            if event.command_name in ("find", "aggregate", "getMore"):
+                cursor = event.reply.get("cursor") or {}
+                self.count += len(cursor.get("firstBatch", cursor.get("nextBatch", [])))
+
+    return DocumentsRead()
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def _answers(url: str, timeout_ms: int = 3000) -> str | None:
+    """``None`` when the server answers a ping, else the error text."""
+    from pymongo import MongoClient
+    from pymongo.errors import PyMongoError
+
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        url, serverSelectionTimeoutMS=timeout_ms, connectTimeoutMS=timeout_ms
+    )
+    try:
+        client.admin.command("ping")
+        return None
+    except PyMongoError as exc:
+        return str(exc)
+    finally:
+        client.close()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _secantus() -> Iterator[str]:
+    """Start ``python -m secantus`` on a free port; yield its URL; stop it."""
+    storage = tempfile.mkdtemp(prefix="firefly-bench-secantus-")
+    log_path = os.path.join(storage, "server.log")
+    port = _free_port()
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "secantus",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--storage-path",
+                os.path.join(storage, "data"),
+                "--log-level",
+                "WARNING",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
+    try:
+        deadline = time.monotonic() + _START_TIMEOUT
+        while _answers(url, 500) is not None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                with open(log_path, errors="replace") as log:
+                    raise Skip(f"SecantusDB did not start: {log.read()[-500:]}")
+        yield url
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        shutil.rmtree(storage, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def mongo_server(url: str | None) -> Iterator[tuple[str, str]]:
+    """Yield ``(url, where it came from)``; raise :class:`Skip` when there is none."""
+    from firefly_orm.errors import redact_url
+
+    source = "--mongo-url"
+    if not url:
+        url, source = os.environ.get(MONGO_URL_VAR, "").strip(), f"${MONGO_URL_VAR}"
+    if url:
+        error = _answers(url)
+        if error is not None:
+            raise Skip(f"MongoDB at {redact_url(url)} ({source}) does not answer: {error}")
+        yield url, source
+        return
+    if importlib.util.find_spec("secantus") is None:
+        raise Skip(
+            f"no MongoDB server: pass --mongo-url, set ${MONGO_URL_VAR} or install "
+            "SecantusDB (the dev extra)"
+        )
+    with _secantus() as started:
+        yield started, "SecantusDB subprocess"
+
+
+# --------------------------------------------------------------------------- the baseline
+
+
+class RawMongo:
+    """Raw pymongo (sync): head document + turn documents, one transaction per turn."""
+
+    name = "pymongo"
+
+    def __init__(self, url: str, database: str, *, max_tokens: int = UNLIMITED) -> None:
+        from pymongo import ASCENDING, MongoClient
+
+        self.reads = documents_listener()
+        self.client: Any = MongoClient(url, tz_aware=True, event_listeners=[self.reads])
+        self.db = self.client[database]
+        self.max_tokens = max_tokens
+        self.db.turns.create_index(
+            [("conversation", ASCENDING), ("turn", ASCENDING)], name="ux_turn", unique=True
+        )
+        hello = self.client.admin.command("hello")
+        self.transactions = "logicalSessionTimeoutMinutes" in hello and (
+            "setName" in hello or hello.get("msg") == "isdbgrid"
+        )
+
+    def _in_transaction(self, fn: Callable[[Any], None]) -> None:
+        if not self.transactions:
+            fn(None)
+            return
+        with self.client.start_session() as session:
+            session.with_transaction(fn)
+
+    def add_turn(self, cid: str, user: str, assistant: str, messages: list[dict[str, str]]) -> None:
+        estimate = estimate_tokens(user, assistant)
+        now = datetime.now(UTC)
+
+        def body(session: Any) -> None:
+            head = self.db.heads.find_one({"_id": cid}, session=session)
+            turn, total, count, version = (
+                (head["next_turn"], head["total_tokens"], head["turn_count"], head["version"])
+                if head
+                else (0, 0, 0, 0)
+            )
+            self.db.turns.insert_one(
+                {
+                    "conversation": cid,
+                    "turn": turn,
+                    "token_estimate": estimate,
+                    "created_at": now,
+                    "user_prompt": user,
+                    "assistant_response": assistant,
+                    "raw_messages": messages,
+                },
+                session=session,
+            )
+            total += estimate
+            count += 1
+            evicted: list[int] = []
+            while total > self.max_tokens and count > 1:
+                oldest = list(
+                    self.db.turns.find(
+                        {"conversation": cid, "turn": {"$gt": evicted[-1] if evicted else -1}},
+                        {"turn": 1, "token_estimate": 1},
+                        session=session,
+                    )
+                    .sort("turn", 1)
+                    .limit(_EVICT_BATCH)
+                )
+                if not oldest:
+                    break
+                for doc in oldest:
+                    if total <= self.max_tokens or count <= 1:
+                        break
+                    evicted.append(doc["turn"])
+                    total -= doc["token_estimate"]
+                    count -= 1
+            if evicted:
+                self.db.turns.delete_many(
+                    {"conversation": cid, "turn": {"$gte": evicted[0], "$lte": evicted[-1]}},
+                    session=session,
+                )
+            fields = {"next_turn": turn + 1, "total_tokens": total, "turn_count": count}
+            self.db.heads.update_one(
+                {"_id": cid, "version": version} if head else {"_id": cid},
+                {"$set": fields, "$inc": {"version": 1}},
+                upsert=head is None,
+                session=session,
+            )
+
+        self._in_transaction(body)
+
+    def history(self, cid: str, budget: int | None) -> list[Any]:
+        """Raw messages of the whole history, or of the newest turns within ``budget``."""
+        projection = {"raw_messages": 1, "token_estimate": 1, "_id": 0}
+        if budget is None:
+            docs = list(self.db.turns.find({"conversation": cid}, projection).sort("turn", 1))
+        else:
+            docs = []
+            running = 0
+            with self.db.turns.find({"conversation": cid}, projection).sort("turn", -1) as cur:
+                for doc in cur:
+                    running += doc["token_estimate"]
+                    if running > budget:
+                        break
+                    docs.append(doc)
+            docs.reverse()
+        return [m for doc in docs for m in doc["raw_messages"]]
+
+    def fill(self, cid: str, turns: list[Turn]) -> None:
+        """Untimed: store ``turns`` as the whole conversation in one go."""
+        now = datetime.now(UTC)
+        rows = [
+            {
+                "conversation": cid,
+                "turn": n,
+                "token_estimate": estimate_tokens(user, assistant),
+                "created_at": now,
+                "user_prompt": user,
+                "assistant_response": assistant,
+                "raw_messages": messages,
+            }
+            for n, (user, assistant, messages) in enumerate(turns)
+        ]
+        self.db.turns.insert_many(rows)
+        self.db.heads.insert_one(
+            {
+                "_id": cid,
+                "next_turn": len(rows),
+                "total_tokens": sum(r["token_estimate"] for r in rows),
+                "turn_count": len(rows),
+                "version": 1,
+            }
+        )
+
+    def durability(self) -> dict[str, Any]:
+        return {"write_concern": self.db.write_concern.document, "transactions": self.transactions}
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# --------------------------------------------------------------------------- the library
+
+
+class MongoOurs(Ours):
+    """The library on :class:`~firefly_orm.mongo.MongoDBStore`, its client counting reads."""
+
+    def __init__(self, url: str, database: str, *, max_tokens: int | None = None) -> None:
+        from pymongo import AsyncMongoClient
+
+        from firefly_orm.bridges.loop_thread import shared_loop
+        from firefly_orm.mongo import MongoDBStore
+
+        self.reads = documents_listener()
+
+        async def new_client() -> Any:  # born on the loop the store runs its I/O on
+            return AsyncMongoClient(url, tz_aware=True, event_listeners=[self.reads])
+
+        self.client = shared_loop().call(new_client())
+        super().__init__(MongoDBStore(client=self.client, database=database), max_tokens=max_tokens)
+
+    def fill(self, cid: str, turns: list[Turn]) -> None:
+        """Untimed: store ``turns`` as the whole conversation (one import transaction)."""
+        data = {
+            "turns": [
+                {"turn_id": n, "user_prompt": u, "assistant_response": a, "raw_messages": m}
+                for n, (u, a, m) in enumerate(turns)
+            ]
+        }
+        self.writer.import_conversation(data, conversation_id=cid)
+
+    def durability(self) -> dict[str, Any]:
+        store = self.store
+        store.initialize()
+        return {
+            "write_concern": self.client[store.database_name].write_concern.document,
+            "transactions": store.uses_transactions,
+        }
+
+    def close(self) -> None:
+        from firefly_orm.bridges.loop_thread import shared_loop
+
+        try:
+            self.store.close()
+        finally:
+            shared_loop().call(self.client.close())
+
+
+# --------------------------------------------------------------------------- workloads
+
+
+def warm_up(ours: MongoOurs, base: RawMongo, pool: TextPool) -> None:
+    """Connect, create the indexes, run each conversation operation once (untimed)."""
+    cid = "warmup-" + uuid.uuid4().hex
+    for _ in range(3):
+        user, assistant, messages = pool.turn()
+        ours.add_turn(cid, user, assistant, messages)
+        base.add_turn(cid, user, assistant, messages)
+    ours.history(cid, None)
+    base.history(cid, None)
+
+
+def w5_mongo(
+    make_pair: Callable[..., tuple[MongoOurs, RawMongo]],
+    sizes: Sizes,
+    pool: TextPool,
+    *,
+    evict: bool,
+) -> Row:
+    """W5 / W5b on MongoDB: add_turn at turn 10 vs the late turn, and documents read.
+
+    The long conversation is grown to ``long_turn - 10`` turns in one untimed
+    step on each side (the library's ``import_conversation``, a bulk insert for
+    the baseline; with eviction one untimed ``add_turn`` then trims both to the
+    budget), then measured exactly like the SQL W5: 22 turns of it interleaved
+    with turns 5-15 of two fresh conversations.
+    """
+    budget = budget_for_turns(pool.turn_tokens, W5_KEPT_TURNS) if evict else None
+    ours, base = make_pair("w5" if evict else "w5b", max_tokens=budget)
+    try:
+        warm_up(ours, base, pool)
+        cid = uuid.uuid4().hex
+        grown = [pool.turn() for _ in range(sizes.long_turn - 10)]
+        ours.fill(cid, grown)
+        base.fill(cid, grown)
+        if evict:  # untimed: the first turn trims the imported history to the budget
+            user, assistant, messages = pool.turn()
+            ours.add_turn(cid, user, assistant, messages)
+            base.add_turn(cid, user, assistant, messages)
+        fresh = _new_ids(2)
+        for short in fresh:  # untimed: turns 0..4 of two fresh conversations
+            for _ in range(5):
+                user, assistant, messages = pool.turn()
+                ours.add_turn(short, user, assistant, messages)
+                base.add_turn(short, user, assistant, messages)
+        times: dict[str, list[float]] = {k: [] for k in ("eo", "eb", "lo", "lb")}
+        docs: dict[str, list[int]] = {k: [] for k in ("eo", "eb", "lo", "lb")}
+
+        def timed_turn(step: int, conversation: str, late: bool) -> None:
+            user, assistant, messages = pool.turn()
+            ours_before, base_before = ours.reads.count, base.reads.count
+            o, b, _, _ = _pair_call(
+                step, ours.add_turn, base.add_turn, conversation, user, assistant, messages
+            )
+            side = "l" if late else "e"
+            times[side + "o"].append(o)
+            times[side + "b"].append(b)
+            docs[side + "o"].append(ours.reads.count - ours_before)
+            docs[side + "b"].append(base.reads.count - base_before)
+
+        for step in range(22):
+            timed_turn(step, cid, late=True)
+            timed_turn(step + 1, fresh[step // 11], late=False)
+        stored = len(grown) + (1 if evict else 0) + 22
+        kept = len(ours.history(cid, None)) // 2
+        expected = W5_KEPT_TURNS if evict else stored
+        _check_same("W5 mongo", ours.history(cid, None), base.history(cid, None), 2 * expected)
+        o_early, o_late = median(times["eo"]), median(times["lo"])
+        b_early, b_late = median(times["eb"]), median(times["lb"])
+        name = "W5 long conv" if evict else "W5b no eviction"
+        return Row(
+            f"{name} t10->t{sizes.long_turn}",
+            "mongo",
+            "add_turn growth",
+            o_late / o_early,
+            b_late / b_early,
+            o_late / o_early,
+            1.5,
+            kind="growth",
+            detail={
+                "ours_turn10_ms": 1000 * o_early,
+                f"ours_turn{sizes.long_turn}_ms": 1000 * o_late,
+                "baseline_turn10_ms": 1000 * b_early,
+                f"baseline_turn{sizes.long_turn}_ms": 1000 * b_late,
+                "cost_ratio_late": o_late / b_late,
+                "ours_docs_read_turn10": median([float(n) for n in docs["eo"]]),
+                f"ours_docs_read_turn{sizes.long_turn}": median([float(n) for n in docs["lo"]]),
+                "baseline_docs_read_turn10": median([float(n) for n in docs["eb"]]),
+                f"baseline_docs_read_turn{sizes.long_turn}": median([float(n) for n in docs["lb"]]),
+                "ours_docs_read_max": max(docs["eo"] + docs["lo"]),
+                "turns_kept": kept,
+                "eviction": evict,
+                "window": "turns 5-15 of 2 fresh conversations vs late-10..late+11, interleaved",
+            },
+        )
+    finally:
+        ours.close()
+        base.close()
+
+
+# --------------------------------------------------------------------------- the rows
+
+
+def _w5_row(
+    runner: Any,
+    make_pair: Callable[..., tuple[MongoOurs, RawMongo]],
+    sizes: Sizes,
+    pool: TextPool,
+    evict: bool,
+) -> None:
+    what = "W5 long conversation" + ("" if evict else " without eviction")
+    row = runner.attempt(f"mongo: {what}", lambda: w5_mongo(make_pair, sizes, pool, evict=evict))
+    if row is None:
+        return
+    late = sizes.long_turn
+    runner.log(
+        f"  documents read per add_turn (median, turn 10 -> turn {late}): ours "
+        f"{row.detail['ours_docs_read_turn10']:g} -> {row.detail[f'ours_docs_read_turn{late}']:g}"
+        f", pymongo {row.detail['baseline_docs_read_turn10']:g} -> "
+        f"{row.detail[f'baseline_docs_read_turn{late}']:g}"
+    )
+
+
+def _w1_w2(
+    runner: Any, make_pair: Callable[..., tuple[MongoOurs, RawMongo]], pool: TextPool
+) -> None:
+    sizes = runner.sizes
+    pair = runner.attempt("mongo: set-up", lambda: make_pair("w1"))
+    if pair is None:
+        return
+    ours, base = pair
+    try:
+        runner.attempt("mongo: warm-up", lambda: warm_up(ours, base, pool))
+        durability = runner.attempt(
+            "mongo: durability settings",
+            lambda: {"ours": ours.durability(), "baseline": base.durability()},
+        )
+        runner.meta.setdefault("durability", {})["mongo"] = durability
+        result = runner.attempt(
+            "mongo: W1 append", lambda: w1_append(ours, base, sizes, pool, "mongo")
+        )
+        if result is not None:
+            row, cids = result
+            runner.rows.append(row)
+            runner.attempt(
+                "mongo: W2 read",
+                lambda: w2_read(ours, base, cids, sizes, pool, "mongo", runner.seed),
+            )
+    finally:
+        ours.close()
+        base.close()
+
+
+def run_mongo(runner: Any, url: str | None) -> None:
+    """Run the MongoDB rows through ``runner`` (a :class:`bench.runner.Runner`).
+
+    Raises:
+        Skip: No MongoDB server is available (the message says why).
+    """
+    from pymongo import MongoClient
+
+    from firefly_orm.errors import redact_url
+
+    pool = TextPool(runner.seed)
+    with mongo_server(url) as (server, source):
+        run_id = uuid.uuid4().hex[:8]
+        databases: list[str] = []
+        runner.log(f"mongo: {redact_url(server)} ({source}), databases ffbench_{run_id}_*")
+
+        def make_pair(label: str, max_tokens: int | None = None) -> tuple[MongoOurs, RawMongo]:
+            name = f"ffbench_{run_id}_{label}"
+            databases.extend((name, name + "_raw"))
+            ours = MongoOurs(server, name, max_tokens=max_tokens)
+            base = RawMongo(server, name + "_raw", max_tokens=max_tokens or UNLIMITED)
+            return ours, base
+
+        admin: MongoClient[dict[str, Any]] = MongoClient(server)
+        try:
+            runner.meta["mongo"] = {
+                "url": redact_url(server),
+                "source": source,
+                "server_version": admin.server_info().get("version"),
+                "pymongo": version("pymongo"),
+                "beanie": version("beanie"),
+            }
+            _w1_w2(runner, make_pair, pool)
+            for evict in (True, False):
+                _w5_row(runner, make_pair, runner.sizes, pool, evict)
+        finally:
+            for name in databases:
+                admin.drop_database(name)
+            admin.close()
+            runner.log(f"mongo: dropped {len(databases)} bench databases")

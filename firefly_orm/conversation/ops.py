@@ -1,0 +1,400 @@
+"""Conversation operations and the transactions they run (see :mod:`firefly_orm.bridges.steps`).
+
+A *transaction* here is a plain sync function whose first argument is a unit
+of work; an *operation* is a generator of steps that runs transactions, calls
+the summarizer and backs off.  Both take the conversation id explicitly.
+:class:`~firefly_orm.conversation.ConversationMemory` validates its inputs and
+hands them to these; :func:`~firefly_orm.bridges.steps.run` /
+:func:`~firefly_orm.bridges.steps.arun` perform them.
+
+Adding a turn (:func:`add_turn`) is one unit of work: insert the turn, evict the
+oldest turns, update the summary and the head, all or nothing.  Only the head
+is read, plus the oldest turns in small batches when some must be evicted.
+Every write re-reads the head (``for_update``) and saves it back with
+``expected_version=<version read>``.
+
+The summarizer never runs inside a unit of work (on SQLite a write transaction
+blocks every other writer): when a plan needs a new summary the transaction
+raises :class:`SummaryNeeded` (so it rolls back), the summarizer runs, and the
+transaction is redone and applied only if the head is still at the version
+the summary was planned on (otherwise the turn is re-planned).  Contention is
+retried a bounded number of times, then
+:class:`~firefly_orm.errors.ConcurrencyError` is raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from firefly_orm.bridges.steps import (
+    MAX_ATTEMPTS,
+    CallOut,
+    Operation,
+    Sleep,
+    Transaction,
+    backoff,
+    is_coroutine_callable,
+    retrying,
+)
+from firefly_orm.conversation.codec import decode_raw_messages
+from firefly_orm.conversation.model import AsyncSummarizer, ConversationTurn, Summarizer
+from firefly_orm.conversation.plan import (
+    FIRST_BATCH,
+    HeadState,
+    fitting_count,
+    plan_append,
+    summary_input,
+)
+from firefly_orm.conversation.rows import (
+    HEAD_KEY,
+    INDEX_NAMESPACE,
+    MAX_TURN_ID,
+    TURN_KEY_PREFIX,
+    archive_namespace,
+    conversation_namespace,
+    head_entry,
+    head_from_entry,
+    index_entry,
+    stored_raw,
+    turn_entry,
+    turn_from_entry,
+)
+from firefly_orm.entry import MemoryEntry, derived_entry_id
+from firefly_orm.errors import ConcurrencyError, EntryValidationError, StoreCorruptedError
+from firefly_orm.protocols import UnitOfWork
+
+__all__ = [
+    "EncodedTurn",
+    "OldestTurnsReader",
+    "Policy",
+    "PreparedSummary",
+    "SummaryNeeded",
+    "add_turn",
+    "append_turn",
+    "clear_conversations",
+    "create_conversation",
+    "import_conversation",
+    "new_conversation",
+    "read_conversation_ids",
+    "read_head",
+    "read_history",
+    "read_turns",
+    "replace_conversation",
+    "summarize",
+]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What adding a turn obeys: the token budget, the eviction threshold, archiving."""
+
+    max_tokens: int
+    summarize_threshold: int
+    keep_evicted: bool
+
+
+@dataclass(frozen=True)
+class EncodedTurn:
+    """A turn to store, with its raw messages already in their portable form."""
+
+    turn: ConversationTurn
+    encoded_raw: dict[str, Any] | None
+
+
+class SummaryNeeded(Exception):
+    """Raised by :func:`append_turn` to roll back and ask for a summary first."""
+
+    def __init__(
+        self, head_version: int, evicted_turn_ids: tuple[int, ...], turns: list[ConversationTurn]
+    ) -> None:
+        super().__init__("a summary of the evicted turns is needed")
+        self.head_version = head_version
+        self.evicted_turn_ids = evicted_turn_ids
+        self.turns = turns
+
+
+@dataclass(frozen=True)
+class PreparedSummary:
+    """A summary made for the eviction planned at ``head_version``."""
+
+    head_version: int
+    evicted_turn_ids: tuple[int, ...]
+    summary: str
+
+
+# =========================================================================== operations
+
+
+def new_conversation(conversation_id: str) -> Operation[str]:
+    """Create the empty conversation ``conversation_id`` (head and index row)."""
+    yield from retrying(Transaction.write(create_conversation, conversation_id))
+    return conversation_id
+
+
+def add_turn(
+    conversation_id: str,
+    new_turn: EncodedTurn,
+    policy: Policy,
+    summarizer: Summarizer | None,
+) -> Operation[ConversationTurn]:
+    """Add ``new_turn`` to ``conversation_id``, evicting (and summarising) as planned."""
+    prepared: PreparedSummary | None = None
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            return (
+                yield from Transaction.write(
+                    append_turn, conversation_id, new_turn, policy, summarizer is not None, prepared
+                )
+            )
+        except ConcurrencyError:
+            yield from Sleep(backoff(attempt))
+        except SummaryNeeded as needed:
+            if summarizer is None:  # pragma: no cover - plans ask only when there is one
+                raise
+            summary = yield from summarize(summarizer, needed.turns)
+            prepared = PreparedSummary(needed.head_version, needed.evicted_turn_ids, summary)
+    raise ConcurrencyError(
+        f"could not add a turn to conversation {conversation_id!r} after "
+        f"{MAX_ATTEMPTS} attempts (too many concurrent writers)"
+    )
+
+
+def summarize(summarizer: Summarizer, turns: list[ConversationTurn]) -> Operation[str]:
+    """Call the summarizer (its async form from async code) and check it gave a str.
+
+    From sync code a plain callable is called; an async one (or an object with
+    only ``async_summarize``) runs on the shared event-loop thread, unless an
+    event loop runs in the calling thread (then ``RuntimeError``: use
+    ``async_add_turn``).  From async code ``async_summarize`` or an async
+    callable is awaited and a sync callable runs in a worker thread.
+    """
+    async_form = summarizer.async_summarize if isinstance(summarizer, AsyncSummarizer) else None
+    sync_form: Any = summarizer
+    if not callable(summarizer) or is_coroutine_callable(summarizer):
+        sync_form = async_form if async_form is not None else summarizer
+    result = yield from CallOut[Any](
+        sync_form,
+        (turns,),
+        async_fn=async_form,
+        what="the summarizer",
+        use_instead="async_add_turn (nothing was written)",
+    )
+    if not isinstance(result, str):
+        raise TypeError(f"the summarizer must return a str, got {type(result).__name__}")
+    return result
+
+
+def import_conversation(
+    conversation_id: str, turns: Sequence[EncodedTurn], summary: str | None
+) -> Operation[str]:
+    """Replace the turns of ``conversation_id`` (see :func:`replace_conversation`)."""
+    yield from retrying(Transaction.write(replace_conversation, conversation_id, turns, summary))
+    return conversation_id
+
+
+# =========================================================================== transactions
+# Each takes the sync unit of work first (``uow.run_sync`` passes it on the async path).
+
+
+def create_conversation(uow: UnitOfWork, conversation_id: str) -> None:
+    """Store the head and the index row of a new, empty conversation."""
+    namespace = conversation_namespace(conversation_id)
+    head = head_entry(
+        conversation_id, None, next_turn_id=0, total_tokens=0, turn_count=0, summary=None
+    )
+    uow.entries.save(namespace, head, expected_version=0)
+    uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id))
+
+
+@dataclass
+class OldestTurnsReader:
+    """Reads the oldest turns of a conversation through a unit of work (for the planner)."""
+
+    uow: UnitOfWork
+    namespace: str
+    entries: dict[int, MemoryEntry] = field(default_factory=dict)
+
+    def __call__(self, n: int) -> list[ConversationTurn]:
+        rows = self.uow.entries.list(self.namespace, key_prefix=TURN_KEY_PREFIX, limit=n)
+        turns = [turn_from_entry(e) for e in rows]
+        for entry, turn in zip(rows, turns, strict=True):
+            self.entries[turn.turn_id] = entry
+        return turns
+
+
+def append_turn(
+    uow: UnitOfWork,
+    conversation_id: str,
+    new_turn: EncodedTurn,
+    policy: Policy,
+    has_summarizer: bool,
+    prepared: PreparedSummary | None,
+) -> ConversationTurn:
+    """Insert the turn, evict, write the summary and the head; return the stored turn.
+
+    Raises :class:`SummaryNeeded` when the plan needs a summary that
+    ``prepared`` does not hold (the unit of work then rolls back).
+    """
+    namespace = conversation_namespace(conversation_id)
+    stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
+    head = head_from_entry(stored_head)
+    if head.next_turn_id > MAX_TURN_ID:
+        raise EntryValidationError(
+            "turn_id", f"conversation {conversation_id!r} has run out of turn ids"
+        )
+    reader = OldestTurnsReader(uow, namespace)
+    plan = plan_append(
+        head,
+        new_turn.turn,
+        reader,
+        policy.max_tokens,
+        policy.summarize_threshold,
+        has_summarizer=has_summarizer,
+    )
+    summary = head.summary
+    if plan.summarize:
+        if (
+            prepared is None
+            or prepared.head_version != head.version
+            or prepared.evicted_turn_ids != plan.evicted_turn_ids
+        ):
+            raise SummaryNeeded(
+                head.version, plan.evicted_turn_ids, summary_input(head.summary, plan.evicted_turns)
+            )
+        summary = prepared.summary
+    uow.entries.save(namespace, turn_entry(namespace, plan.turn, new_turn.encoded_raw))
+    if plan.evicted_turn_ids:
+        evicted = [reader.entries[turn_id] for turn_id in plan.evicted_turn_ids]
+        if policy.keep_evicted:
+            archive = archive_namespace(conversation_id)
+            for stored in evicted:
+                turn = turn_from_entry(stored, with_raw=False)
+                uow.entries.save(archive, turn_entry(archive, turn, stored_raw(stored)))
+        uow.entries.delete(namespace, [stored.entry_id for stored in evicted])
+    _save_head(
+        uow,
+        conversation_id,
+        stored_head,
+        head,
+        next_turn_id=plan.next_turn_id,
+        total_tokens=plan.total_tokens,
+        turn_count=plan.turn_count,
+        summary=summary,
+    )
+    return plan.turn
+
+
+def _save_head(
+    uow: UnitOfWork,
+    conversation_id: str,
+    stored_head: MemoryEntry | None,
+    head: HeadState,
+    *,
+    next_turn_id: int,
+    total_tokens: int,
+    turn_count: int,
+    summary: str | None,
+) -> None:
+    """Write the head back at the version read (and the index row of a new conversation)."""
+    new_head = head_entry(
+        conversation_id,
+        stored_head,
+        next_turn_id=next_turn_id,
+        total_tokens=total_tokens,
+        turn_count=turn_count,
+        summary=summary,
+    )
+    uow.entries.save(
+        conversation_namespace(conversation_id), new_head, expected_version=head.version
+    )
+    if stored_head is None:
+        uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id))
+
+
+def replace_conversation(
+    uow: UnitOfWork, conversation_id: str, turns: Sequence[EncodedTurn], summary: str | None
+) -> None:
+    """Replace the turns (and archive) of a conversation; keep its summary unless given one."""
+    namespace = conversation_namespace(conversation_id)
+    stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
+    head = head_from_entry(stored_head)
+    old = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX)
+    if old:
+        uow.entries.delete(namespace, [row.entry_id for row in old])
+    uow.entries.clear(archive_namespace(conversation_id))
+    for item in turns:
+        uow.entries.save(namespace, turn_entry(namespace, item.turn, item.encoded_raw))
+    _save_head(
+        uow,
+        conversation_id,
+        stored_head,
+        head,
+        next_turn_id=turns[-1].turn.turn_id + 1 if turns else 0,
+        total_tokens=sum(t.turn.token_estimate for t in turns),
+        turn_count=len(turns),
+        summary=summary if summary else head.summary,
+    )
+
+
+def read_head(uow: UnitOfWork, conversation_id: str) -> HeadState:
+    """The head of ``conversation_id`` (a fresh one when it is unknown)."""
+    return head_from_entry(
+        uow.entries.get_by_key(conversation_namespace(conversation_id), HEAD_KEY)
+    )
+
+
+def read_turns(uow: UnitOfWork, namespace: str) -> list[ConversationTurn]:
+    """Every turn stored in ``namespace`` (a conversation's or its archive), oldest first."""
+    rows = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX)
+    return [turn_from_entry(e) for e in rows]
+
+
+def read_history(uow: UnitOfWork, conversation_id: str, max_tokens: int) -> list[Any]:
+    """The raw messages of the newest contiguous turns fitting ``max_tokens``, oldest first.
+
+    Reads only the turns' contents (the hot read path), newest first, in
+    growing batches until a turn does not fit.
+    """
+    namespace = conversation_namespace(conversation_id)
+    batch = 4 * FIRST_BATCH
+    while True:
+        contents = uow.entries.list_contents(
+            namespace, key_prefix=TURN_KEY_PREFIX, limit=batch, newest_first=True
+        )
+        estimates: list[int] = []
+        for content in contents:
+            try:
+                estimates.append(int(content["token_estimate"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise StoreCorruptedError(f"unreadable turn in {namespace!r}: {exc}") from exc
+        count, stopped = fitting_count(estimates, max_tokens)
+        if stopped or len(contents) < batch:
+            break
+        batch *= 4
+    messages: list[Any] = []
+    for content in reversed(contents[:count]):
+        messages.extend(decode_raw_messages(content.get("raw_messages")))
+    return messages
+
+
+def read_conversation_ids(uow: UnitOfWork) -> list[str]:
+    """Ids of the stored conversations, in creation order."""
+    return [row.key for row in uow.entries.list(INDEX_NAMESPACE) if row.key is not None]
+
+
+def clear_conversations(uow: UnitOfWork, conversation_ids: list[str] | None) -> None:
+    """Forget these conversations (``None``: every one): turns, archive, head, index row."""
+    everything = conversation_ids is None
+    if conversation_ids is None:
+        conversation_ids = read_conversation_ids(uow)
+    for conversation_id in conversation_ids:
+        uow.entries.clear(conversation_namespace(conversation_id))
+        uow.entries.clear(archive_namespace(conversation_id))
+    if everything:
+        uow.entries.clear(INDEX_NAMESPACE)
+    else:
+        uow.entries.delete(
+            INDEX_NAMESPACE, [derived_entry_id(INDEX_NAMESPACE, c) for c in conversation_ids]
+        )

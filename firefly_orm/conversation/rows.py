@@ -1,0 +1,183 @@
+"""How a conversation is laid out in a store: namespaces, keys and row codecs.
+
+Every row is a :class:`~firefly_orm.entry.MemoryEntry` with scope
+``CONVERSATION``:
+
+* namespace ``conversation:<id>`` (:func:`conversation_namespace`)
+
+  - the *head* (key ``"head"``, id ``derived_entry_id(ns, "head")``), content
+    ``{"conversation_id", "next_turn_id", "total_tokens", "turn_count", "summary"}``.
+    Its store-maintained ``version`` is the optimistic-concurrency token.
+  - one row per turn (key ``"turn:<turn_id as 12 digits>"``, derived id), content
+    = the turn's fields, ``token_estimate`` included (it is never recomputed on
+    read) and ``raw_messages`` in portable JSON (:mod:`firefly_orm.conversation.codec`).
+
+* namespace ``conversation-archive:<id>``: evicted turns when ``keep_evicted=True``.
+* namespace ``conversation-index``: one row per conversation (key = the id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from firefly_orm.conversation.codec import decode_raw_messages
+from firefly_orm.conversation.model import ConversationTurn
+from firefly_orm.conversation.plan import HeadState
+from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
+from firefly_orm.errors import StoreCorruptedError
+
+__all__ = [
+    "HEAD_KEY",
+    "INDEX_NAMESPACE",
+    "MAX_TURN_ID",
+    "TURN_KEY_PREFIX",
+    "archive_namespace",
+    "conversation_namespace",
+    "head_entry",
+    "head_from_entry",
+    "index_entry",
+    "stored_raw",
+    "turn_entry",
+    "turn_from_entry",
+    "turn_key",
+]
+
+#: Namespace holding one index row per conversation.
+INDEX_NAMESPACE = "conversation-index"
+#: Key of a conversation's head row.
+HEAD_KEY = "head"
+#: Key prefix of turn rows (followed by the turn id as 12 digits).
+TURN_KEY_PREFIX = "turn:"
+#: Largest turn id (the key holds 12 digits).
+MAX_TURN_ID = 10**12 - 1
+
+
+def conversation_namespace(conversation_id: str) -> str:
+    """Namespace of a conversation's head and turns."""
+    return f"conversation:{conversation_id}"
+
+
+def archive_namespace(conversation_id: str) -> str:
+    """Namespace of a conversation's archived (evicted) turns."""
+    return f"conversation-archive:{conversation_id}"
+
+
+def turn_key(turn_id: int) -> str:
+    """Key of the row of turn ``turn_id`` (zero-padded so keys sort by id)."""
+    return f"{TURN_KEY_PREFIX}{turn_id:012d}"
+
+
+# --------------------------------------------------------------------------- head
+
+
+def head_from_entry(entry: MemoryEntry | None) -> HeadState:
+    """The head a stored head row says (no row: a fresh :class:`HeadState`)."""
+    if entry is None:
+        return HeadState()
+    content = entry.content
+    try:
+        summary = content.get("summary")
+        return HeadState(
+            next_turn_id=int(content["next_turn_id"]),
+            total_tokens=int(content["total_tokens"]),
+            turn_count=int(content["turn_count"]),
+            summary=summary if isinstance(summary, str) else None,
+            version=entry.version,
+        )
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise StoreCorruptedError(
+            f"unreadable conversation head in {entry.namespace!r}: {exc}"
+        ) from exc
+
+
+def head_entry(
+    conversation_id: str,
+    previous: MemoryEntry | None,
+    *,
+    next_turn_id: int,
+    total_tokens: int,
+    turn_count: int,
+    summary: str | None,
+) -> MemoryEntry:
+    """The head row to store (a copy of ``previous`` with new content, when there is one)."""
+    namespace = conversation_namespace(conversation_id)
+    content = {
+        "conversation_id": conversation_id,
+        "next_turn_id": next_turn_id,
+        "total_tokens": total_tokens,
+        "turn_count": turn_count,
+        "summary": summary,
+    }
+    if previous is not None:
+        return previous.copy_entry(content=content)
+    return _row(namespace, HEAD_KEY, content, metadata={"conversation_id": conversation_id})
+
+
+# --------------------------------------------------------------------------- index and turns
+
+
+def index_entry(conversation_id: str) -> MemoryEntry:
+    """The index row of a conversation."""
+    return _row(INDEX_NAMESPACE, conversation_id, {"conversation_id": conversation_id})
+
+
+def turn_entry(
+    namespace: str, turn: ConversationTurn, encoded_raw: dict[str, Any] | None
+) -> MemoryEntry:
+    """The row of ``turn`` in ``namespace``, its raw messages already encoded."""
+    return _row(
+        namespace,
+        turn_key(turn.turn_id),
+        {
+            "turn_id": turn.turn_id,
+            "user_prompt": turn.user_prompt,
+            "assistant_response": turn.assistant_response,
+            "raw_messages": encoded_raw,
+            "timestamp": turn.timestamp.isoformat(),
+            "token_estimate": turn.token_estimate,
+            "metadata": turn.metadata,
+        },
+    )
+
+
+def turn_from_entry(entry: MemoryEntry, *, with_raw: bool = True) -> ConversationTurn:
+    """The turn a row holds (``with_raw=False``: without decoding its raw messages)."""
+    content = entry.content
+    try:
+        return ConversationTurn(
+            turn_id=content["turn_id"],
+            user_prompt=content["user_prompt"],
+            assistant_response=content["assistant_response"],
+            raw_messages=decode_raw_messages(content.get("raw_messages")) if with_raw else [],
+            timestamp=datetime.fromisoformat(content["timestamp"]),
+            token_estimate=content["token_estimate"],
+            metadata=content.get("metadata") or {},
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StoreCorruptedError(
+            f"unreadable conversation turn {entry.key!r} in {entry.namespace!r}: {exc}"
+        ) from exc
+
+
+def stored_raw(entry: MemoryEntry) -> Any:
+    """A turn row's raw messages in their stored (encoded) form."""
+    content = entry.content
+    return content.get("raw_messages") if isinstance(content, Mapping) else None
+
+
+def _row(
+    namespace: str, key: str, content: Any, *, metadata: dict[str, Any] | None = None
+) -> MemoryEntry:
+    """A conversation row: scope ``CONVERSATION``, id derived from namespace and key."""
+    return MemoryEntry.from_dict(
+        dict(
+            entry_id=derived_entry_id(namespace, key),
+            namespace=namespace,
+            scope=MemoryScope.CONVERSATION,
+            key=key,
+            content=content,
+            metadata=metadata if metadata is not None else {},
+        )
+    )

@@ -1,0 +1,39 @@
+"""MongoDB backend: :class:`MemoryDocument` (a Beanie 2 document) and :class:`MongoDBStore`.
+
+* :mod:`firefly_orm.mongo.document`: the stored shape of an entry (the Beanie
+  document, its indexes, database and collection name rules, the
+  entry <-> document codec and the query filters over that shape);
+* :mod:`firefly_orm.mongo.store`: :class:`MongoDBStore`, whose I/O runs on the
+  shared loop thread of :mod:`firefly_orm.bridges.loop_thread` and whose units
+  of work read by id, by key and by key-prefix range with a limit;
+* :mod:`firefly_orm.mongo.commit`: how a unit of work's staged changes are
+  committed (preconditions, conditional writes, one ordered bulk write).
+
+Requires the ``mongo`` extra (``pip install 'firefly-orm[mongo]'``).
+"""
+
+from __future__ import annotations
+
+from firefly_orm.mongo.document import (
+    JSON_WRAPPER_KEY,
+    MemoryDocument,
+    MemoryDocumentFields,
+    document_to_entry,
+    entry_to_document,
+    memory_indexes,
+    validate_collection_name,
+    validate_database_name,
+)
+from firefly_orm.mongo.store import MongoDBStore
+
+__all__ = [
+    "JSON_WRAPPER_KEY",
+    "MemoryDocument",
+    "MemoryDocumentFields",
+    "MongoDBStore",
+    "document_to_entry",
+    "entry_to_document",
+    "memory_indexes",
+    "validate_collection_name",
+    "validate_database_name",
+]

@@ -1,0 +1,312 @@
+"""The contracts between firefly_orm's layers and its stores, in one place.
+
+A custom store implements as much of this as it wants; each step up buys a
+stronger unit of work (see :mod:`firefly_orm.uow`):
+
+1. **The five methods of** :class:`MemoryStore` (``save``, ``load``,
+   ``load_by_key``, ``delete``, ``clear``): every memory layer works on it.  Its
+   units of work are :class:`~firefly_orm.uow.BestEffortUnitOfWork`: changes are
+   staged and replayed through ``save``/``delete`` on commit (version
+   preconditions checked just before; a crash half-way can leave part of the
+   changes applied), and reads inside them go through ``load``.
+2. **Plus** :class:`StagedBackend` (``read_entry``, ``read_by_key``,
+   ``read_list``, ``apply_changes``) and a ``unit_of_work`` returning
+   ``StagedUnitOfWork(self)``: an atomic staged unit of work whose reads fetch
+   only what they need (one entry, one key, a window of a key range), with the
+   unit of work's own staged writes overlaid.  :class:`~firefly_orm.store.InMemoryStore`,
+   :class:`~firefly_orm.FileStore` and the MongoDB store work this way.
+3. **Plus its own** ``unit_of_work(*, read_only=False)`` (:class:`UnitOfWorkStore`)
+   and ``async_unit_of_work(*, read_only=False)`` (:class:`AsyncUnitOfWorkStore`)
+   returning anything that behaves as :class:`UnitOfWork` /
+   :class:`AsyncUnitOfWork`: the store owns the transaction (the SQL stores run
+   one database transaction).
+
+The ``async_*`` twins of :class:`AsyncMemoryStore` need not be written by hand
+for a store whose I/O is synchronous: :class:`firefly_orm.bridges.twins.AsyncTwins`
+derives them.  :mod:`firefly_orm.testing` checks a store against all of this.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypedDict, TypeVar, Unpack, runtime_checkable
+
+from firefly_orm.entry import MemoryEntry
+
+if TYPE_CHECKING:
+    from firefly_orm.uow import StagedChanges
+
+__all__ = [
+    "AsyncMemoryStore",
+    "AsyncUnitOfWork",
+    "AsyncUnitOfWorkStore",
+    "EntryRepository",
+    "ListOptions",
+    "MemoryStore",
+    "StagedBackend",
+    "UnitOfWork",
+    "UnitOfWorkStore",
+]
+
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- stores
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """The five synchronous methods every backend implements.
+
+    The contract (checked by :mod:`firefly_orm.testing`): ``save`` is an upsert
+    on ``entry_id`` that validates first and writes nothing on failure;
+    ``load`` returns the non-expired entries in ``(created_at, entry_id)``
+    order (``[]`` for an unknown namespace); ``load_by_key`` the newest
+    non-expired match or ``None``; ``delete`` and ``clear`` are idempotent;
+    namespaces are isolated; entries are copied in and out.
+    """
+
+    def save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Insert or replace ``entry`` (by ``entry_id``) in ``namespace``."""
+        ...
+
+    def load(self, namespace: str) -> list[MemoryEntry]:
+        """Non-expired entries of ``namespace`` in ``(created_at, entry_id)`` order."""
+        ...
+
+    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """The newest non-expired entry with ``key``, or ``None``."""
+        ...
+
+    def delete(self, namespace: str, entry_id: str) -> None:
+        """Remove one entry; no error if it does not exist."""
+        ...
+
+    def clear(self, namespace: str) -> None:
+        """Remove every entry of ``namespace``."""
+        ...
+
+
+@runtime_checkable
+class AsyncMemoryStore(Protocol):
+    """The async twins of :class:`MemoryStore` (same contract, awaited)."""
+
+    async def async_save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Async form of :meth:`MemoryStore.save`."""
+        ...
+
+    async def async_load(self, namespace: str) -> list[MemoryEntry]:
+        """Async form of :meth:`MemoryStore.load`."""
+        ...
+
+    async def async_load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """Async form of :meth:`MemoryStore.load_by_key`."""
+        ...
+
+    async def async_delete(self, namespace: str, entry_id: str) -> None:
+        """Async form of :meth:`MemoryStore.delete`."""
+        ...
+
+    async def async_clear(self, namespace: str) -> None:
+        """Async form of :meth:`MemoryStore.clear`."""
+        ...
+
+
+# --------------------------------------------------------------------------- units of work
+
+
+class ListOptions(TypedDict, total=False):
+    """The options of a list read (:meth:`EntryRepository.list` and its kin).
+
+    Attributes:
+        key_prefix: Only entries whose key starts with it, ordered by
+            ``(key, created_at, entry_id)``; ``None`` (the default) means every
+            entry, ordered by ``(created_at, entry_id)``.
+        limit: At most this many entries, taken after ordering (``None``: all).
+        newest_first: Reverse the order (default ``False``).
+    """
+
+    key_prefix: str | None
+    limit: int | None
+    newest_first: bool
+
+
+@runtime_checkable
+class EntryRepository(Protocol):
+    """Reads and writes entries inside one unit of work.
+
+    Reads never return expired entries.  ``list`` orders by
+    ``(key, created_at, entry_id)`` when a ``key_prefix`` is given (only keys
+    starting with it), otherwise by ``(created_at, entry_id)``;
+    ``newest_first`` reverses the order and ``limit`` applies after ordering.
+    """
+
+    def get(self, namespace: str, entry_id: str) -> MemoryEntry | None:
+        """The entry with this id in ``namespace``, or ``None``."""
+        ...
+
+    def get_by_key(
+        self, namespace: str, key: str, *, for_update: bool = False
+    ) -> MemoryEntry | None:
+        """The newest entry of ``namespace`` with ``key``, or ``None``.
+
+        ``for_update=True`` asks the store to lock it until the unit of work
+        ends where it can (``SELECT ... FOR UPDATE`` on PostgreSQL).
+        """
+        ...
+
+    def list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
+        """Entries of ``namespace`` in the order described on the class.
+
+        ``options`` are the keyword arguments of :class:`ListOptions`:
+        ``key_prefix=None``, ``limit=None``, ``newest_first=False``.
+        """
+        ...
+
+    def list_contents(self, namespace: str, **options: Unpack[ListOptions]) -> builtins.list[Any]:
+        """Like :meth:`list` (same :class:`ListOptions`), but only each entry's ``content``."""
+        ...
+
+    def save(
+        self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None
+    ) -> None:
+        """Upsert ``entry``.
+
+        ``expected_version=None`` writes unconditionally; ``0`` requires that no
+        entry with this id exists; ``n > 0`` requires the stored version to be
+        ``n``.  A failed precondition raises
+        :class:`~firefly_orm.errors.ConcurrencyError` (at once or at commit,
+        depending on the store).  The stored version becomes the previous one
+        plus one (``max(entry.version, 1)`` on insert).
+        """
+        ...
+
+    def delete(self, namespace: str, entry_ids: str | Iterable[str]) -> None:
+        """Remove one entry or several (missing ids are ignored)."""
+        ...
+
+    def clear(self, namespace: str) -> None:
+        """Remove every entry of ``namespace``."""
+        ...
+
+
+class UnitOfWork(Protocol):
+    """A sync unit of work; use as a context manager, call :meth:`commit`.
+
+    Leaving the ``with`` block without committing rolls back.
+    """
+
+    entries: EntryRepository
+
+    def commit(self) -> None:
+        """Make every change visible together."""
+        ...
+
+    def rollback(self) -> None:
+        """Drop every change."""
+        ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None: ...
+
+
+class AsyncUnitOfWork(Protocol):
+    """An async unit of work: ``await uow.run_sync(fn, *args)``, ``await uow.commit()``.
+
+    ``fn`` is a sync function whose first argument is the sync
+    :class:`UnitOfWork`; each operation is thus written once for both worlds.
+    """
+
+    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(uow, *args)`` inside this unit of work and return its result."""
+        ...
+
+    async def commit(self) -> None:
+        """Make every change visible together."""
+        ...
+
+    async def rollback(self) -> None:
+        """Drop every change."""
+        ...
+
+    async def __aenter__(self) -> Self: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> None: ...
+
+
+@runtime_checkable
+class UnitOfWorkStore(Protocol):
+    """A store that provides its own units of work.
+
+    ``read_only=True`` is a hint (a SQL store starts a plain transaction
+    instead of a write-locking one); the unit of work must then not write.
+    Stores that cannot use the hint accept and ignore it.
+    """
+
+    def unit_of_work(self, *, read_only: bool = False) -> AbstractContextManager[UnitOfWork]:
+        """A new unit of work (enter it with ``with``)."""
+        ...
+
+
+@runtime_checkable
+class AsyncUnitOfWorkStore(Protocol):
+    """A store that provides its own async units of work (see :class:`UnitOfWorkStore`)."""
+
+    def async_unit_of_work(
+        self, *, read_only: bool = False
+    ) -> AbstractAsyncContextManager[AsyncUnitOfWork]:
+        """A new async unit of work (enter it with ``async with``)."""
+        ...
+
+
+# --------------------------------------------------------------------------- staged backend
+
+
+@runtime_checkable
+class StagedBackend(Protocol):
+    """What :class:`~firefly_orm.uow.StagedUnitOfWork` needs from a store.
+
+    Reads return *copies* of *live* (non-expired) entries and fetch only what
+    is asked; the unit of work overlays its staged writes on them.
+    """
+
+    def read_entry(self, namespace: str, entry_id: str) -> MemoryEntry | None:
+        """The live entry with this id in ``namespace``, or ``None``."""
+        ...
+
+    def read_by_key(self, namespace: str, key: str) -> list[MemoryEntry]:
+        """Every live entry of ``namespace`` with ``key``, in any order."""
+        ...
+
+    def read_list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
+        """Live entries of ``namespace``, ordered and limited (see :class:`ListOptions`).
+
+        Ordered by ``(key, created_at, entry_id)`` when ``key_prefix`` is
+        given (only keys starting with it), else by ``(created_at, entry_id)``;
+        ``newest_first`` reverses; ``limit`` applies after ordering.
+        """
+        ...
+
+    def apply_changes(self, changes: StagedChanges) -> None:
+        """Check the version preconditions, then apply ``changes`` atomically.
+
+        A failed precondition raises :class:`~firefly_orm.errors.ConcurrencyError`
+        and applies nothing.
+        """
+        ...

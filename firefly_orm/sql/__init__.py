@@ -1,0 +1,50 @@
+"""One SQLAlchemy store for SQLite and PostgreSQL, sync and async.
+
+:class:`SQLAlchemyStore` runs every operation as a plain function over a sync
+:class:`~sqlalchemy.engine.Connection` or :class:`~sqlalchemy.orm.Session`.
+Sync methods call it inside a Connection transaction; the ``async_*`` twins
+await the very same function through ``AsyncConnection.run_sync`` on
+SQLAlchemy's native async engine (aiosqlite, psycopg async) — no thread hop,
+one implementation.  A Session is used only to join a caller's transaction
+(``unit_of_work(session=...)``, :meth:`SQLAlchemyStore.bind_session`).
+
+Where things are:
+
+* :mod:`~firefly_orm.sql.statements`: the table, the statements (built once)
+  and the row <-> entry mapping.
+* :mod:`~firefly_orm.sql.ops`: each operation, written once over a
+  Session/Connection, and the unit-of-work repository.
+* :mod:`~firefly_orm.sql.uow`: the sync and async units of work.
+* :mod:`~firefly_orm.sql.runners`: where an operation gets its transaction
+  (the store's engines, or a SAVEPOINT of a caller's session).
+* :mod:`~firefly_orm.sql.engines`: the store's engines and their disposal.
+* :mod:`~firefly_orm.sql.store`: the store (lifecycle, migrations, errors).
+* :mod:`~firefly_orm.sql.presets`: :class:`SQLiteStore`, :class:`PostgreSQLStore`.
+
+The schema name is applied per store with ``schema_translate_map``; the table
+definition has no schema, so stores with different schemas share one process.
+
+Ownership: engines the store builds from a URL are disposed by
+:meth:`SQLAlchemyStore.close`; engines you pass in (``engine=``,
+``async_engine=``) are never disposed.
+"""
+
+from __future__ import annotations
+
+from firefly_orm.sql.engines import enable_sqlite_savepoints
+from firefly_orm.sql.ops import SQLEntryRepository as SQLEntryRepository
+from firefly_orm.sql.presets import PostgreSQLStore, SQLiteStore
+from firefly_orm.sql.statements import TABLE as TABLE
+from firefly_orm.sql.store import SessionBoundStore, SQLAlchemyStore
+from firefly_orm.sql.uow import AsyncSQLUnitOfWork as AsyncSQLUnitOfWork
+from firefly_orm.sql.uow import SQLUnitOfWork as SQLUnitOfWork
+
+# SQLEntryRepository, TABLE and the unit-of-work classes stay importable from
+# here (``X as X`` re-exports), as before; ``__all__`` lists the public API.
+__all__ = [
+    "PostgreSQLStore",
+    "SQLAlchemyStore",
+    "SQLiteStore",
+    "SessionBoundStore",
+    "enable_sqlite_savepoints",
+]

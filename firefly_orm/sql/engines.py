@@ -1,0 +1,301 @@
+"""The engines of one store: sync and async, for reads and for writes, and their disposal.
+
+:class:`Engines` builds each engine on first use (or wraps the caller's),
+applies the store's schema with ``schema_translate_map`` and caches the
+variants the store runs on:
+
+* ``"default"``: :attr:`SQLAlchemyStore.engine` / ``async_engine`` themselves;
+  read-only units of work and the schema check.
+* ``"write"``: write transactions; on SQLite they start with
+  ``BEGIN IMMEDIATE`` (the write lock up front instead of failing to upgrade a
+  read lock later).
+* ``"read"``: single-statement reads; on SQLite they run without
+  ``BEGIN``/``COMMIT`` at all (one statement is atomic on its own).
+
+Engines built from a URL are the store's and are disposed by
+:meth:`Engines.close`; engines the caller passes in are never disposed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any, Literal, cast
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from firefly_orm.errors import MissingExtraError, redact_url
+
+__all__ = ["Engines", "Mode", "enable_sqlite_savepoints", "is_memory_sqlite"]
+
+#: Which variant of an engine: see the module docstring.
+Mode = Literal["default", "read", "write"]
+
+_WRITE_OPTION = "firefly_orm_write"
+#: On SQLite: run this connection's statements in autocommit (no BEGIN).  Used
+#: only for single-statement reads, which SQLite makes atomic by themselves.
+_AUTOCOMMIT_READ_OPTION = "firefly_orm_autocommit_read"
+_MODE_OPTIONS: dict[Mode, dict[str, Any]] = {
+    "read": {_AUTOCOMMIT_READ_OPTION: True},
+    "write": {_WRITE_OPTION: True},
+}
+#: dispose() tasks scheduled by close() inside a running loop (kept referenced)
+_PENDING_DISPOSALS: set[asyncio.Task[None]] = set()
+
+
+def enable_sqlite_savepoints(engine: Engine | AsyncEngine) -> None:
+    """Let SQLAlchemy control transactions on a SQLite engine (pysqlite or aiosqlite).
+
+    The sqlite3 driver's own transaction handling breaks SAVEPOINTs; this applies
+    SQLAlchemy's documented recipe (driver autocommit off, ``BEGIN`` emitted by
+    SQLAlchemy).  Call it on *your* SQLite engine before joining our units of
+    work to your session (``store.unit_of_work(session=...)``).  Stores do it
+    themselves for the engines they create.
+    """
+    sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
+
+    @event.listens_for(sync_engine, "connect")
+    def _driver_autocommit(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        options = conn.get_execution_options()
+        if options.get(_AUTOCOMMIT_READ_OPTION, False):
+            return
+        write = options.get(_WRITE_OPTION, False)
+        # Straight to the DBAPI cursor: the statement needs no SQLAlchemy
+        # execution context, and this runs once per transaction.
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        finally:
+            cursor.close()
+
+
+def _install_sqlite_hooks(sync_engine: Engine) -> None:
+    """WAL + busy_timeout + synchronous=FULL per connection; SQLAlchemy-controlled BEGIN."""
+    is_memory = sync_engine.url.database in (None, "", ":memory:")
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            if not is_memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA synchronous=FULL")
+        finally:
+            cursor.close()
+
+    enable_sqlite_savepoints(sync_engine)
+
+
+def is_memory_sqlite(url: URL) -> bool:
+    """Whether ``url`` names an in-memory SQLite database (one per connection)."""
+    database = url.database or ""
+    return database in ("", ":memory:") or url.query.get("mode") == "memory"
+
+
+def _async_url_for(url: URL) -> URL:
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    if backend == "sqlite":
+        return url.set(drivername="sqlite+aiosqlite")
+    if backend == "postgresql":
+        if driver in ("psycopg", "asyncpg", "psycopg_async"):
+            return url
+        return url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def _sync_url_for(url: URL) -> URL:
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    if backend == "sqlite":
+        return url.set(drivername="sqlite")
+    if backend == "postgresql" and driver in ("asyncpg", "psycopg_async"):
+        return url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def _no_defaults(url: URL) -> dict[str, Any]:
+    return {}
+
+
+async def _dispose(engines: list[AsyncEngine]) -> None:
+    for engine in engines:
+        await engine.dispose()
+
+
+class Engines:
+    """The sync and async engines of one store, each variant built once.
+
+    Args:
+        url: URL of the engines to build (normalised); ``None`` with a given engine.
+        engine: The caller's sync engine (never disposed here).
+        async_engine: The caller's async engine (never disposed here).
+        async_url: URL of the async engine when it differs from ``url``.
+        schema: Schema our table is mapped to (``None``: the default one).
+        engine_kwargs: Extra ``create_engine`` arguments; they win over ``defaults``.
+        defaults: Per-backend ``create_engine`` arguments for a URL (the presets').
+    """
+
+    def __init__(
+        self,
+        url: URL | None,
+        *,
+        engine: Engine | None = None,
+        async_engine: AsyncEngine | None = None,
+        async_url: URL | None = None,
+        schema: str | None = None,
+        engine_kwargs: dict[str, Any] | None = None,
+        defaults: Callable[[URL], dict[str, Any]] | None = None,
+    ) -> None:
+        self.url = url
+        self.async_url = async_url
+        self.schema = schema
+        self._given: dict[bool, Engine | AsyncEngine | None] = {False: engine, True: async_engine}
+        self._engine_kwargs = dict(engine_kwargs or {})
+        self._defaults = defaults or _no_defaults
+        self._cache: dict[tuple[bool, Mode], Engine | AsyncEngine] = {}
+        self._owned: list[Engine | AsyncEngine] = []
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ what we connect to
+    def _given_engine(self) -> Engine | AsyncEngine | None:
+        sync = self._given[False]
+        return sync if sync is not None else self._given[True]
+
+    def _configured_url(self) -> URL:
+        if self.url is not None:
+            return self.url
+        given = self._given_engine()
+        assert given is not None
+        return given.url
+
+    @property
+    def dialect_name(self) -> str:
+        """``"sqlite"``, ``"postgresql"``, ... (from the given engine or the URL)."""
+        given = self._given_engine()
+        if given is not None:
+            return given.dialect.name
+        return self._configured_url().get_backend_name()
+
+    def display_url(self) -> str:
+        """The URL we connect to, password hidden (for messages and reprs)."""
+        return redact_url(self._configured_url())
+
+    def password(self) -> str | None:
+        """The password in the URL we connect to (to scrub it from driver messages)."""
+        password = self._configured_url().password
+        return str(password) if password else None
+
+    # ------------------------------------------------------------------ engines
+    def sync_engine(self, mode: Mode = "default") -> Engine:
+        """The sync engine for ``mode`` (built on first use)."""
+        engine = self._cache.get((False, mode))
+        return cast(Engine, engine if engine is not None else self._build(False, mode))
+
+    def async_engine(self, mode: Mode = "default") -> AsyncEngine:
+        """The async engine for ``mode`` (native async driver; built on first use)."""
+        engine = self._cache.get((True, mode))
+        return cast(AsyncEngine, engine if engine is not None else self._build(True, mode))
+
+    def _build(self, is_async: bool, mode: Mode) -> Engine | AsyncEngine:
+        with self._lock:
+            engine = self._cache.get((is_async, mode))
+            if engine is None:
+                if mode == "default":
+                    engine = self._translated(self._base(is_async))
+                else:
+                    default = self._build(is_async, "default")
+                    engine = default.execution_options(**_MODE_OPTIONS[mode])
+                self._cache[is_async, mode] = engine
+            return engine
+
+    def _base(self, is_async: bool) -> Engine | AsyncEngine:
+        given = self._given[is_async]
+        if given is not None:
+            return given
+        created = self._create(self._url_for(is_async), is_async)
+        if created.dialect.name == "sqlite":
+            _install_sqlite_hooks(
+                created.sync_engine if isinstance(created, AsyncEngine) else created
+            )
+        self._owned.append(created)
+        return created
+
+    def _url_for(self, is_async: bool) -> URL:
+        if is_async:
+            return _async_url_for(self.async_url or self._configured_url())
+        if self.url is not None:
+            return self.url
+        return _sync_url_for(self._configured_url())
+
+    def _translated(self, engine: Engine | AsyncEngine) -> Engine | AsyncEngine:
+        if self.schema is None:
+            return engine
+        return engine.execution_options(schema_translate_map={None: self.schema})
+
+    def _create(self, url: URL, is_async: bool) -> Engine | AsyncEngine:
+        # The caller's engine_kwargs win over the preset's defaults.
+        defaults = self._defaults(url)
+        kwargs = {**defaults, **self._engine_kwargs}
+        if "connect_args" in defaults or "connect_args" in self._engine_kwargs:
+            kwargs["connect_args"] = {
+                **defaults.get("connect_args", {}),
+                **self._engine_kwargs.get("connect_args", {}),
+            }
+        try:
+            if is_async:
+                return create_async_engine(url, **kwargs)
+            return sa.create_engine(url, **kwargs)
+        except ImportError as exc:
+            backend = url.get_backend_name()
+            raise MissingExtraError(
+                f"{backend} with driver {url.get_driver_name()}",
+                "postgres" if backend == "postgresql" else "sqlite",
+                exc.name,
+            ) from exc
+
+    # ------------------------------------------------------------------ disposal
+    def _release(self) -> list[Engine | AsyncEngine]:
+        """Forget every cached engine; return the owned ones (to dispose)."""
+        with self._lock:
+            owned, self._owned = self._owned, []
+            self._cache.clear()
+        return owned
+
+    def close(self) -> None:
+        """Dispose the engines built here; the next use builds new ones.
+
+        Async engines need an event loop to close their connections: without a
+        running loop one is run for it; inside one, their disposal is scheduled
+        on it (prefer ``await`` :meth:`aclose` there).
+        """
+        owned = self._release()
+        pending = [engine for engine in owned if isinstance(engine, AsyncEngine)]
+        for engine in owned:
+            if isinstance(engine, Engine):
+                engine.dispose()
+        if not pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(_dispose(pending))
+            return
+        task = loop.create_task(_dispose(pending))
+        _PENDING_DISPOSALS.add(task)
+        task.add_done_callback(_PENDING_DISPOSALS.discard)
+
+    async def aclose(self) -> None:
+        """Async form of :meth:`close` (awaits the async engines' disposal)."""
+        owned = self._release()
+        for engine in owned:
+            if isinstance(engine, Engine):
+                engine.dispose()
+        await _dispose([engine for engine in owned if isinstance(engine, AsyncEngine)])

@@ -1,0 +1,247 @@
+"""Every store operation, written once over a sync ``Session`` or ``Connection``.
+
+The store runs these functions on a Connection transaction of its own, or in
+a SAVEPOINT of a caller's Session; the async side awaits the very same
+functions through SQLAlchemy's ``run_sync`` (see :mod:`firefly_orm.bridges`).
+:class:`SQLEntryRepository` is the unit-of-work face of the same functions.
+
+Adding an operation: write it here over ``Session | Connection`` (its
+statement in :mod:`firefly_orm.sql.statements`), then give the store a method
+that validates its arguments and hands it to the runner.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from firefly_orm.entry import (
+    MemoryEntry,
+    utcnow,
+    validate_entry,
+    validate_key,
+    validate_namespace,
+)
+from firefly_orm.errors import ConcurrencyError
+from firefly_orm.sql import statements as st
+
+__all__ = [
+    "SQLEntryRepository",
+    "Target",
+    "cleanup_expired",
+    "clear",
+    "delete",
+    "get",
+    "list_contents",
+    "list_entries",
+    "load",
+    "load_by_key",
+    "push_translation",
+    "save",
+    "save_versioned",
+]
+
+#: What an operation runs on: a store-owned Connection or a caller's Session.
+Target = Session | Connection
+
+#: ``Session.info`` key holding the schema map while one of our units of work
+#: runs inside a caller's session (whose engine knows nothing of our schema).
+_TRANSLATE_KEY = "firefly_orm.schema_translate_map"
+
+
+def _execute(target: Target, stmt: Any, params: dict[str, Any]) -> Any:
+    translate = target.info.get(_TRANSLATE_KEY)
+    if translate is None:
+        return target.execute(stmt, params)
+    return target.execute(stmt, params, execution_options={"schema_translate_map": translate})
+
+
+def push_translation(session: Session, schema: str | None) -> Callable[[], None] | None:
+    """Map our table to ``schema`` on a caller's session; return the undo function."""
+    if schema is None:
+        return None
+    missing = object()
+    saved = session.info.get(_TRANSLATE_KEY, missing)
+    session.info[_TRANSLATE_KEY] = {None: schema}
+
+    def restore() -> None:
+        if saved is missing:
+            session.info.pop(_TRANSLATE_KEY, None)
+        else:
+            session.info[_TRANSLATE_KEY] = saved
+
+    return restore
+
+
+def _dialect(target: Target) -> str:
+    if isinstance(target, Connection):
+        return target.dialect.name
+    return target.get_bind().dialect.name
+
+
+# --------------------------------------------------------------------------- operations
+
+
+def save(target: Target, namespace: str, entry: MemoryEntry) -> None:
+    """Upsert ``entry`` (the stored version goes up by one on update)."""
+    _execute(target, st.upsert(_dialect(target)), st.entry_values(namespace, entry))
+
+
+def save_versioned(
+    target: Target, namespace: str, entry: MemoryEntry, expected_version: int
+) -> None:
+    """Insert (``expected_version == 0``) or compare-and-set on the stored version."""
+    values = st.entry_values(namespace, entry)
+    if expected_version == 0:
+        values["version"] = 1
+        inserted = _execute(target, st.insert_new(_dialect(target)), values).first()
+        if inserted is None:
+            raise ConcurrencyError(f"entry {entry.entry_id!r} already exists in {namespace!r}")
+        return
+    values["version"] = expected_version + 1
+    del values["entry_id"]
+    values.update(w_eid=entry.entry_id, w_ns=namespace, w_version=expected_version)
+    result = _execute(target, st.UPDATE_VERSIONED, values)
+    if result.rowcount != 1:
+        raise ConcurrencyError(
+            f"entry {entry.entry_id!r} in {namespace!r} is no longer at version {expected_version}"
+        )
+
+
+def load(target: Target, namespace: str) -> list[MemoryEntry]:
+    """Live entries of ``namespace`` in ``(created_at, entry_id)`` order."""
+    rows = _execute(target, st.LOAD, {"ns": namespace, "now": utcnow()})
+    return [st.row_to_entry(row) for row in rows]
+
+
+def get(target: Target, namespace: str, entry_id: str) -> MemoryEntry | None:
+    """The live entry ``entry_id`` of ``namespace``, or ``None``."""
+    row = _execute(target, st.GET, {"eid": entry_id, "ns": namespace, "now": utcnow()}).first()
+    return st.row_to_entry(row) if row is not None else None
+
+
+def load_by_key(
+    target: Target, namespace: str, key: str, for_update: bool = False
+) -> MemoryEntry | None:
+    """The newest live entry with ``key`` (locked until the transaction ends if asked)."""
+    stmt = st.BY_KEY_FOR_UPDATE if for_update else st.BY_KEY
+    row = _execute(target, stmt, {"ns": namespace, "key": key, "now": utcnow()}).first()
+    return st.row_to_entry(row) if row is not None else None
+
+
+def list_entries(
+    target: Target,
+    namespace: str,
+    key_prefix: str | None,
+    limit: int | None,
+    newest_first: bool,
+) -> list[MemoryEntry]:
+    """Live entries, ordered and limited as :func:`~firefly_orm.sql.statements.list_statement`."""
+    params: dict[str, Any] = {"ns": namespace, "now": utcnow()}
+    stmt = st.list_statement(st.prefix_mode(key_prefix, params), limit, newest_first)
+    return [st.row_to_entry(row) for row in _execute(target, stmt, params)]
+
+
+def list_contents(
+    target: Target,
+    namespace: str,
+    key_prefix: str | None,
+    limit: int | None,
+    newest_first: bool,
+) -> list[Any]:
+    """Like :func:`list_entries`, but only each entry's ``content`` (a cheaper read)."""
+    params: dict[str, Any] = {"ns": namespace, "now": utcnow()}
+    stmt = st.list_contents_statement(st.prefix_mode(key_prefix, params), limit, newest_first)
+    return list(_execute(target, stmt, params).scalars())
+
+
+def delete(target: Target, namespace: str, entry_ids: list[str]) -> None:
+    """Delete these entries of ``namespace`` (missing ids are ignored)."""
+    if entry_ids:
+        _execute(target, st.DELETE, {"ns": namespace, "eids": entry_ids})
+
+
+def clear(target: Target, namespace: str) -> None:
+    """Delete every entry of ``namespace``."""
+    _execute(target, st.CLEAR, {"ns": namespace})
+
+
+def cleanup_expired(target: Target) -> int:
+    """Delete the expired entries of every namespace; return how many."""
+    return int(_execute(target, st.CLEANUP, {"now": utcnow()}).rowcount)
+
+
+# --------------------------------------------------------------------------- repository
+
+
+class SQLEntryRepository:
+    """:class:`~firefly_orm.protocols.EntryRepository` over one Session or Connection transaction.
+
+    Each method validates its arguments and runs the operation above on
+    :attr:`session` (the transaction's Session or Connection).
+    """
+
+    def __init__(self, session: Target) -> None:
+        self.session = session
+
+    def get(self, namespace: str, entry_id: str) -> MemoryEntry | None:
+        """The live entry ``entry_id`` of ``namespace``, or ``None``."""
+        validate_namespace(namespace)
+        return get(self.session, namespace, entry_id)
+
+    def get_by_key(
+        self, namespace: str, key: str, *, for_update: bool = False
+    ) -> MemoryEntry | None:
+        """The newest live entry with ``key`` (``for_update`` locks it on PostgreSQL)."""
+        validate_namespace(namespace)
+        validate_key(key)
+        return load_by_key(self.session, namespace, key, for_update)
+
+    def list(
+        self,
+        namespace: str,
+        *,
+        key_prefix: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> builtins.list[MemoryEntry]:
+        """Live entries of ``namespace`` (see :class:`~firefly_orm.protocols.EntryRepository`)."""
+        validate_namespace(namespace)
+        return list_entries(self.session, namespace, key_prefix, limit, newest_first)
+
+    def list_contents(
+        self,
+        namespace: str,
+        *,
+        key_prefix: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> builtins.list[Any]:
+        """Like :meth:`list` but only each entry's ``content`` (a cheaper read)."""
+        validate_namespace(namespace)
+        return list_contents(self.session, namespace, key_prefix, limit, newest_first)
+
+    def save(
+        self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None
+    ) -> None:
+        """Upsert ``entry``; with ``expected_version``, only from that version (0: new)."""
+        validate_entry(entry, namespace)
+        if expected_version is None:
+            save(self.session, namespace, entry)
+        else:
+            save_versioned(self.session, namespace, entry, expected_version)
+
+    def delete(self, namespace: str, entry_ids: str | Iterable[str]) -> None:
+        """Delete one entry or several (missing ids are ignored)."""
+        validate_namespace(namespace)
+        ids = [entry_ids] if isinstance(entry_ids, str) else list(entry_ids)
+        delete(self.session, namespace, ids)
+
+    def clear(self, namespace: str) -> None:
+        """Delete every entry of ``namespace``."""
+        validate_namespace(namespace)
+        clear(self.session, namespace)

@@ -1,0 +1,207 @@
+"""The table, its columns, the statements we run and the row <-> entry mapping.
+
+Every statement is built once, at import (or once per dialect / list shape
+through a cache), and executed with bound parameters: constructing a Core
+statement and its cache key on every call cost more than running it.
+
+The table definition has no schema; each store maps it to its own schema with
+``schema_translate_map``, so stores with different schemas share one process.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from firefly_orm.entry import MemoryEntry, MemoryScope
+
+__all__ = [
+    "BY_KEY",
+    "BY_KEY_FOR_UPDATE",
+    "CLEANUP",
+    "CLEAR",
+    "COLUMNS",
+    "DELETE",
+    "GET",
+    "LOAD",
+    "TABLE",
+    "UPDATE_VERSIONED",
+    "PrefixMode",
+    "entry_values",
+    "insert_new",
+    "list_contents_statement",
+    "list_statement",
+    "prefix_mode",
+    "row_to_entry",
+    "upsert",
+]
+
+TABLE: sa.Table = MemoryEntry.__table__  # type: ignore[attr-defined]
+_C = TABLE.c
+#: The columns every entry read selects, in the order :func:`row_to_entry` reads.
+COLUMNS = (
+    _C.entry_id,
+    _C.namespace,
+    _C.scope,
+    _C.key,
+    _C.content,
+    _C["metadata"],
+    _C.created_at,
+    _C.expires_at,
+    _C.importance,
+    _C.version,
+)
+
+# --------------------------------------------------------------------------- row mapping
+
+
+def row_to_entry(row: Any) -> MemoryEntry:
+    """The entry of a row selected with :data:`COLUMNS`."""
+    # Values come straight from typed columns (UTC datetimes, MemoryScope,
+    # decoded JSON), so the fast constructor is safe here.
+    return MemoryEntry._from_values(
+        {
+            "entry_id": row[0],
+            "namespace": row[1],
+            "scope": row[2],
+            "key": row[3],
+            "content": row[4],
+            "metadata_": row[5],
+            "created_at": row[6],
+            "expires_at": row[7],
+            "importance": row[8],
+            "version": row[9],
+        }
+    )
+
+
+def entry_values(namespace: str, entry: MemoryEntry) -> dict[str, Any]:
+    """The column values that store ``entry`` in ``namespace`` (version at least 1)."""
+    return {
+        "entry_id": entry.entry_id,
+        "namespace": namespace,
+        "scope": MemoryScope(entry.scope),
+        "key": entry.key,
+        "content": entry.content,
+        "metadata": entry.metadata_,
+        "created_at": entry.created_at,
+        "expires_at": entry.expires_at,
+        "importance": float(entry.importance),
+        "version": max(entry.version, 1),
+    }
+
+
+# --------------------------------------------------------------------------- statements
+
+_P = sa.bindparam
+_LIVE = sa.or_(_C.expires_at.is_(None), _C.expires_at > _P("now"))
+_SELECT = sa.select(*COLUMNS)
+#: Live entries of ``ns`` in ``(created_at, entry_id)`` order.
+LOAD = _SELECT.where(_C.namespace == _P("ns"), _LIVE).order_by(_C.created_at, _C.entry_id)
+#: The live entry ``eid`` of ``ns``.
+GET = _SELECT.where(_C.entry_id == _P("eid"), _C.namespace == _P("ns"), _LIVE)
+#: The newest live entry of ``ns`` with ``key``.
+BY_KEY = (
+    _SELECT.where(_C.namespace == _P("ns"), _C.key == _P("key"), _LIVE)
+    .order_by(_C.created_at.desc(), _C.entry_id.desc())
+    .limit(1)
+)
+BY_KEY_FOR_UPDATE = BY_KEY.with_for_update()
+DELETE = sa.delete(TABLE).where(
+    _C.namespace == _P("ns"), _C.entry_id.in_(_P("eids", expanding=True))
+)
+CLEAR = sa.delete(TABLE).where(_C.namespace == _P("ns"))
+CLEANUP = sa.delete(TABLE).where(_C.expires_at <= _P("now"))
+#: Compare-and-set on the version (``w_*`` parameters name the row and its expected version).
+UPDATE_VERSIONED = sa.update(TABLE).where(
+    _C.entry_id == _P("w_eid"), _C.namespace == _P("w_ns"), _C.version == _P("w_version")
+)
+
+
+def _insert(dialect: str) -> Any:
+    return postgresql.insert(TABLE) if dialect == "postgresql" else sqlite.insert(TABLE)
+
+
+@functools.cache
+def upsert(dialect: str) -> Any:
+    """``INSERT ... ON CONFLICT (entry_id) DO UPDATE`` (version bumped server-side)."""
+    insert = _insert(dialect)
+    update: dict[str, Any] = {
+        col.key: insert.excluded[col.key]
+        for col in COLUMNS
+        if col.key not in ("entry_id", "version")
+    }
+    update["version"] = _C.version + 1
+    return insert.on_conflict_do_update(index_elements=[_C.entry_id], set_=update)
+
+
+@functools.cache
+def insert_new(dialect: str) -> Any:
+    """``INSERT ... ON CONFLICT DO NOTHING``: inserts only if the id is free."""
+    # RETURNING tells whether a row was inserted (rowcount is not reliable for
+    # ON CONFLICT DO NOTHING across drivers).
+    return (
+        _insert(dialect).on_conflict_do_nothing(index_elements=[_C.entry_id]).returning(_C.entry_id)
+    )
+
+
+# --------------------------------------------------------------------------- listings
+
+#: How a listing filters on the key: no filter (``none``), keys in ``[lo, hi)``
+#: (``range``), keys from ``lo`` on (``from``, when no upper bound exists) or
+#: any non-null key (``any_key``, the empty prefix).
+PrefixMode = Literal["none", "range", "from", "any_key"]
+
+
+def _prefix_upper(prefix: str) -> str | None:
+    """The smallest string above every string starting with ``prefix`` (or None)."""
+    stripped = prefix.rstrip("\U0010ffff")
+    if not stripped:
+        return None
+    return stripped[:-1] + chr(ord(stripped[-1]) + 1)
+
+
+def prefix_mode(key_prefix: str | None, params: dict[str, Any]) -> PrefixMode:
+    """The listing shape for ``key_prefix``; binds its bounds (``lo``/``hi``) into ``params``."""
+    if key_prefix is None:
+        return "none"
+    if not key_prefix:
+        return "any_key"
+    params["lo"] = key_prefix
+    upper = _prefix_upper(key_prefix)
+    if upper is None:
+        return "from"
+    params["hi"] = upper
+    return "range"
+
+
+@functools.lru_cache(maxsize=128)
+def list_statement(mode: PrefixMode, limit: int | None, newest_first: bool) -> Any:
+    """Live entries of ``ns``, by ``(key, created_at, entry_id)`` under a key filter
+    else by ``(created_at, entry_id)``; ``newest_first`` reverses; ``limit`` last."""
+    stmt = _SELECT.where(_C.namespace == _P("ns"), _LIVE)
+    if mode == "range":
+        stmt = stmt.where(_C.key >= _P("lo"), _C.key < _P("hi"))
+    elif mode == "from":
+        stmt = stmt.where(_C.key >= _P("lo"))
+    elif mode == "any_key":
+        stmt = stmt.where(_C.key.is_not(None))
+    order: list[Any] = (
+        [_C.created_at, _C.entry_id] if mode == "none" else [_C.key, _C.created_at, _C.entry_id]
+    )
+    if newest_first:
+        order = [col.desc() for col in order]
+    stmt = stmt.order_by(*order)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return stmt
+
+
+@functools.lru_cache(maxsize=128)
+def list_contents_statement(mode: PrefixMode, limit: int | None, newest_first: bool) -> Any:
+    """:func:`list_statement` selecting only the ``content`` column."""
+    full = list_statement(mode, limit, newest_first)
+    return full.with_only_columns(_C.content, maintain_column_froms=True)

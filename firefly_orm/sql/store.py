@@ -1,0 +1,457 @@
+"""The SQLAlchemy store: lifecycle, migrations, error mapping, and its operations.
+
+:class:`SQLAlchemyStore` validates each call's arguments and hands the
+operation (a function of :mod:`firefly_orm.sql.ops`) to its runner
+(:mod:`firefly_orm.sql.runners`), which runs it on a Connection transaction of
+the store's engines; the ``async_*`` twins await the very same function
+through ``run_sync`` on the native async driver.  :meth:`SQLAlchemyStore.bind_session`
+gives the same store behaviour with a runner that joins a caller's session
+(:class:`SessionBoundStore`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
+from typing import Any, Self
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.orm import Session
+
+from firefly_orm import migrate
+from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
+from firefly_orm.errors import (
+    DatabaseConnectionError,
+    EntryValidationError,
+    FireflyOrmError,
+    StoreError,
+    scrub_secret,
+)
+from firefly_orm.sql import ops
+from firefly_orm.sql.engines import Engines, is_memory_sqlite
+from firefly_orm.sql.runners import EngineRunner, Runner
+from firefly_orm.sql.uow import AsyncSQLUnitOfWork, SQLUnitOfWork
+
+__all__ = ["SQLAlchemyStore", "SessionBoundStore"]
+
+logger = logging.getLogger("firefly_orm")
+
+# --------------------------------------------------------------------------- migration lock
+#: Alembic's ``context``/``op`` are process-wide proxies: one migration at a time
+#: per process (PostgreSQL adds an advisory lock, SQLite BEGIN IMMEDIATE, for
+#: other processes).
+_MIGRATION_LOCK = threading.Lock()
+_migration_owner: int | None = None  # thread holding _MIGRATION_LOCK
+
+
+def _acquire_migration_lock() -> None:
+    """Take the process-wide migration lock (sync callers)."""
+    global _migration_owner
+    if not _MIGRATION_LOCK.acquire(blocking=False):
+        if _migration_owner == threading.get_ident():
+            raise StoreError(
+                "initialize() would deadlock: an async_initialize() is running on this "
+                "thread's event loop; await store.async_initialize() (or the async_* "
+                "methods) instead of calling sync methods from that loop"
+            )
+        _MIGRATION_LOCK.acquire()
+    _migration_owner = threading.get_ident()
+
+
+async def _async_acquire_migration_lock() -> None:
+    """Take the process-wide migration lock (async callers)."""
+    # Poll instead of blocking: a coroutine holding the lock awaits I/O inside
+    # run_sync, and a blocking acquire on the same loop thread would deadlock.
+    global _migration_owner
+    while not _MIGRATION_LOCK.acquire(blocking=False):
+        await asyncio.sleep(0.005)
+    _migration_owner = threading.get_ident()
+
+
+def _release_migration_lock() -> None:
+    global _migration_owner
+    _migration_owner = None
+    _MIGRATION_LOCK.release()
+
+
+# Module-level so that ``initialize(migrate=...)`` (whose parameter shadows the
+# module name) and its async twin (through run_sync) share them.
+def _upgrade(target: Engine | Connection, schema: str | None) -> None:
+    migrate.upgrade(target, schema_name=schema)
+
+
+def _require_head(target: Engine | Connection, schema: str | None) -> None:
+    migrate.require_head(target, schema_name=schema)
+
+
+# --------------------------------------------------------------------------- operations
+
+
+class _StoreOperations:
+    """The store's vocabulary, each operation handed to ``self._runner``.
+
+    Shared by :class:`SQLAlchemyStore` (its own transactions) and
+    :class:`SessionBoundStore` (SAVEPOINTs of a caller's session): only the
+    runner differs.
+    """
+
+    _runner: Runner
+
+    def save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Upsert ``entry`` into ``namespace`` (validated first)."""
+        validate_entry(entry, namespace)
+        self._runner.call("save", ops.save, namespace, entry, write=True)
+
+    def load(self, namespace: str) -> list[MemoryEntry]:
+        """Non-expired entries of ``namespace`` in ``(created_at, entry_id)`` order."""
+        validate_namespace(namespace)
+        return self._runner.call("load", ops.load, namespace)
+
+    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """The newest non-expired entry with ``key``."""
+        validate_namespace(namespace)
+        validate_key(key)
+        return self._runner.call("load_by_key", ops.load_by_key, namespace, key)
+
+    def delete(self, namespace: str, entry_id: str) -> None:
+        """Delete one entry (no error if absent)."""
+        validate_namespace(namespace)
+        self._runner.call("delete", ops.delete, namespace, [entry_id], write=True)
+
+    def clear(self, namespace: str) -> None:
+        """Delete every entry of ``namespace``."""
+        validate_namespace(namespace)
+        self._runner.call("clear", ops.clear, namespace, write=True)
+
+    def cleanup_expired(self) -> int:
+        """Delete expired entries in every namespace; return how many."""
+        return self._runner.call("cleanup_expired", ops.cleanup_expired, write=True)
+
+    async def async_save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Async twin of :meth:`save`."""
+        validate_entry(entry, namespace)
+        await self._runner.acall("save", ops.save, namespace, entry, write=True)
+
+    async def async_load(self, namespace: str) -> list[MemoryEntry]:
+        """Async twin of :meth:`load`."""
+        validate_namespace(namespace)
+        return await self._runner.acall("load", ops.load, namespace)
+
+    async def async_load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """Async twin of :meth:`load_by_key`."""
+        validate_namespace(namespace)
+        validate_key(key)
+        return await self._runner.acall("load_by_key", ops.load_by_key, namespace, key)
+
+    async def async_delete(self, namespace: str, entry_id: str) -> None:
+        """Async twin of :meth:`delete`."""
+        validate_namespace(namespace)
+        await self._runner.acall("delete", ops.delete, namespace, [entry_id], write=True)
+
+    async def async_clear(self, namespace: str) -> None:
+        """Async twin of :meth:`clear`."""
+        validate_namespace(namespace)
+        await self._runner.acall("clear", ops.clear, namespace, write=True)
+
+    async def async_cleanup_expired(self) -> int:
+        """Async twin of :meth:`cleanup_expired`."""
+        return await self._runner.acall("cleanup_expired", ops.cleanup_expired, write=True)
+
+    def unit_of_work(
+        self, *, read_only: bool = False, session: Session | None = None
+    ) -> AbstractContextManager[SQLUnitOfWork]:
+        """A unit of work: one transaction, or a SAVEPOINT in the caller's ``session``.
+
+        Args:
+            read_only: Start a plain (deferred) transaction.  On SQLite write
+                units of work start with ``BEGIN IMMEDIATE``; read-only ones let
+                readers run alongside writers under WAL.
+            session: The caller's Session; the work joins its transaction through
+                a SAVEPOINT and the caller's commit decides the outcome.
+        """
+        runner = self._runner if session is None else self._runner.join(session)
+        return runner.unit_of_work(read_only=read_only)
+
+    def async_unit_of_work(
+        self, *, read_only: bool = False, session: AsyncSession | None = None
+    ) -> AbstractAsyncContextManager[AsyncSQLUnitOfWork]:
+        """Async unit of work on the native async engine (or the caller's AsyncSession)."""
+        runner = self._runner if session is None else self._runner.join(session)
+        return runner.async_unit_of_work(read_only=read_only)
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class SQLAlchemyStore(_StoreOperations):
+    """Memory store on SQLAlchemy: SQLite or PostgreSQL, sync and async.
+
+    Args:
+        url: Database URL (``sqlite:///path``, ``postgresql+psycopg://...``); the
+            store builds (and owns) a sync engine and, on first async use, an
+            async one (aiosqlite / psycopg async).
+        engine: A caller-owned sync :class:`Engine` (never disposed by us).
+        async_engine: A caller-owned :class:`AsyncEngine` (never disposed by us).
+        async_url: URL for the async engine when it differs from ``url``.
+        schema_name: PostgreSQL schema for our tables (``None``: the connection's
+            default schema). Not supported on SQLite.
+        engine_kwargs: Extra keyword arguments for engines the store creates.
+
+    Operations initialise the store on first use (running the migrations);
+    call :meth:`initialize` yourself to fail fast at start-up, or
+    ``initialize(migrate=False)`` when an admin migrates and this process only
+    has DML rights (it then checks the schema is at head).
+
+    Ownership: engines the store builds from a URL are disposed by :meth:`close`;
+    engines you pass in (``engine=``, ``async_engine=``) are never disposed.
+    """
+
+    def __init__(
+        self,
+        url: str | URL | None = None,
+        *,
+        engine: Engine | None = None,
+        async_engine: AsyncEngine | None = None,
+        async_url: str | URL | None = None,
+        schema_name: str | None = None,
+        engine_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        if url is None and engine is None and async_engine is None:
+            raise EntryValidationError("url", "give a database URL, an engine or an async_engine")
+        if url is not None and engine is not None:
+            raise EntryValidationError("url", "give either url or engine, not both")
+        self._engines = Engines(
+            migrate.normalize_url(url) if url is not None else None,
+            engine=engine,
+            async_engine=async_engine,
+            async_url=migrate.normalize_url(async_url) if async_url is not None else None,
+            engine_kwargs=engine_kwargs,
+            defaults=self._engine_options,
+        )
+        dialect = self._engines.dialect_name
+        if dialect not in ("sqlite", "postgresql"):
+            raise EntryValidationError(
+                "url", f"unsupported database {dialect!r} (SQLite and PostgreSQL are supported)"
+            )
+        if dialect == "sqlite" and schema_name is not None:
+            raise EntryValidationError("schema_name", "SQLite has no schemas; leave it None")
+        own_url = self._engines.url
+        if dialect == "sqlite" and own_url is not None and is_memory_sqlite(own_url):
+            raise EntryValidationError(
+                "url",
+                "an in-memory SQLite database exists per connection (each thread and the "
+                "async engine would see a different, empty one); use InMemoryStore",
+            )
+        self._schema = self._engines.schema = migrate.validate_schema_name(schema_name)
+        self._initialized = False
+        self._runner = EngineRunner(
+            self._engines, self._wrap, self.ensure_initialized, self.async_ensure_initialized
+        )
+
+    # ------------------------------------------------------------------ engines
+    def _engine_options(self, url: URL) -> dict[str, Any]:
+        """Per-backend engine arguments; presets override this."""
+        return {}
+
+    @property
+    def engine(self) -> Engine:
+        """The sync engine (with our schema translation applied)."""
+        return self._engines.sync_engine()
+
+    @property
+    def async_engine(self) -> AsyncEngine:
+        """The async engine (native async driver, schema translation applied)."""
+        return self._engines.async_engine()
+
+    @property
+    def schema_name(self) -> str | None:
+        """The schema our tables live in (None: the default one / SQLite)."""
+        return self._schema
+
+    # ------------------------------------------------------------------ errors
+    @contextmanager
+    def _wrap(self, what: str) -> Iterator[None]:
+        """Turn driver errors raised inside into :mod:`firefly_orm.errors` naming ``what``."""
+        try:
+            yield
+        except FireflyOrmError:
+            raise
+        except sa.exc.TimeoutError as exc:  # no pooled connection within `timeout`
+            raise DatabaseConnectionError(
+                f"{what} timed out waiting for a connection to {self._where()}: {exc}"
+            ) from exc
+        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
+            kind = DatabaseConnectionError if _is_connection_problem(exc) else StoreError
+            raise kind(f"{what} failed on {self._where()}: {self._short(exc)}") from exc
+        except UnicodeError as exc:
+            raise StoreError(f"{what} failed: text could not be encoded ({exc})") from exc
+        except sa.exc.IntegrityError as exc:
+            raise StoreError(
+                f"{what} violated a constraint on {self._where()}: {self._short(exc)}"
+            ) from exc
+        except sa.exc.SQLAlchemyError as exc:
+            raise StoreError(f"{what} failed on {self._where()}: {self._short(exc)}") from exc
+        except OSError as exc:
+            raise DatabaseConnectionError(f"{what} failed on {self._where()}: {exc}") from exc
+
+    def _where(self) -> str:
+        return self._engines.display_url()
+
+    def _short(self, exc: sa.exc.SQLAlchemyError) -> str:
+        """The driver's message, first line only, our password scrubbed."""
+        orig = getattr(exc, "orig", None)
+        text = str(orig) if orig is not None else str(exc).split("\n", 1)[0]
+        return scrub_secret(text.strip().split("\n", 1)[0], self._engines.password())
+
+    # ------------------------------------------------------------------ lifecycle
+    def initialize(self, *, migrate: bool = True) -> None:
+        """Create or upgrade our tables (idempotent; safe across threads and processes).
+
+        Args:
+            migrate: ``True`` runs the Alembic migrations (under an advisory
+                lock on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite).  ``False``
+                only checks that the database is at head and raises
+                :class:`MigrationRequiredError` otherwise — for processes whose
+                role has DML rights only.
+        """
+        if self._initialized:
+            return
+        _acquire_migration_lock()
+        try:
+            if self._initialized:
+                return
+            with self._wrap("initialize"):
+                if migrate:
+                    _upgrade(self._engines.sync_engine("write"), self._schema)
+                else:
+                    _require_head(self.engine, self._schema)
+                self._after_initialize()
+            self._initialized = True
+        finally:
+            _release_migration_lock()
+        logger.debug("store initialised on %s", self._where())
+
+    def _after_initialize(self) -> None:
+        """Hook for presets (e.g. warming the pool); runs once, under the init lock."""
+
+    async def async_initialize(self, *, migrate: bool = True) -> None:
+        """Async twin of :meth:`initialize` (Alembic runs on the async engine via run_sync)."""
+        if self._initialized:
+            return
+        await _async_acquire_migration_lock()
+        try:
+            if self._initialized:
+                return
+            with self._wrap("initialize"):
+                async with self._engines.async_engine("write").connect() as conn:
+                    await conn.run_sync(_upgrade if migrate else _require_head, self._schema)
+            self._initialized = True
+        finally:
+            _release_migration_lock()
+
+    def ensure_initialized(self) -> None:
+        """Initialise on first use (called by every operation)."""
+        if not self._initialized:
+            self.initialize()
+
+    async def async_ensure_initialized(self) -> None:
+        """Async twin of :meth:`ensure_initialized`."""
+        if not self._initialized:
+            await self.async_initialize()
+
+    def close(self) -> None:
+        """Dispose the engines this store created (never a caller's engine).
+
+        The store can be used again afterwards (it builds new engines).  Inside
+        a running event loop prefer ``await store.async_close()``.
+        """
+        self._engines.close()
+        self._initialized = False
+
+    async def async_close(self) -> None:
+        """Async twin of :meth:`close`."""
+        await self._engines.aclose()
+        self._initialized = False
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.async_close()
+
+    # ------------------------------------------------------------------ embedding
+    def bind_session(self, session: Session | AsyncSession) -> SessionBoundStore:
+        """A view of this store whose every write joins ``session``'s transaction.
+
+        Give it to the memory layers to make their writes part of your
+        transaction::
+
+            with Session(engine) as session:
+                session.add(Order(...))
+                memory = MemoryManager(store=store.bind_session(session))
+                memory.add_turn(cid, prompt, answer)
+                session.commit()          # the order and the turn, or neither
+
+        Each operation runs in a SAVEPOINT of your transaction; your commit or
+        rollback decides.  A sync ``Session`` gives the sync methods, an
+        ``AsyncSession`` the ``async_*`` ones.
+        """
+        return SessionBoundStore(self, session)
+
+    def __repr__(self) -> str:
+        schema = f", schema_name={self._schema!r}" if self._schema else ""
+        return f"{type(self).__name__}({self._where()!r}{schema})"
+
+
+class SessionBoundStore(_StoreOperations):
+    """A :class:`SQLAlchemyStore` whose operations join a caller's session.
+
+    Made by :meth:`SQLAlchemyStore.bind_session`: the same operations as the
+    store, run by a runner that opens a SAVEPOINT of the caller's transaction
+    for each of them (and for each unit of work), so nothing is committed until
+    the caller commits.  ``read_only`` is accepted and changes nothing.
+    """
+
+    def __init__(self, store: SQLAlchemyStore, session: Session | AsyncSession) -> None:
+        self.store = store
+        self.session = session
+        self._runner = store._runner.join(session)
+
+
+# --------------------------------------------------------------------------- error kinds
+
+_CONNECTION_WORDS = (
+    "connect",
+    "unable to open database",
+    "server closed",
+    "terminating connection",
+    "timeout expired",
+    "network",
+)
+
+
+def _is_connection_problem(exc: sa.exc.DBAPIError) -> bool:
+    """Whether a driver error means the database could not be reached.
+
+    Other operational errors (a locked SQLite database, a deadlock, a statement
+    timeout, a missing table) are :class:`StoreError`, so retry logic keyed on
+    :class:`DatabaseConnectionError` only sees real connection problems.
+    """
+    if exc.connection_invalidated:
+        return True
+    state = getattr(exc.orig, "sqlstate", None)
+    if state:  # PostgreSQL: class 08 = connection exception, 57P0x = shutdown
+        return bool(state.startswith("08") or state.startswith("57P0"))
+    text = str(exc.orig).lower()
+    return any(word in text for word in _CONNECTION_WORDS)

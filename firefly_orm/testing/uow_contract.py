@@ -1,0 +1,187 @@
+"""The unit-of-work half of the contract suite (mixed into :class:`StoreContract`).
+
+Every test drives the unit of work that :func:`firefly_orm.uow.unit_of_work_for`
+/ :func:`~firefly_orm.uow.async_unit_of_work_for` give for the store: all or
+nothing, reads of its own writes, ``expected_version`` preconditions.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from firefly_orm.entry import utcnow
+from firefly_orm.errors import ConcurrencyError
+from firefly_orm.testing.drivers import StoreDriver
+from firefly_orm.testing.samples import ids_of, in_past, make_entry, to_ms
+
+__all__ = ["UnitOfWorkContract"]
+
+
+class UnitOfWorkContract:
+    """Unit-of-work tests; they use the ``contract`` fixture of :class:`StoreContract`."""
+
+    # ------------------------------------------------------------------ unit of work
+
+    async def test_uow_commit_applies_everything(self, contract: StoreDriver) -> None:
+        ns_a, ns_b = contract.ns("a"), contract.ns("b")
+        existing = make_entry(key="existing")
+        await contract.save(ns_a, existing)
+        await contract.save(ns_b, make_entry(content="old-b"))
+        first, second, fresh_b = (
+            make_entry(key="one"),
+            make_entry(key="two"),
+            make_entry(content="new-b"),
+        )
+        async with contract.unit_of_work() as uow:
+            await uow.save(ns_a, first)
+            await uow.save(ns_a, second)
+            await uow.delete(ns_a, existing.entry_id)
+            await uow.clear(ns_b)
+            await uow.save(ns_b, fresh_b)
+            await uow.commit()
+        assert ids_of(await contract.load(ns_a)) == ids_of([first, second])
+        assert [e.content for e in await contract.load(ns_b)] == ["new-b"]
+        one = await contract.load_by_key(ns_a, "one")
+        assert one is not None and one.version == 1
+
+    async def test_uow_without_commit_writes_nothing(self, contract: StoreDriver) -> None:
+        ns_a, ns_b = contract.ns("a"), contract.ns("b")
+        existing, in_b = make_entry(content="a"), make_entry(content="b")
+        await contract.save(ns_a, existing)
+        await contract.save(ns_b, in_b)
+        async with contract.unit_of_work() as uow:
+            await uow.save(ns_a, make_entry(content="staged"))
+            await uow.save(ns_a, existing.copy_entry(content="changed"))
+            await uow.clear(ns_b)
+        [stored] = await contract.load(ns_a)
+        assert (stored.content, stored.version) == ("a", 1)
+        assert ids_of(await contract.load(ns_b)) == [in_b.entry_id]
+
+    async def test_uow_error_rolls_back(self, contract: StoreDriver) -> None:
+        ns = contract.ns()
+        existing = make_entry(content="a")
+        await contract.save(ns, existing)
+
+        class Boom(Exception):
+            pass
+
+        with pytest.raises(Boom):
+            async with contract.unit_of_work() as uow:
+                await uow.save(ns, make_entry(content="staged"))
+                await uow.delete(ns, existing.entry_id)
+                raise Boom
+        assert ids_of(await contract.load(ns)) == [existing.entry_id]
+
+    async def test_uow_reads_its_own_writes(self, contract: StoreDriver) -> None:
+        ns = contract.ns()
+        existing = make_entry(key="existing", content="x")
+        await contract.save(ns, existing)
+        staged = make_entry(key="staged", content="y")
+        async with contract.unit_of_work() as uow:
+            await uow.save(ns, staged)
+            got = await uow.get(ns, staged.entry_id)
+            assert got is not None and got.content == "y"
+            by_key = await uow.get_by_key(ns, "staged")
+            assert by_key is not None and by_key.entry_id == staged.entry_id
+            assert ids_of(await uow.list(ns)) == ids_of([existing, staged])
+            # Not visible outside before commit.
+            assert ids_of(await contract.load(ns)) == [existing.entry_id]
+            await uow.delete(ns, existing.entry_id)
+            assert await uow.get(ns, existing.entry_id) is None
+            assert await uow.get_by_key(ns, "existing") is None
+            await uow.clear(ns)
+            assert await uow.list(ns) == []
+            after_clear = make_entry(key="after", content="z")
+            await uow.save(ns, after_clear)
+            assert ids_of(await uow.list(ns)) == [after_clear.entry_id]
+            await uow.commit()
+        assert [e.content for e in await contract.load(ns)] == ["z"]
+
+    async def test_uow_repository_list_and_get(self, contract: StoreDriver) -> None:
+        ns, other = contract.ns("a"), contract.ns("b")
+        base = to_ms(utcnow() - timedelta(minutes=10))
+        entries = [
+            make_entry(key=key, created_at=base + timedelta(seconds=i))
+            for i, key in enumerate(["turn:2", "turn:1", "head", "turn:3", None])
+        ]
+        entries.append(make_entry(key="turn:0", expires_at=in_past()))
+        for entry in entries:
+            await contract.save(ns, entry)
+        elsewhere = make_entry(key="turn:9")
+        await contract.save(other, elsewhere)
+        live = entries[:5]
+        async with contract.unit_of_work() as uow:
+            assert ids_of(await uow.list(ns)) == ids_of(live)
+            assert ids_of(await uow.list(ns, newest_first=True)) == ids_of(reversed(live))
+            assert ids_of(await uow.list(ns, limit=2)) == ids_of(live[:2])
+            assert ids_of(await uow.list(ns, newest_first=True, limit=2)) == ids_of(live[:-3:-1])
+            by_key = await uow.list(ns, key_prefix="turn:")
+            assert [e.key for e in by_key] == ["turn:1", "turn:2", "turn:3"]
+            assert [e.key for e in await uow.list(ns, key_prefix="turn:", limit=1)] == ["turn:1"]
+            assert await uow.get(ns, elsewhere.entry_id) is None
+            assert await uow.get(ns, entries[5].entry_id) is None  # expired
+            assert await uow.get_by_key(ns, "turn:0") is None
+            got = await uow.get(ns, entries[2].entry_id)
+            assert got is not None and got.key == "head"
+            await uow.delete(ns, [entries[0].entry_id, entries[1].entry_id])
+            await uow.commit()
+        assert ids_of(await contract.load(ns)) == ids_of(live[2:])
+
+    async def test_uow_expected_version_zero_means_must_not_exist(
+        self, contract: StoreDriver
+    ) -> None:
+        ns = contract.ns()
+        entry = make_entry(key="head", content="v1")
+        async with contract.unit_of_work() as uow:
+            await uow.save(ns, entry, expected_version=0)
+            await uow.commit()
+        [stored] = await contract.load(ns)
+        assert (stored.content, stored.version) == ("v1", 1)
+        bystander = make_entry(key="bystander")
+        with pytest.raises(ConcurrencyError):
+            async with contract.unit_of_work() as uow:
+                await uow.save(ns, bystander)
+                await uow.save(ns, entry.copy_entry(content="dup"), expected_version=0)
+                await uow.commit()
+        [stored] = await contract.load(ns)
+        assert (stored.entry_id, stored.content, stored.version) == (entry.entry_id, "v1", 1)
+
+    async def test_uow_expected_version_must_match(self, contract: StoreDriver) -> None:
+        ns = contract.ns()
+        entry = make_entry(key="head", content="v1")
+        await contract.save(ns, entry)
+        loaded = await contract.load_by_key(ns, "head")
+        assert loaded is not None and loaded.version == 1
+        async with contract.unit_of_work() as uow:
+            await uow.save(ns, loaded.copy_entry(content="v2"), expected_version=1)
+            await uow.commit()
+        current = await contract.load_by_key(ns, "head")
+        assert current is not None and (current.content, current.version) == ("v2", 2)
+        bystander = make_entry(key="bystander")
+        # A writer still holding version 1 loses.
+        with pytest.raises(ConcurrencyError):
+            async with contract.unit_of_work() as uow:
+                await uow.save(ns, bystander)
+                await uow.save(ns, loaded.copy_entry(content="stale"), expected_version=1)
+                await uow.commit()
+        current = await contract.load_by_key(ns, "head")
+        assert current is not None and (current.content, current.version) == ("v2", 2)
+        assert await contract.load_by_key(ns, "bystander") is None
+        # A precondition on an entry that does not exist fails too.
+        with pytest.raises(ConcurrencyError):
+            async with contract.unit_of_work() as uow:
+                await uow.save(ns, make_entry(key="ghost"), expected_version=3)
+                await uow.commit()
+        assert await contract.load_by_key(ns, "ghost") is None
+
+    async def test_uow_versions_bump_on_write(self, contract: StoreDriver) -> None:
+        ns = contract.ns()
+        entry = make_entry(key="k")
+        for expected in (1, 2, 3):
+            async with contract.unit_of_work() as uow:
+                await uow.save(ns, entry.copy_entry(content=expected))
+                await uow.commit()
+            found = await contract.load_by_key(ns, "k")
+            assert found is not None and (found.content, found.version) == (expected, expected)

@@ -1,0 +1,431 @@
+"""Alembic migrations: one head, round trips, model == schema, CLI (wheel: test_cli.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from dbutil import drop_schema
+
+from firefly_orm import migrate
+from firefly_orm.entry import TABLE_NAME, metadata
+from firefly_orm.errors import EntryValidationError, MigrationRequiredError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _diff(url: str, schema: str | None, model: sa.MetaData = metadata) -> list[object]:
+    """Autogenerate comparison between ``model`` and the migrated database."""
+    target = sa.MetaData()
+    for table in model.tables.values():
+        # None (documented: the target MetaData's schema, i.e. none) is missing from the stub.
+        table.to_metadata(target, schema=schema)  # type: ignore[arg-type]
+
+    def include(name: str | None, type_: str, parent: object) -> bool:
+        if type_ == "schema":
+            return name == schema
+        if type_ == "table":
+            return name == TABLE_NAME
+        return True
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            ctx = MigrationContext.configure(
+                conn,
+                opts={
+                    "compare_type": True,
+                    "include_schemas": schema is not None,
+                    "include_name": include,
+                },
+            )
+            return list(compare_metadata(ctx, target))
+    finally:
+        engine.dispose()
+
+
+def _tables(url: str, schema: str | None) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        return set(sa.inspect(engine).get_table_names(schema=schema))
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'migrate.sqlite3'}"
+
+
+@pytest.fixture
+def pg_schema(postgres_url: str) -> Iterator[str]:
+    schema = "mig_" + uuid.uuid4().hex[:10]
+    yield schema
+    drop_schema(postgres_url, schema)
+
+
+def test_one_head_with_branch_label() -> None:
+    script = ScriptDirectory.from_config(migrate.make_config())
+    assert len(script.get_heads()) == 1
+    bases = [script.get_revision(rev) for rev in script.get_bases()]
+    assert len(bases) == 1
+    assert bases[0] is not None and "firefly_orm" in bases[0].branch_labels
+    assert migrate.head() == script.get_heads()[0]
+
+
+def _all_revisions() -> list[str]:
+    script = ScriptDirectory.from_config(migrate.make_config())
+    return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+
+
+def test_sqlite_upgrade_downgrade_upgrade(sqlite_url: str) -> None:
+    revisions = _all_revisions()
+    assert revisions[-1] == migrate.head()
+    assert migrate.check(sqlite_url) == revisions
+    migrate.upgrade(sqlite_url)
+    assert _tables(sqlite_url, None) == {TABLE_NAME, migrate.VERSION_TABLE}
+    assert migrate.current(sqlite_url) == migrate.head()
+    assert migrate.check(sqlite_url) == []
+    migrate.downgrade(sqlite_url, "base")
+    assert TABLE_NAME not in _tables(sqlite_url, None)
+    assert migrate.current(sqlite_url) is None
+    migrate.upgrade(sqlite_url)
+    assert migrate.current(sqlite_url) == migrate.head()
+    migrate.upgrade(sqlite_url)  # idempotent
+
+
+def test_data_survives_every_upgrade_step(sqlite_url: str) -> None:
+    """A database created at the first revision keeps its rows through each upgrade."""
+    from firefly_orm.entry import MemoryEntry
+    from firefly_orm.sql import SQLAlchemyStore
+
+    revisions = _all_revisions()
+    migrate.upgrade(sqlite_url, revision=revisions[0])
+    engine = sa.create_engine(sqlite_url)
+    store = SQLAlchemyStore(engine=engine)
+    store._initialized = True  # the schema is deliberately old: skip the automatic upgrade
+    store.save("ns", MemoryEntry(key="k", content={"kept": True}))
+    store.close()
+    for revision in revisions[1:]:
+        migrate.upgrade(sqlite_url, revision=revision)
+        assert migrate.current(sqlite_url) == revision
+    fresh = SQLAlchemyStore(engine=engine)
+    found = fresh.load_by_key("ns", "k")
+    assert found is not None and found.content == {"kept": True}
+    assert _diff(sqlite_url, None) == []
+    fresh.close()
+    engine.dispose()
+
+
+def test_sqlite_migrated_schema_equals_model(sqlite_url: str) -> None:
+    migrate.upgrade(sqlite_url)
+    assert _diff(sqlite_url, None) == []
+
+
+def test_diff_detects_a_model_change(sqlite_url: str) -> None:
+    """The comparison used above is able to fail."""
+    migrate.upgrade(sqlite_url)
+    changed = sa.MetaData()
+    table = metadata.tables[TABLE_NAME].to_metadata(changed)
+    table.append_column(sa.Column("extra", sa.Integer(), nullable=True))
+    diff = _diff(sqlite_url, None, changed)
+    assert any("extra" in repr(item) for item in diff)
+
+
+@pytest.mark.postgres
+def test_postgres_custom_schema_round_trip(postgres_url: str, pg_schema: str) -> None:
+    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    assert _tables(postgres_url, pg_schema) == {TABLE_NAME, migrate.VERSION_TABLE}
+    # our version table lives in the schema, not in public
+    assert migrate.VERSION_TABLE not in _tables(postgres_url, "public")
+    assert _diff(postgres_url, pg_schema) == []
+    migrate.downgrade(postgres_url, "base", schema_name=pg_schema)
+    assert _tables(postgres_url, pg_schema) == {migrate.VERSION_TABLE}
+    assert migrate.check(postgres_url, schema_name=pg_schema) == _all_revisions()
+    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    assert _diff(postgres_url, pg_schema) == []
+
+
+@pytest.mark.postgres
+def test_postgres_default_schema_equals_model(postgres_url: str) -> None:
+    schema = migrate.DEFAULT_SCHEMA
+    drop_schema(postgres_url, schema)
+    try:
+        migrate.upgrade(postgres_url, schema_name=schema)
+        assert _diff(postgres_url, schema) == []
+    finally:
+        drop_schema(postgres_url, schema)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("reserved", ["user", "select"])
+def test_postgres_reserved_word_schema(postgres_url: str, reserved: str) -> None:
+    """Names that are SQL keywords are quoted, never interpolated."""
+    drop_schema(postgres_url, reserved)
+    try:
+        migrate.upgrade(postgres_url, schema_name=reserved)
+        assert TABLE_NAME in _tables(postgres_url, reserved)
+    finally:
+        drop_schema(postgres_url, reserved)
+
+
+@pytest.mark.parametrize("bad", ["", "1abc", "a;drop table x", "a-b", "x" * 64, "sch ema"])
+def test_bad_schema_names_rejected(bad: str) -> None:
+    with pytest.raises(EntryValidationError) as info:
+        migrate.validate_schema_name(bad)
+    assert info.value.field == "schema_name"
+
+
+def test_require_head(sqlite_url: str) -> None:
+    with pytest.raises(MigrationRequiredError, match="not at head"):
+        migrate.require_head(sqlite_url)
+    migrate.upgrade(sqlite_url)
+    migrate.require_head(sqlite_url)
+
+
+def _alembic(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("alembic")
+    return subprocess.run(
+        [str(exe), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if not k.startswith("FIREFLY_AGENTIC_")},
+    )
+
+
+def test_alembic_cli_from_repo_root_sqlite(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
+    result = _alembic("-x", f"url={url}", "upgrade", "head")
+    assert result.returncode == 0, result.stderr
+    assert migrate.current(url) == migrate.head()
+    result = _alembic("-x", f"url={url}", "downgrade", "base")
+    assert result.returncode == 0, result.stderr
+    assert migrate.current(url) is None
+
+
+def test_alembic_cli_without_url_explains() -> None:
+    result = _alembic("upgrade", "head")
+    assert result.returncode != 0
+    assert "-x url=" in result.stderr
+
+
+@pytest.mark.postgres
+def test_alembic_cli_postgres_schema(postgres_url: str, pg_schema: str) -> None:
+    result = _alembic("-x", f"url={postgres_url}", "-x", f"schema={pg_schema}", "upgrade", "head")
+    assert result.returncode == 0, result.stderr
+    assert migrate.current(postgres_url, schema_name=pg_schema) == migrate.head()
+    assert _diff(postgres_url, pg_schema) == []
+
+
+def test_database_from_a_newer_release_is_refused(sqlite_url: str) -> None:
+    """A revision we do not know is never migrated over, and the error says why."""
+    from firefly_orm.sql import SQLAlchemyStore
+
+    migrate.upgrade(sqlite_url)
+    engine = sa.create_engine(sqlite_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = '9999_future'"))
+    for call in (
+        lambda: migrate.check(sqlite_url),
+        lambda: migrate.upgrade(sqlite_url),
+        lambda: SQLAlchemyStore(sqlite_url).initialize(),
+        lambda: SQLAlchemyStore(sqlite_url).initialize(migrate=False),
+    ):
+        with pytest.raises(MigrationRequiredError, match="newer firefly_orm"):
+            call()
+    with engine.connect() as conn:
+        assert conn.execute(sa.text(f"SELECT version_num FROM {migrate.VERSION_TABLE}")).all() == [
+            ("9999_future",)
+        ]
+    engine.dispose()
+    cli = Path(sys.executable).with_name("firefly-orm")
+    result = subprocess.run(
+        [str(cli), "check", "--url", sqlite_url], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert "newer firefly_orm" in result.stderr
+
+
+def _check_names(url: str, schema: str | None) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        checks = sa.inspect(engine).get_check_constraints(TABLE_NAME, schema=schema)
+        return {name for c in checks if (name := c.get("name"))}
+    finally:
+        engine.dispose()
+
+
+_MODEL_CHECKS = {
+    c.name for c in metadata.tables[TABLE_NAME].constraints if isinstance(c, sa.CheckConstraint)
+}
+
+
+def test_sqlite_constraint_names_match_the_model(sqlite_url: str) -> None:
+    migrate.upgrade(sqlite_url)
+    assert {"ck_memory_entries_importance_range", "ck_memory_entries_scope_values"} == _MODEL_CHECKS
+    assert _check_names(sqlite_url, None) == _MODEL_CHECKS
+
+
+@pytest.mark.postgres
+def test_postgres_constraint_names_match_the_model(postgres_url: str, pg_schema: str) -> None:
+    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    assert _check_names(postgres_url, pg_schema) == _MODEL_CHECKS
+
+
+# --------------------------------------------------------------------------- review fixes
+
+
+def _short_scheme(url: str) -> str:
+    """``url`` with the plain ``postgres://`` scheme (no driver named)."""
+    parsed = sa.engine.make_url(url).set(drivername="postgres")
+    return parsed.render_as_string(hide_password=False)
+
+
+def _run_sql_script(url: str, script: str) -> None:
+    """Run an offline SQL script as a DBA would (psql-like: the script's own BEGIN/COMMIT)."""
+    import psycopg
+
+    conninfo = sa.engine.make_url(url).set(drivername="postgresql")
+    with psycopg.connect(conninfo.render_as_string(hide_password=False), autocommit=True) as conn:
+        conn.execute(script.encode())
+
+
+@pytest.mark.postgres
+def test_offline_sql_creates_everything_in_the_schema(postgres_url: str, pg_schema: str) -> None:
+    """`alembic upgrade head --sql` for a custom schema: runnable on a fresh database
+    and usable by a store that does not migrate (CREATE SCHEMA, tables in the schema)."""
+    from firefly_orm.entry import MemoryEntry
+    from firefly_orm.sql import PostgreSQLStore
+
+    result = _alembic(
+        "-x", f"url={_short_scheme(postgres_url)}", "-x", f"schema={pg_schema}",
+        "upgrade", "head", "--sql",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    assert f"CREATE SCHEMA IF NOT EXISTS {pg_schema}" in script
+    assert "CREATE TABLE memory_entries" not in script  # every table names the schema
+    _run_sql_script(postgres_url, script)
+    assert _tables(postgres_url, pg_schema) == {TABLE_NAME, migrate.VERSION_TABLE}
+    assert migrate.current(postgres_url, schema_name=pg_schema) == migrate.head()
+    assert _diff(postgres_url, pg_schema) == []
+    store = PostgreSQLStore(postgres_url, schema_name=pg_schema)
+    try:
+        store.initialize(migrate=False)
+        entry = MemoryEntry(key="k", content={"offline": True})
+        store.save("ns", entry)
+        loaded = store.load_by_key("ns", "k")
+        assert loaded is not None and loaded.content == {"offline": True}
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_alembic_cli_accepts_the_short_postgres_scheme(postgres_url: str, pg_schema: str) -> None:
+    """`-x url=postgres://...` gets the psycopg driver (SQLAlchemy alone rejects it)."""
+    url = _short_scheme(postgres_url)
+    result = _alembic("-x", f"url={url}", "-x", f"schema={pg_schema}", "upgrade", "head")
+    assert result.returncode == 0, result.stderr
+    assert migrate.current(postgres_url, schema_name=pg_schema) == migrate.head()
+
+
+@pytest.fixture
+def orders(postgres_url: str, pg_schema: str) -> Iterator[tuple[sa.Engine, sa.Table]]:
+    """A host table in the test's schema, and an engine to reach it."""
+    engine = sa.create_engine(postgres_url, poolclass=sa.pool.NullPool)
+    table = sa.Table("orders", sa.MetaData(), sa.Column("id", sa.Integer), schema=pg_schema)
+    with engine.begin() as conn:
+        conn.execute(sa.schema.CreateSchema(pg_schema))
+        table.create(conn)
+    try:
+        yield engine, table
+    finally:
+        engine.dispose()
+
+
+def _ids(engine: sa.Engine, table: sa.Table) -> list[int]:
+    with engine.connect() as conn:
+        return list(conn.execute(sa.select(table.c.id).order_by(table.c.id)).scalars())
+
+
+@pytest.mark.postgres
+def test_check_and_current_leave_the_callers_transaction_alone(
+    postgres_url: str, pg_schema: str, orders: tuple[sa.Engine, sa.Table]
+) -> None:
+    engine, table = orders
+    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    with engine.connect() as conn:
+        conn.execute(table.insert().values(id=1))
+        assert migrate.check(conn, schema_name=pg_schema) == []
+        assert migrate.current(conn, schema_name=pg_schema) == migrate.head()
+        migrate.require_head(conn, schema_name=pg_schema)
+        assert conn.in_transaction()
+        conn.execute(table.insert().values(id=2))
+        conn.commit()
+    assert _ids(engine, table) == [1, 2]
+    # A connection that was not in a transaction is left without one.
+    with engine.connect() as conn:
+        assert migrate.current(conn, schema_name=pg_schema) == migrate.head()
+        assert not conn.in_transaction()
+
+
+@pytest.mark.postgres
+def test_upgrade_never_commits_the_callers_transaction(
+    postgres_url: str, pg_schema: str, orders: tuple[sa.Engine, sa.Table]
+) -> None:
+    engine, table = orders
+    target = pg_schema + "_m"
+    try:
+        # Not at head: the migration runs inside the caller's transaction...
+        with engine.connect() as conn:
+            conn.execute(table.insert().values(id=1))
+            migrate.upgrade(conn, schema_name=target)
+            assert migrate.current(conn, schema_name=target) == migrate.head()
+            conn.rollback()
+        # ...so the caller's rollback undoes both its insert and the migration.
+        assert _ids(engine, table) == []
+        assert migrate.current(postgres_url, schema_name=target) is None
+        # At head: a no-op that leaves the caller's pending insert uncommitted.
+        migrate.upgrade(postgres_url, schema_name=target)
+        with engine.connect() as conn:
+            conn.execute(table.insert().values(id=2))
+            migrate.upgrade(conn, schema_name=target)
+            migrate.stamp(conn, "head", schema_name=target)
+            conn.rollback()
+        assert _ids(engine, table) == []
+        # The caller commits: everything lands.
+        with engine.connect() as conn:
+            conn.execute(table.insert().values(id=3))
+            migrate.downgrade(conn, "base", schema_name=target)
+            conn.commit()
+        assert _ids(engine, table) == [3]
+        assert migrate.current(postgres_url, schema_name=target) is None
+    finally:
+        drop_schema(postgres_url, target)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("query", ["foo=bar", "connect_timeout=abc"])
+def test_bad_connect_arguments_are_a_connection_error(postgres_url: str, query: str) -> None:
+    from firefly_orm.errors import DatabaseConnectionError
+
+    secret = "s3cr3t-" + uuid.uuid4().hex[:6]
+    parsed = sa.engine.make_url(postgres_url).set(password=secret)
+    url = parsed.render_as_string(hide_password=False) + "?" + query
+    for call in (migrate.current, migrate.check, migrate.upgrade):
+        with pytest.raises(DatabaseConnectionError) as info:
+            call(url)
+        assert secret not in str(info.value)
+        assert query.split("=")[0] in str(info.value)

@@ -1,0 +1,332 @@
+"""The one test backend registry: every store the suites run, by name.
+
+Each :class:`Backend` says how to open a store over one test's :class:`Place`
+(its temporary directory and, for database backends, a schema or database of
+its own), how to close it, sync or async, and how to drop what the test left
+behind.  :class:`OpenedBackend` is one test's backend: ``store``, plus
+``reopen()`` for a NEW store object over the same data (what a new process
+would see; the same object for in-process stores).
+
+Databases come only from conftest's ``postgres_url`` / ``postgres_admin_engine``
+/ ``mongo_url`` fixtures (environment URL, then testcontainers, then, for
+MongoDB, a SecantusDB server; else a skip, or a failure under ``--require-db``).
+
+Suites pick backends by :class:`Suite`: the contract suite runs every backend
+(``contract_params``), the memory layers run :data:`LAYER_BACKENDS`
+(``layer_params``).  Adding a backend is one entry in :data:`BACKENDS`.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from dbutil import drop_mongo_database, drop_schema
+
+from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
+from firefly_orm.testing import MODES
+from firefly_orm.uow import apply_version, sort_entries
+
+
+class Suite(Enum):
+    """The suites a backend takes part in."""
+
+    CONTRACT = "contract"
+    LAYERS = "layers"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where one test's data lives; a reopened store gets the same place."""
+
+    tmp_path: Path
+    #: A fresh name (``t_<hex>``): the schema or database of this test.
+    name: str
+    postgres_url: str | None = None
+    postgres_admin: sa.Engine | None = None
+    mongo_url: str | None = None
+
+    def postgres(self) -> str:
+        """The PostgreSQL URL (the backend asked for it)."""
+        assert self.postgres_url is not None, "backend did not declare database='postgres'"
+        return self.postgres_url
+
+    def mongo(self) -> str:
+        """The MongoDB URL (the backend asked for it)."""
+        assert self.mongo_url is not None, "backend did not declare database='mongo'"
+        return self.mongo_url
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One store backend: how to open, close and clean up after it."""
+
+    name: str
+    #: A new store object over ``place`` (called again by ``reopen``).
+    open: Callable[[Place], Any]
+    #: Close one store from sync code (``None``: nothing to close).
+    close: Callable[[Any], None] | None = None
+    #: Close one store from async code (``None``: use ``close``).
+    aclose: Callable[[Any], Awaitable[None]] | None = None
+    #: Remove the test's data once every store is closed (``None``: nothing to drop).
+    drop: Callable[[Place], None] | None = None
+    #: ``"postgres"`` or ``"mongo"`` when the backend needs that database.
+    database: str | None = None
+    #: The modes the store supports (``"sync"``, ``"async"``).
+    modes: tuple[str, ...] = MODES
+    #: Whether ``reopen`` hands back the first store (its data lives in the object).
+    in_process: bool = False
+    suites: frozenset[Suite] = field(default=frozenset({Suite.CONTRACT, Suite.LAYERS}))
+
+    @property
+    def marks(self) -> tuple[pytest.MarkDecorator, ...]:
+        """``pytest.mark.postgres`` / ``pytest.mark.mongo`` for database backends."""
+        return () if self.database is None else (getattr(pytest.mark, self.database),)
+
+
+class OpenedBackend:
+    """One test's backend: its store, ``reopen()``, and the clean-up of both."""
+
+    def __init__(self, backend: Backend, place: Place) -> None:
+        self.backend = backend
+        self.place = place
+        self.store: Any = backend.open(place)
+        self._opened: list[Any] = [self.store]
+
+    @property
+    def name(self) -> str:
+        """The backend's name in :data:`BACKENDS`."""
+        return self.backend.name
+
+    def reopen(self) -> Any:
+        """A new store object over the same data (the same object for in-process stores)."""
+        if self.backend.in_process:
+            return self.store
+        store = self.backend.open(self.place)
+        self._opened.append(store)
+        return store
+
+    def close(self) -> None:
+        """Close every store opened here (sync), then drop the test's data."""
+        try:
+            if self.backend.close is not None:
+                for store in self._opened:
+                    self.backend.close(store)
+        finally:
+            self._drop()
+
+    async def aclose(self) -> None:
+        """Close every store opened here (async when the backend can), then drop the data."""
+        if self.backend.aclose is None:
+            self.close()
+            return
+        try:
+            for store in self._opened:
+                await self.backend.aclose(store)
+        finally:
+            self._drop()
+
+    def _drop(self) -> None:
+        self._opened.clear()
+        if self.backend.drop is not None:
+            self.backend.drop(self.place)
+
+
+def open_backend(request: pytest.FixtureRequest, name: str) -> OpenedBackend:
+    """Open backend ``name`` for the requesting test (database fixtures only if needed)."""
+    backend = BACKENDS[name]
+    tmp_path: Path = request.getfixturevalue("tmp_path")
+    place = Place(tmp_path=tmp_path, name="t_" + uuid.uuid4().hex[:10])
+    if backend.database == "postgres":
+        place = replace(
+            place,
+            postgres_url=request.getfixturevalue("postgres_url"),
+            postgres_admin=request.getfixturevalue("postgres_admin_engine"),
+        )
+    elif backend.database == "mongo":
+        place = replace(place, mongo_url=request.getfixturevalue("mongo_url"))
+    return OpenedBackend(backend, place)
+
+
+# --------------------------------------------------------------------------- the backends
+
+
+def _open_memory(place: Place) -> Any:
+    from firefly_orm.store import InMemoryStore
+
+    return InMemoryStore()
+
+
+def _open_file(place: Place) -> Any:
+    from firefly_orm.file_store import FileStore
+
+    return FileStore(place.tmp_path / "files")
+
+
+def _open_sqlite(place: Place) -> Any:
+    from firefly_orm.sql import SQLiteStore
+
+    # A directory that does not exist yet: the store creates it.
+    return SQLiteStore(place.tmp_path / "db" / "memory.sqlite3")
+
+
+def _open_postgres(place: Place) -> Any:
+    from firefly_orm.sql import PostgreSQLStore
+
+    return PostgreSQLStore(place.postgres(), schema_name=place.name)
+
+
+def _open_postgres_default_schema(place: Place) -> Any:
+    from firefly_orm.sql import PostgreSQLStore
+
+    return PostgreSQLStore(place.postgres())
+
+
+def _drop_postgres_schema(place: Place) -> None:
+    drop_schema(place.postgres_admin or place.postgres(), place.name)
+
+
+def _open_mongo(place: Place) -> Any:
+    from firefly_orm.mongo import MongoDBStore
+
+    return MongoDBStore(place.mongo(), database=place.name)
+
+
+def _drop_mongo_database(place: Place) -> None:
+    drop_mongo_database(place.mongo(), place.name)
+
+
+def _close(store: Any) -> None:
+    store.close()
+
+
+async def _aclose(store: Any) -> None:
+    await store.async_close()
+
+
+class FiveMethodStore:
+    """A custom store with only the five protocol methods (no async, no unit of work).
+
+    What a third-party backend author starts from: the contract suite runs it in
+    sync mode, and the layers give it the best-effort unit of work.
+    """
+
+    def __init__(self) -> None:
+        self._rows: dict[str, MemoryEntry] = {}  # entry_id -> entry (namespace inside)
+        self._lock = threading.Lock()
+
+    def save(self, namespace: str, entry: MemoryEntry) -> None:
+        """Upsert ``entry`` into ``namespace``."""
+        validate_entry(entry, namespace)
+        copy = entry.copy_entry(namespace=namespace)
+        with self._lock:
+            self._rows[copy.entry_id] = apply_version(copy, self._rows.get(copy.entry_id))
+
+    def load(self, namespace: str) -> list[MemoryEntry]:
+        """The live entries of ``namespace``, oldest first."""
+        validate_namespace(namespace)
+        with self._lock:
+            rows = [e for e in self._rows.values() if e.namespace == namespace]
+        return [e.copy_entry() for e in sort_entries(rows) if not e.is_expired]
+
+    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        """The newest live entry with ``key``, or ``None``."""
+        validate_key(key)
+        matches = [e for e in self.load(namespace) if e.key == key]
+        return matches[-1] if matches else None
+
+    def delete(self, namespace: str, entry_id: str) -> None:
+        """Delete one entry (idempotent)."""
+        validate_namespace(namespace)
+        with self._lock:
+            entry = self._rows.get(entry_id)
+            if entry is not None and entry.namespace == namespace:
+                del self._rows[entry_id]
+
+    def clear(self, namespace: str) -> None:
+        """Delete every entry of ``namespace`` (idempotent)."""
+        validate_namespace(namespace)
+        with self._lock:
+            for entry_id in [i for i, e in self._rows.items() if e.namespace == namespace]:
+                del self._rows[entry_id]
+
+
+def _open_five_method(place: Place) -> Any:
+    return FiveMethodStore()
+
+
+_CONTRACT_ONLY = frozenset({Suite.CONTRACT})
+
+#: Every backend, by name; adding one is one entry.
+BACKENDS: dict[str, Backend] = {
+    b.name: b
+    for b in (
+        Backend("memory", _open_memory, in_process=True),
+        Backend("file", _open_file),
+        Backend("sqlite", _open_sqlite, close=_close, aclose=_aclose),
+        Backend(
+            "postgres",
+            _open_postgres,
+            close=_close,
+            aclose=_aclose,
+            drop=_drop_postgres_schema,
+            database="postgres",
+        ),
+        # The default schema ("firefly_memory") is shared with anything else using the
+        # test database, so it is not dropped: the contract suite only writes
+        # namespaces of its own and clears them at the end of each test.
+        Backend(
+            "postgres_default_schema",
+            _open_postgres_default_schema,
+            close=_close,
+            aclose=_aclose,
+            database="postgres",
+            suites=_CONTRACT_ONLY,
+        ),
+        Backend(
+            "mongo",
+            _open_mongo,
+            close=_close,
+            aclose=_aclose,
+            drop=_drop_mongo_database,
+            database="mongo",
+        ),
+        Backend(
+            "five_method",
+            _open_five_method,
+            modes=("sync",),
+            in_process=True,
+            suites=_CONTRACT_ONLY,
+        ),
+    )
+}
+
+#: The backends the memory-layer suites (conversation, working, manager) run on.
+LAYER_BACKENDS: tuple[str, ...] = tuple(n for n, b in BACKENDS.items() if Suite.LAYERS in b.suites)
+
+
+def backend_params(names: Iterable[str]) -> list[Any]:
+    """``pytest.param(name)`` per backend name, with its database mark."""
+    return [pytest.param(n, marks=BACKENDS[n].marks, id=n) for n in names]
+
+
+def layer_params() -> list[Any]:
+    """``pytest.param`` per layer backend, with its database mark."""
+    return backend_params(LAYER_BACKENDS)
+
+
+def contract_params() -> list[Any]:
+    """``pytest.param((backend, mode))`` per contract backend and supported mode."""
+    return [
+        pytest.param((b.name, mode), marks=b.marks, id=f"{b.name}-{mode}")
+        for b in BACKENDS.values()
+        if Suite.CONTRACT in b.suites
+        for mode in b.modes
+    ]

@@ -1,0 +1,205 @@
+"""The step driver shared by the memory layers (firefly_orm.bridges.steps)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from typing import Any
+
+import pytest
+
+from firefly_orm.bridges.steps import (
+    CallOut,
+    MemoryLayer,
+    Operation,
+    Sleep,
+    StoreCall,
+    Transaction,
+    arun,
+    async_method,
+    delegate,
+    retrying,
+    run,
+    sync_method,
+)
+from firefly_orm.entry import MemoryEntry, MemoryScope
+from firefly_orm.errors import ConcurrencyError
+from firefly_orm.protocols import UnitOfWork
+from firefly_orm.store import InMemoryStore
+
+
+def entry(key: str, content: Any) -> MemoryEntry:
+    return MemoryEntry(namespace="ns", scope=MemoryScope.WORKING, key=key, content=content)
+
+
+def put(uow: UnitOfWork, key: str, content: Any) -> str:
+    uow.entries.save("ns", entry(key, content))
+    return key
+
+
+def put_then_fail(uow: UnitOfWork, key: str) -> None:
+    uow.entries.save("ns", entry(key, "never"))
+    raise ValueError("boom")
+
+
+def keys(uow: UnitOfWork) -> list[str]:
+    return [e.key or "" for e in uow.entries.list("ns")]
+
+
+def write_read_and_recover() -> Operation[tuple[list[str], str]]:
+    yield from Transaction.write(put, "a", 1)
+    try:
+        yield from Transaction.write(put_then_fail, "b")
+    except ValueError as exc:  # thrown back into the operation at its yield
+        caught = str(exc)
+    yield from Sleep(0)
+    seen = yield from Transaction.read(keys)
+    return seen, caught
+
+
+def test_sync_and_async_drivers_perform_the_same_operation() -> None:
+    sync_store, async_store = InMemoryStore(), InMemoryStore()
+    assert run(sync_store, write_read_and_recover()) == (["a"], "boom")
+    assert asyncio.run(arun(async_store, write_read_and_recover())) == (["a"], "boom")
+    # the failed transaction rolled back; the other one committed
+    assert [e.key for e in sync_store.load("ns")] == [e.key for e in async_store.load("ns")]
+
+
+def test_read_transactions_do_not_commit() -> None:
+    store = InMemoryStore()
+    run(store, iter(Transaction.read(put, "a", 1)))
+    assert store.load("ns") == []
+
+
+def test_an_unhandled_step_error_propagates() -> None:
+    with pytest.raises(ValueError, match="boom"):
+        run(InMemoryStore(), iter(Transaction.write(put_then_fail, "x")))
+
+
+def conflicting(calls: list[int], fail_times: int) -> Operation[str]:
+    def work(uow: UnitOfWork) -> str:
+        calls.append(1)
+        if len(calls) <= fail_times:
+            raise ConcurrencyError("busy")
+        return "done"
+
+    return (yield from retrying(Transaction(work, commit=True), attempts=3))
+
+
+def test_retrying_retries_conflicts_then_gives_up() -> None:
+    calls: list[int] = []
+    assert run(InMemoryStore(), conflicting(calls, 2)) == "done"
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ConcurrencyError, match="busy"):
+        run(InMemoryStore(), conflicting(calls, 3))
+    assert len(calls) == 3
+
+
+class SyncOnlyStore:
+    """The five protocol methods and nothing else."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryStore()
+        self.threads: list[str] = []
+
+    def save(self, namespace: str, entry: MemoryEntry) -> None:
+        self.threads.append(threading.current_thread().name)
+        self.inner.save(namespace, entry)
+
+    def load(self, namespace: str) -> list[MemoryEntry]:
+        return self.inner.load(namespace)
+
+    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        return self.inner.load_by_key(namespace, key)
+
+    def delete(self, namespace: str, entry_id: str) -> None:
+        self.inner.delete(namespace, entry_id)
+
+    def clear(self, namespace: str) -> None:
+        self.inner.clear(namespace)
+
+
+def save_op(key: str) -> Operation[None]:
+    saved = entry(key, 1)
+    yield from StoreCall(
+        lambda store: store.save("ns", saved), lambda store: store.async_save("ns", saved)
+    )
+
+
+async def test_store_calls_use_async_methods_or_a_worker_thread() -> None:
+    store = SyncOnlyStore()
+    await arun(store, save_op("a"))  # no async_save: the sync one, in a worker thread
+    assert store.threads and store.threads[0] != threading.current_thread().name
+    native = InMemoryStore()
+    await arun(native, save_op("b"))
+    assert [e.key for e in native.load("ns")] == ["b"]
+
+
+def summarize_op(fn: Any, async_fn: Any = None) -> Operation[str]:
+    result = yield from CallOut[str](fn, ("x",), async_fn=async_fn, use_instead="the async form")
+    return result
+
+
+async def shout(text: str) -> str:
+    return text.upper()
+
+
+def test_call_out_from_sync_code() -> None:
+    assert run(InMemoryStore(), summarize_op(str.upper)) == "X"
+    # an async callable runs on the shared loop thread when none runs here
+    assert run(InMemoryStore(), summarize_op(shout)) == "X"
+
+
+async def test_call_out_from_async_code() -> None:
+    threads: list[str] = []
+
+    def blocking(text: str) -> str:
+        threads.append(threading.current_thread().name)
+        return text
+
+    assert await arun(InMemoryStore(), summarize_op(blocking)) == "x"
+    assert threads[0] != threading.current_thread().name  # ran in a worker thread
+    assert await arun(InMemoryStore(), summarize_op(blocking, async_fn=shout)) == "X"
+    # sync code reaching an async callable while this thread runs a loop: a clear error
+    with pytest.raises(RuntimeError, match="use the async form"):
+        run(InMemoryStore(), summarize_op(shout))
+
+
+class Counter(MemoryLayer):
+    def _count(self, namespace: str, *, plus: int = 0) -> Operation[int]:
+        """How many entries ``namespace`` holds, plus ``plus``."""
+        entries = yield from StoreCall(
+            lambda store: store.load(namespace), lambda store: store.async_load(namespace)
+        )
+        return len(entries) + plus
+
+    count = sync_method(_count)
+    async_count = async_method(_count)
+
+
+def counter_of(facade: Facade) -> Counter:
+    return facade.counter
+
+
+class Facade(MemoryLayer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.counter = Counter(self.store)
+
+    _tally = delegate(Counter._count, counter_of)
+    tally = sync_method(_tally)
+
+
+def test_layer_methods_are_derived_from_one_operation() -> None:
+    counter = Counter()
+    counter.store.save("ns", entry("a", 1))
+    assert counter.count("ns", plus=1) == 2
+    assert asyncio.run(counter.async_count("ns")) == 1
+    assert Facade().tally("ns", plus=5) == 5
+    assert Counter.count.__name__ == "count"
+    assert Counter.async_count.__qualname__ == "Counter.async_count"
+    assert Counter.count.__doc__ == "How many entries ``namespace`` holds, plus ``plus``."
+    assert Counter.async_count.__doc__ == "Async twin of :meth:`count`."
+    assert str(inspect.signature(Facade.tally)) == "(self, namespace: 'str', *, plus: 'int' = 0)"

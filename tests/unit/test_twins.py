@@ -1,0 +1,94 @@
+"""The async-twin bridge (firefly_orm.bridges.twins) on a custom sync store."""
+
+from __future__ import annotations
+
+import threading
+
+from firefly_orm.bridges.twins import AsyncTwins, SyncBackedAsyncUnitOfWork
+from firefly_orm.entry import MemoryEntry
+from firefly_orm.protocols import AsyncMemoryStore, UnitOfWork
+from firefly_orm.store import InMemoryStore
+from firefly_orm.uow import BestEffortUnitOfWork, async_unit_of_work_for
+
+NS = "twins:test"
+
+
+class ThreadRecordingStore(AsyncTwins):
+    """Five sync methods over an InMemoryStore, recording the calling thread."""
+
+    def __init__(self) -> None:
+        self.inner = InMemoryStore()
+        self.threads: list[str] = []
+
+    def _seen(self) -> None:
+        self.threads.append(threading.current_thread().name)
+
+    def save(self, namespace: str, entry: MemoryEntry) -> None:
+        self._seen()
+        self.inner.save(namespace, entry)
+
+    def load(self, namespace: str) -> list[MemoryEntry]:
+        self._seen()
+        return self.inner.load(namespace)
+
+    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
+        self._seen()
+        return self.inner.load_by_key(namespace, key)
+
+    def delete(self, namespace: str, entry_id: str) -> None:
+        self._seen()
+        self.inner.delete(namespace, entry_id)
+
+    def clear(self, namespace: str) -> None:
+        self._seen()
+        self.inner.clear(namespace)
+
+
+class InlineStore(ThreadRecordingStore):
+    twins_in_thread = False
+
+
+async def test_twins_run_the_sync_methods_in_a_worker_thread() -> None:
+    store = ThreadRecordingStore()
+    assert isinstance(store, AsyncMemoryStore)
+    entry = MemoryEntry(key="k", content="v")
+    await store.async_save(NS, entry)
+    found = await store.async_load_by_key(NS, "k")
+    assert found is not None and found.content == "v"
+    assert [e.entry_id for e in await store.async_load(NS)] == [entry.entry_id]
+    await store.async_delete(NS, entry.entry_id)
+    await store.async_clear(NS)
+    assert await store.async_load(NS) == []
+    assert len(store.threads) == 6
+    assert threading.current_thread().name not in store.threads
+
+
+async def test_inline_twins_stay_on_the_event_loop_thread() -> None:
+    store = InlineStore()
+    await store.async_save(NS, MemoryEntry(content="v"))
+    assert store.threads == [threading.current_thread().name]
+
+
+async def test_twins_of_missing_optional_methods_are_absent() -> None:
+    store = ThreadRecordingStore()
+    # probed as the contract suite and async_unit_of_work_for probe them
+    assert getattr(store, "async_cleanup_expired", None) is None
+    assert getattr(store, "async_unit_of_work", None) is None
+    auow = async_unit_of_work_for(store)  # falls back to the best-effort unit of work
+    assert isinstance(auow, SyncBackedAsyncUnitOfWork)
+
+    def save(uow: UnitOfWork) -> None:
+        assert isinstance(uow, BestEffortUnitOfWork)
+        uow.entries.save(NS, MemoryEntry(content="staged"))
+
+    async with auow as uow:
+        await uow.run_sync(save)
+        await uow.commit()
+    assert [e.content for e in store.inner.load(NS)] == ["staged"]
+
+
+async def test_in_memory_store_derives_its_optional_twins() -> None:
+    store = InMemoryStore()
+    assert await store.async_cleanup_expired() == 0
+    async with store.async_unit_of_work(read_only=True) as uow:
+        assert await uow.run_sync(lambda u: u.entries.list(NS)) == []
