@@ -18,7 +18,6 @@ Differences from the module this library is modelled on, on purpose:
 
 from __future__ import annotations
 
-import inspect
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -39,7 +38,7 @@ from firefly_orm.errors import (
 )
 
 if TYPE_CHECKING:
-    from firefly_orm.store import MemoryStore
+    from firefly_orm.protocols import MemoryStore, StoreLifecycle
 
 __all__ = [
     "BACKENDS",
@@ -229,24 +228,32 @@ def _unusable_sqlite(settings: MemorySettings, exc: Exception) -> ConfigurationE
     )
 
 
-def _construct(settings: MemorySettings) -> tuple[Any, str | None]:
-    """Build the store (not yet initialised) and return it with its URL, if any."""
+def _construct(
+    settings: MemorySettings,
+) -> tuple[MemoryStore, StoreLifecycle | None, str | None]:
+    """Build the store that ``settings`` describe (not yet initialised).
+
+    Returns the store, its lifecycle when it opens a database (``None`` for the
+    in-memory and file stores, which need no start-up) and the URL it connects
+    to (for messages; ``None`` without one).
+    """
     backend = settings.backend
     if backend == "in_memory":
         from firefly_orm.store import InMemoryStore
 
-        return InMemoryStore(), None
+        return InMemoryStore(), None, None
     if backend == "file":
         from firefly_orm.file_store import FileStore
 
-        return FileStore(settings.file_dir), None
+        return FileStore(settings.file_dir), None, None
     if backend == "sqlite":
         from firefly_orm.sql import SQLiteStore
 
         try:
-            return SQLiteStore(settings.resolved_sqlite_path()), None
+            sqlite = SQLiteStore(settings.resolved_sqlite_path())
         except (OSError, EntryValidationError) as exc:
             raise _unusable_sqlite(settings, exc) from exc
+        return sqlite, sqlite, None
     if backend == "postgres":
         url = _require(settings, "postgres_url")
         try:
@@ -266,7 +273,7 @@ def _construct(settings: MemorySettings) -> tuple[Any, str | None]:
             field = _POSTGRES_ARGS.get(exc.field, "postgres_url")
             message = scrub_secret(str(exc).removeprefix(f"{exc.field}: "), url_password(url))
             raise ConfigurationError(f"{env_var(field)}: {message}") from None
-        return store, url
+        return store, store, url
     if backend == "mongodb":
         url = _require(settings, "mongodb_url")
         try:
@@ -279,24 +286,33 @@ def _construct(settings: MemorySettings) -> tuple[Any, str | None]:
             collection=settings.mongodb_collection,
             pool_size=settings.mongodb_pool_size,
         )
-        return mongo, url
+        return mongo, mongo, url
     raise ConfigurationError(  # pragma: no cover - the Literal type rules this out
         f"{env_var('backend')}={backend!r} is not a known backend"
     )
 
 
-def _close_quietly(store: Any) -> None:
-    close = getattr(store, "close", None)
-    if close is None:
-        return
+def _close_quietly(lifecycle: StoreLifecycle) -> None:
+    """Close a store whose initialisation failed; a failure to close is only logged."""
     try:
-        result = close()
-        if inspect.isawaitable(result):  # pragma: no cover - async-only close
-            close_coro = getattr(result, "close", None)
-            if close_coro is not None:
-                close_coro()
+        lifecycle.close()
     except Exception:  # pragma: no cover - best effort while reporting another error
         logger.debug("closing a store that failed to initialise raised", exc_info=True)
+
+
+async def _async_close_quietly(lifecycle: StoreLifecycle) -> None:
+    """Async form of :func:`_close_quietly` (closes with ``async_close()``)."""
+    try:
+        await lifecycle.async_close()
+    except Exception:  # pragma: no cover - best effort while reporting another error
+        logger.debug("closing a store that failed to initialise raised", exc_info=True)
+
+
+def _init_error(settings: MemorySettings, url: str | None, exc: Exception) -> FireflyOrmError:
+    """The error to raise for a failed initialisation (naming the SQLite variable)."""
+    if isinstance(exc, FireflyOrmError):
+        return _name_sqlite_variable(settings, exc)
+    return _name_sqlite_variable(settings, _init_failed(settings.backend, url or "", exc))
 
 
 def build_store(settings: MemorySettings | None = None) -> MemoryStore:
@@ -316,31 +332,17 @@ def build_store(settings: MemorySettings | None = None) -> MemoryStore:
             the message has its password hidden).
     """
     settings = settings if settings is not None else load_settings()
-    store, url = _construct(settings)
-    initialize = getattr(store, "initialize", None)
-    if initialize is not None and settings.backend != "in_memory":
+    store, lifecycle, url = _construct(settings)
+    if lifecycle is not None:
         try:
-            result = initialize()
-            if inspect.isawaitable(result):
-                close_coro = getattr(result, "close", None)
-                if close_coro is not None:
-                    close_coro()
-                raise ConfigurationError(
-                    f"the {settings.backend!r} store only initialises asynchronously; "
-                    "use `await MemoryManager.async_from_config()` / `async_build_store()`"
-                )
-        except FireflyOrmError as exc:
-            _close_quietly(store)
-            named = _name_sqlite_variable(settings, exc)
-            if named is exc:
-                raise
-            raise named from exc
+            lifecycle.initialize()
         except Exception as exc:
-            _close_quietly(store)
-            raise _name_sqlite_variable(
-                settings, _init_failed(settings.backend, url or "", exc)
-            ) from exc
-    return store  # type: ignore[no-any-return]
+            _close_quietly(lifecycle)
+            error = _init_error(settings, url, exc)
+            if error is exc:
+                raise
+            raise error from exc
+    return store
 
 
 def _name_sqlite_variable(settings: MemorySettings, exc: FireflyOrmError) -> FireflyOrmError:
@@ -352,36 +354,20 @@ def _name_sqlite_variable(settings: MemorySettings, exc: FireflyOrmError) -> Fir
     )
 
 
-async def _async_close_quietly(store: Any) -> None:
-    close = getattr(store, "async_close", None)
-    if close is None:
-        _close_quietly(store)
-        return
-    try:
-        await close()
-    except Exception:  # pragma: no cover - best effort while reporting another error
-        logger.debug("closing a store that failed to initialise raised", exc_info=True)
-
-
 async def async_build_store(settings: MemorySettings | None = None) -> MemoryStore:
-    """Async form of :func:`build_store` (initialises with ``async_initialize()``)."""
+    """Async form of :func:`build_store` (initialises with ``async_initialize()``).
+
+    The start-up runs on the store's async form, so nothing blocks the event loop.
+    """
     settings = settings if settings is not None else load_settings()
-    store, url = _construct(settings)
-    if settings.backend != "in_memory":
-        initialize = getattr(store, "async_initialize", None) or getattr(store, "initialize", None)
-        if initialize is not None:
-            try:
-                result = initialize()
-                if inspect.isawaitable(result):
-                    await result
-            except FireflyOrmError as exc:
-                await _async_close_quietly(store)
-                named = _name_sqlite_variable(settings, exc)
-                if named is exc:
-                    raise
-                raise named from exc
-            except Exception as exc:
-                await _async_close_quietly(store)
-                failure = _init_failed(settings.backend, url or "", exc)
-                raise _name_sqlite_variable(settings, failure) from exc
-    return store  # type: ignore[no-any-return]
+    store, lifecycle, url = _construct(settings)
+    if lifecycle is not None:
+        try:
+            await lifecycle.async_initialize()
+        except Exception as exc:
+            await _async_close_quietly(lifecycle)
+            error = _init_error(settings, url, exc)
+            if error is exc:
+                raise
+            raise error from exc
+    return store

@@ -39,6 +39,7 @@ __all__ = [
     "metadata",
     "derived_entry_id",
     "is_json_wrapper",
+    "key_prefix_upper_bound",
     "new_entry_id",
     "unwrap_stored_json",
     "utcnow",
@@ -527,6 +528,26 @@ def validate_key(key: Any) -> str:
         raise EntryValidationError("key", f"must be a string, got {type(key).__name__}")
     _check_text("key", key)
     return key
+
+
+def key_prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string above every string starting with ``prefix`` (``None``: no bound).
+
+    Every string ``s`` starting with ``prefix`` has ``prefix <= s < bound`` in
+    code-point order, which is the order of UTF-8 bytes, of ``COLLATE "C"`` and of
+    MongoDB's string comparison; and every storable (surrogate-free) string in
+    ``[prefix, bound)`` starts with ``prefix``.  So a key-prefix filter is one
+    index range.  Trailing U+10FFFF characters have no successor and are dropped;
+    the successor of U+D7FF is U+E000 (surrogates are not storable text).  The
+    empty prefix, or one of only U+10FFFF characters, has no upper bound.
+    """
+    stem = prefix.rstrip("\U0010ffff")
+    if not stem:
+        return None
+    following = ord(stem[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:
+        following = 0xE000
+    return stem[:-1] + chr(following)
 
 
 def _check_json(field: str, value: Any) -> None:

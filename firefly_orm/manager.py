@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from firefly_orm.bridges.steps import MemoryLayer, Operation, async_method, delegate, sync_method
 from firefly_orm.conversation import ConversationMemory, Summarizer
-from firefly_orm.store import MemoryStore
+from firefly_orm.store import InMemoryStore, MemoryStore
 from firefly_orm.working import WorkingMemory
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class MemoryManager(MemoryLayer):
         working_scope_id: str = "default",
         summarizer: Summarizer | None = None,
     ) -> None:
-        super().__init__(store)
+        super().__init__(store if store is not None else InMemoryStore())
         self._conversation = ConversationMemory(
             max_tokens=max_conversation_tokens,
             summarize_threshold=summarize_threshold,

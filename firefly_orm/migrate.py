@@ -60,6 +60,8 @@ from firefly_orm.errors import (
     MigrationRequiredError,
     MissingExtraError,
     redact_url,
+    scrub_secret,
+    url_password,
 )
 
 __all__ = [
@@ -281,10 +283,7 @@ def _open(engine: Engine) -> Iterator[Connection]:
         # Not only OperationalError: a bad connect argument (``?foo=bar``,
         # ``connect_timeout=abc``) is a ProgrammingError from the driver.
         lines = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
-        reason = lines[0] if lines else type(exc).__name__
-        password = engine.url.password
-        if password:
-            reason = reason.replace(str(password), "***")
+        reason = scrub_secret(lines[0] if lines else type(exc).__name__, url_password(engine.url))
         raise DatabaseConnectionError(
             f"cannot connect to {redact_url(engine.url)}: {reason}"
         ) from exc

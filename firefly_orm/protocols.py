@@ -47,6 +47,7 @@ __all__ = [
     "ListOptions",
     "MemoryStore",
     "StagedBackend",
+    "StoreLifecycle",
     "UnitOfWork",
     "UnitOfWorkStore",
 ]
@@ -309,4 +310,33 @@ class StagedBackend(Protocol):
         A failed precondition raises :class:`~firefly_orm.errors.ConcurrencyError`
         and applies nothing.
         """
+        ...
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+class StoreLifecycle(Protocol):
+    """Start-up and shut-down of a store that opens a database (SQL, MongoDB).
+
+    :func:`firefly_orm.config.build_store` initialises such a store with
+    :meth:`initialize`, and :func:`~firefly_orm.config.async_build_store` with
+    :meth:`async_initialize` (so no blocking start-up runs on an event loop);
+    a store whose initialisation failed is closed the same way.
+    """
+
+    def initialize(self) -> None:
+        """Connect and prepare the database (idempotent); raise if it cannot be used."""
+        ...
+
+    async def async_initialize(self) -> None:
+        """Async form of :meth:`initialize`."""
+        ...
+
+    def close(self) -> None:
+        """Release the connections the store opened (idempotent)."""
+        ...
+
+    async def async_close(self) -> None:
+        """Async form of :meth:`close`."""
         ...

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from firefly_orm.bridges.loop_thread import shared_loop
-from firefly_orm.conversation.model import SUMMARY_TURN_ID
 from firefly_orm.envnames import ENV_SUMMARY_MODEL
 from firefly_orm.errors import MissingExtraError
+from firefly_orm.summary_turn import SUMMARY_TURN_ID
 from firefly_orm.tokens import DEFAULT_TOKENS_PER_WORD
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ SUMMARY_MODEL_ENV = ENV_SUMMARY_MODEL
 FALLBACK_SUMMARY = "Previous conversation context."
 
 #: Turn id of the synthetic turn that carries the previous summary (an alias of
-#: :data:`firefly_orm.conversation.SUMMARY_TURN_ID`).
+#: :data:`firefly_orm.summary_turn.SUMMARY_TURN_ID`).
 PREVIOUS_SUMMARY_TURN_ID = SUMMARY_TURN_ID
 
 #: Characters of each prompt/response shown to the model.

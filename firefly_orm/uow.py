@@ -210,11 +210,15 @@ class _StagedRepository:
             return newest.copy_entry()
         return newest
 
-    def list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
+    def list(
+        self,
+        namespace: str,
+        *,
+        key_prefix: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[MemoryEntry]:
         validate_namespace(namespace)
-        key_prefix = options.get("key_prefix")
-        limit = options.get("limit")
-        newest_first = options.get("newest_first", False)
         overlay = self._overlay(namespace)
         stored: list[MemoryEntry] = []
         if not overlay.cleared:
@@ -229,9 +233,17 @@ class _StagedRepository:
         merged.extend(e.copy_entry() for e in staged)
         return select_entries(merged, key_prefix=key_prefix, limit=limit, newest_first=newest_first)
 
-    def list_contents(self, namespace: str, **options: Unpack[ListOptions]) -> builtins.list[Any]:
+    def list_contents(
+        self,
+        namespace: str,
+        *,
+        key_prefix: str | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> builtins.list[Any]:
         """Like :meth:`list` but only each entry's ``content``."""
-        return [e.content for e in self.list(namespace, **options)]
+        rows = self.list(namespace, key_prefix=key_prefix, limit=limit, newest_first=newest_first)
+        return [e.content for e in rows]
 
     def save(
         self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None

@@ -39,7 +39,7 @@ from firefly_orm.entry import (
 )
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import UnitOfWork
-from firefly_orm.store import MemoryStore
+from firefly_orm.store import InMemoryStore, MemoryStore
 
 __all__ = ["WorkingMemory", "format_context"]
 
@@ -127,7 +127,7 @@ class WorkingMemory(MemoryLayer):
             raise EntryValidationError(
                 "scope_id", f"must be a string, got {type(scope_id).__name__}"
             )
-        super().__init__(store)
+        super().__init__(store if store is not None else InMemoryStore())
         self._scope_id = scope_id
         self._namespace = validate_namespace(f"working:{scope_id}")
 
@@ -150,6 +150,17 @@ class WorkingMemory(MemoryLayer):
     def _entry_id(self, key: str) -> str:
         return derived_entry_id(self._namespace, key)
 
+    def _metadata(self, metadata: Any) -> dict[str, Any]:
+        """``metadata`` with ``"scope_id"`` set; a different ``"scope_id"`` is refused."""
+        checked = _check_metadata(metadata)
+        scope_id = checked.setdefault("scope_id", self._scope_id)
+        if scope_id != self._scope_id:
+            raise EntryValidationError(
+                "metadata",
+                f"'scope_id' is {scope_id!r} but this memory's scope is {self._scope_id!r}",
+            )
+        return checked
+
     def _build(self, key: str, value: Any, importance: Any, metadata: Any) -> MemoryEntry:
         """The validated entry that :meth:`set` writes (no I/O)."""
         validate_key(key)
@@ -161,7 +172,7 @@ class WorkingMemory(MemoryLayer):
                 key=key,
                 content=value,
                 importance=_check_importance(importance),
-                metadata={**_check_metadata(metadata), "scope_id": self._scope_id},
+                metadata=self._metadata(metadata),
             )
         )
         return validate_entry(entry, self._namespace)
@@ -182,11 +193,12 @@ class WorkingMemory(MemoryLayer):
             value: Any JSON-serialisable value.
             importance: 0.0-1.0, kept on the entry.
             metadata: A JSON object kept on the entry, with ``"scope_id"`` set to
-                this memory's scope.
+                this memory's scope (it may already hold that scope id, no other).
 
         Raises:
             EntryValidationError: ``importance`` out of range, ``value`` or
-                ``metadata`` not JSON, or a bad key; nothing is written.
+                ``metadata`` not JSON, ``metadata`` with another ``"scope_id"``
+                than this memory's, or a bad key; nothing is written.
         """
         namespace, entry = self._namespace, self._build(key, value, importance, metadata)
         yield from StoreCall(

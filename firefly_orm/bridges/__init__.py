@@ -6,6 +6,9 @@ through exactly these bridges (and no others):
 * **SQL**: each operation is a sync function over a ``Session``/``Connection``;
   the async path awaits the same function through SQLAlchemy's ``run_sync`` on
   the native async driver (aiosqlite, psycopg async).  See :mod:`firefly_orm.sql`.
+  A sync ``close()`` of a store whose async engine was used, called once no
+  loop runs, disposes that engine with ``asyncio.run`` on the caller's thread
+  (its own loop has ended; see :meth:`firefly_orm.sql.engines.Engines.close`).
 * :mod:`firefly_orm.bridges.loop_thread`: one shared event-loop thread on which
   sync code drives async-only libraries (MongoDB, the LLM summarizer).
 * :mod:`firefly_orm.bridges.twins`: derives the ``async_*`` twins of a store

@@ -68,15 +68,16 @@ import functools
 import inspect
 import random
 import time
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, TypeAlias, TypeGuard, TypeVar, cast
 
 from firefly_orm.bridges.loop_thread import shared_loop
+from firefly_orm.bridges.twins import call_blocking
 from firefly_orm.errors import ConcurrencyError
 from firefly_orm.protocols import AsyncMemoryStore, MemoryStore, UnitOfWork
-from firefly_orm.store import InMemoryStore
 from firefly_orm.uow import async_unit_of_work_for, unit_of_work_for
 
 __all__ = [
@@ -191,7 +192,7 @@ class StoreCall(Step[T]):
     async def aperform(self, store: MemoryStore) -> T:
         if _has_async_methods(store):
             return await self.async_(store)
-        return await asyncio.to_thread(self.sync, store)
+        return await call_blocking(self.sync, store)
 
 
 _ASYNC_STORE_TYPES: dict[type, bool] = {}
@@ -244,7 +245,7 @@ class CallOut(Step[T]):
         fn = self.async_fn if self.async_fn is not None else self.fn
         if is_coroutine_callable(fn):
             return await cast(Awaitable[T], fn(*self.args))
-        result = await asyncio.to_thread(fn, *self.args)
+        result = await call_blocking(fn, *self.args)
         if inspect.isawaitable(result):
             return await cast(Awaitable[T], result)
         return result
@@ -364,16 +365,17 @@ class MemoryLayer:
     Its subclasses define each public method once, as an operation method, and
     derive both forms with :func:`sync_method` / :func:`async_method`; when the
     subclass is created, every derived method gets its attribute name, its
-    operation's signature and docstring (the async form's docstring points at
+    operation's signature (returning what the operation returns: ``-> X`` for
+    ``-> Operation[X]``) and docstring (the async form's docstring points at
     the sync form).  A form calls the operation it was made from: to change a
     method in a subclass, derive new forms from the new operation.
 
     Args:
-        store: The store; a new :class:`~firefly_orm.store.InMemoryStore` when ``None``.
+        store: The store (each layer picks its default store, not this bridge).
     """
 
-    def __init__(self, store: MemoryStore | None = None) -> None:
-        self._store: MemoryStore = store if store is not None else InMemoryStore()
+    def __init__(self, store: MemoryStore) -> None:
+        self._store = store
 
     @property
     def store(self) -> MemoryStore:
@@ -393,9 +395,28 @@ class MemoryLayer:
             value.__doc__ = (
                 f"Async twin of :meth:`{name.removeprefix('async_')}`." if is_async else op.__doc__
             )
-            value.__signature__ = inspect.signature(op).replace(
-                return_annotation=inspect.Signature.empty
+            signature = inspect.signature(op)
+            value.__signature__ = signature.replace(
+                return_annotation=_operation_result(signature.return_annotation)
             )
+
+
+def _operation_result(annotation: Any) -> Any:
+    """``X`` for an operation method's return annotation ``Operation[X]``.
+
+    The annotation is a string under ``from __future__ import annotations``
+    (``"Operation[X]"`` gives ``"X"``) or the evaluated generator type; anything
+    else gives no annotation.
+    """
+    if isinstance(annotation, str):
+        inner = annotation.removeprefix("Operation[")
+        if inner != annotation and inner.endswith("]"):
+            return inner[:-1]
+        return inspect.Signature.empty
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Generator and len(args) == 3:
+        return args[2]
+    return inspect.Signature.empty
 
 
 L = TypeVar("L", bound=MemoryLayer)

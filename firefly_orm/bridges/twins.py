@@ -37,7 +37,7 @@ from typing import Any, ParamSpec, Protocol, Self, TypeVar
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.protocols import UnitOfWork
 
-__all__ = ["AsyncTwins", "SyncBackedAsyncUnitOfWork"]
+__all__ = ["AsyncTwins", "SyncBackedAsyncUnitOfWork", "call_blocking"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -61,9 +61,7 @@ class SyncBackedAsyncUnitOfWork:
         self._offload = offload
 
     async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        if self._offload:
-            return await asyncio.to_thread(fn, *args, **kwargs)
-        return fn(*args, **kwargs)
+        return await _offloaded(self._offload, fn, *args, **kwargs)
 
     def _entered(self) -> UnitOfWork:
         if self._uow is None:
@@ -121,9 +119,7 @@ class _HasUnitOfWork(_Twinned, Protocol):
 
 async def _twin(store: _Twinned, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """Run a sync store method from async code, in a worker thread if the store asks."""
-    if store.twins_in_thread:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-    return fn(*args, **kwargs)
+    return await _offloaded(store.twins_in_thread, fn, *args, **kwargs)
 
 
 #: (sync method, its twin) pairs that only some stores have.
@@ -151,10 +147,15 @@ class AsyncTwins:
         # A twin exists only where its sync method does: a store without
         # ``cleanup_expired`` (or ``unit_of_work``) must not seem to offer the
         # async form, or callers probing for it would pick a method that fails.
+        # A subclass adding the sync method to a parent without it gets the
+        # derived twin back instead of the parent's ``None`` (unless it defines
+        # the twin itself).
         super().__init_subclass__(**kwargs)
         for sync_name, twin_name in _OPTIONAL_TWINS:
             if not callable(getattr(cls, sync_name, None)):
                 setattr(cls, twin_name, None)
+            elif getattr(cls, twin_name, None) is None and twin_name not in vars(cls):
+                setattr(cls, twin_name, vars(AsyncTwins)[twin_name])
 
     async def async_save(self: _SyncStore, namespace: str, entry: MemoryEntry) -> None:
         """Async twin of ``save``."""
@@ -187,3 +188,19 @@ class AsyncTwins:
         return SyncBackedAsyncUnitOfWork(
             self.unit_of_work(read_only=read_only), offload=self.twins_in_thread
         )
+
+
+async def call_blocking(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run the blocking ``fn(*args, **kwargs)`` from async code, in a worker thread.
+
+    The step driver's store calls and call-outs
+    (:mod:`firefly_orm.bridges.steps`) hand blocking work to a thread with it.
+    """
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+async def _offloaded(offload: bool, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread when ``offload``, else inline."""
+    if offload:
+        return await call_blocking(fn, *args, **kwargs)
+    return fn(*args, **kwargs)

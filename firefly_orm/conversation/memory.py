@@ -36,7 +36,7 @@ from firefly_orm.conversation.model import (
 from firefly_orm.conversation.plan import HeadState
 from firefly_orm.conversation.rows import archive_namespace, conversation_namespace
 from firefly_orm.conversation.transfer import parse_import, read_export
-from firefly_orm.store import MemoryStore
+from firefly_orm.store import InMemoryStore, MemoryStore
 from firefly_orm.tokens import TokenEstimator
 
 __all__ = ["ConversationMemory"]
@@ -93,7 +93,7 @@ class ConversationMemory(MemoryLayer):
         )
         self._estimator = estimator if estimator is not None else TokenEstimator()
         self._summarizer = summarizer
-        super().__init__(store)
+        super().__init__(store if store is not None else InMemoryStore())
 
     # ------------------------------------------------------------------ settings
     @property

@@ -15,6 +15,7 @@ from pydantic import AwareDatetime, BaseModel, Field, field_validator
 
 from firefly_orm.entry import utcnow
 from firefly_orm.errors import EntryValidationError
+from firefly_orm.summary_turn import SUMMARY_TURN_ID, SUMMARY_TURN_PROMPT
 
 __all__ = [
     "SUMMARY_TURN_ID",
@@ -23,12 +24,6 @@ __all__ = [
     "ConversationTurn",
     "Summarizer",
 ]
-
-#: ``turn_id`` of the synthetic turn that carries the previous summary (the one
-#: home of this fact; :mod:`firefly_orm.summarization` reads it from here).
-SUMMARY_TURN_ID = -1
-#: ``user_prompt`` of the synthetic turn that carries the previous summary.
-SUMMARY_TURN_PROMPT = "Summary of the earlier conversation"
 
 
 class ConversationTurn(BaseModel):

@@ -40,6 +40,7 @@ from firefly_orm.entry import (
     JSON_WRAPPER_KEY,
     MemoryEntry,
     MemoryScope,
+    key_prefix_upper_bound,
     unwrap_stored_json,
     wrap_json_for_storage,
 )
@@ -311,18 +312,15 @@ def expired_filter(now: datetime) -> dict[str, Any]:
 def key_prefix_filter(prefix: str) -> dict[str, Any]:
     """Matches keys starting with ``prefix`` as one index range.
 
-    ``key >= prefix`` and ``key <`` the smallest string above every string
-    starting with ``prefix``.  MongoDB compares strings by their UTF-8 bytes,
-    which orders like Python's code-point comparison; an empty prefix matches
-    every entry that has a key.
+    ``key >= prefix`` and ``key <`` its
+    :func:`~firefly_orm.entry.key_prefix_upper_bound` (when there is one).
+    MongoDB compares strings by their UTF-8 bytes, which orders like Python's
+    code-point comparison; an empty prefix matches every entry that has a key.
     """
     condition: dict[str, Any] = {"$gte": prefix}
-    stem = prefix.rstrip("\U0010ffff")
-    if stem:
-        following = ord(stem[-1]) + 1
-        if 0xD800 <= following <= 0xDFFF:  # surrogates are not text: skip to U+E000
-            following = 0xE000
-        condition["$lt"] = stem[:-1] + chr(following)
+    upper = key_prefix_upper_bound(prefix)
+    if upper is not None:
+        condition["$lt"] = upper
     return {"key": condition}
 
 

@@ -309,11 +309,14 @@ class MongoDBStore:
     # ------------------------------------------------------------------ staged backend
     def read_entry(self, namespace: str, entry_id: str) -> MemoryEntry | None:
         """The live entry with ``entry_id`` in ``namespace``, or ``None`` (one indexed lookup)."""
+        validate_namespace(namespace)
         found = self._call(self._find({"entry_id": entry_id, "namespace": namespace}, None, 1))
         return found[0] if found else None
 
     def read_by_key(self, namespace: str, key: str) -> list[MemoryEntry]:
         """Every live entry of ``namespace`` with ``key`` (the ``(namespace, key)`` index)."""
+        validate_namespace(namespace)
+        validate_key(key)
         return self._call(self._find({"namespace": namespace, "key": key}, BY_TIME))
 
     def read_list(
@@ -326,11 +329,12 @@ class MongoDBStore:
     ) -> list[MemoryEntry]:
         """Live entries of ``namespace``, ordered and limited by the server.
 
-        With ``key_prefix``: the keys in ``[prefix, prefix_upper)`` in
+        With ``key_prefix``: the keys in ``[prefix, key_prefix_upper_bound(prefix))`` in
         ``(key, created_at, entry_id)`` order (one range of the
         ``(namespace, key, ...)`` index); else ``(created_at, entry_id)``
         order.  ``newest_first`` reverses; at most ``limit`` documents are read.
         """
+        validate_namespace(namespace)
         if limit is not None and limit <= 0:
             return []
         query: dict[str, Any] = {"namespace": namespace}

@@ -28,7 +28,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from firefly_orm.errors import MissingExtraError, redact_url
+from firefly_orm.errors import MissingExtraError, redact_url, url_password
 
 __all__ = ["Engines", "Mode", "enable_sqlite_savepoints", "is_memory_sqlite"]
 
@@ -190,8 +190,7 @@ class Engines:
 
     def password(self) -> str | None:
         """The password in the URL we connect to (to scrub it from driver messages)."""
-        password = self._configured_url().password
-        return str(password) if password else None
+        return url_password(self._configured_url())
 
     # ------------------------------------------------------------------ engines
     def sync_engine(self, mode: Mode = "default") -> Engine:
@@ -286,6 +285,15 @@ class Engines:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            # A sync close() after the async work is over (``asyncio.run(main())``
+            # has returned): the loop that opened these connections is gone, so
+            # no loop is theirs any more, the shared loop thread
+            # (firefly_orm.bridges.loop_thread) no more than a fresh one.  Both
+            # async drivers close on whichever loop awaits them (aiosqlite hands
+            # the close to its own worker thread and answers on the awaiting
+            # loop; psycopg's AsyncConnection.close() is a synchronous
+            # PQfinish), so a short private loop on the caller's thread disposes
+            # them without starting the process-wide loop thread for it.
             asyncio.run(_dispose(pending))
             return
         task = loop.create_task(_dispose(pending))

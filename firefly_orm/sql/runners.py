@@ -157,7 +157,7 @@ class SessionRunner(Runner):
 
     async def acall(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         async with self.async_unit_of_work(what=what) as uow:
-            result = await uow.run_on_target(fn, *args)
+            result = await uow.run_on_target(fn, *args, what=what)
             if write:
                 await uow.commit()
             return result

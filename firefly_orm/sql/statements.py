@@ -16,7 +16,7 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from firefly_orm.entry import MemoryEntry, MemoryScope
+from firefly_orm.entry import MemoryEntry, MemoryScope, key_prefix_upper_bound
 
 __all__ = [
     "BY_KEY",
@@ -156,14 +156,6 @@ def insert_new(dialect: str) -> Any:
 PrefixMode = Literal["none", "range", "from", "any_key"]
 
 
-def _prefix_upper(prefix: str) -> str | None:
-    """The smallest string above every string starting with ``prefix`` (or None)."""
-    stripped = prefix.rstrip("\U0010ffff")
-    if not stripped:
-        return None
-    return stripped[:-1] + chr(ord(stripped[-1]) + 1)
-
-
 def prefix_mode(key_prefix: str | None, params: dict[str, Any]) -> PrefixMode:
     """The listing shape for ``key_prefix``; binds its bounds (``lo``/``hi``) into ``params``."""
     if key_prefix is None:
@@ -171,7 +163,7 @@ def prefix_mode(key_prefix: str | None, params: dict[str, Any]) -> PrefixMode:
     if not key_prefix:
         return "any_key"
     params["lo"] = key_prefix
-    upper = _prefix_upper(key_prefix)
+    upper = key_prefix_upper_bound(key_prefix)
     if upper is None:
         return "from"
     params["hi"] = upper

@@ -172,11 +172,16 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
         """Run ``fn(uow, *args)`` with a sync unit-of-work view of this transaction."""
         return await self.run_on_target(_with_view, fn, *args)
 
-    async def run_on_target(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(target, *args)`` on the sync Session/Connection of this transaction."""
+    async def run_on_target(
+        self, fn: Callable[..., T], *args: Any, what: str = "unit of work"
+    ) -> T:
+        """Run ``fn(target, *args)`` on the sync Session/Connection of this transaction.
+
+        ``what`` names the work in error messages (e.g. ``"save failed on ..."``).
+        """
         if self._runner is None:
             raise RuntimeError("this unit of work is not active")
-        with self._errors("unit of work"):
+        with self._errors(what):
             result: T = await self._runner.run_sync(fn, *args)
             return result
 

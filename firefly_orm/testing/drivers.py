@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import builtins
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -93,6 +94,12 @@ class UnitOfWorkDriver:
     async def list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
         """``uow.entries.list``."""
         return await self._run(lambda u: u.entries.list(namespace, **options))
+
+    async def list_contents(
+        self, namespace: str, **options: Unpack[ListOptions]
+    ) -> builtins.list[Any]:
+        """``uow.entries.list_contents``."""
+        return await self._run(lambda u: u.entries.list_contents(namespace, **options))
 
     async def save(
         self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None

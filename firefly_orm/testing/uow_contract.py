@@ -8,11 +8,13 @@ nothing, reads of its own writes, ``expected_version`` preconditions.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from firefly_orm.entry import utcnow
 from firefly_orm.errors import ConcurrencyError
+from firefly_orm.protocols import ListOptions
 from firefly_orm.testing.drivers import StoreDriver
 from firefly_orm.testing.samples import ids_of, in_past, make_entry, to_ms
 
@@ -128,6 +130,120 @@ class UnitOfWorkContract:
             await uow.delete(ns, [entries[0].entry_id, entries[1].entry_id])
             await uow.commit()
         assert ids_of(await contract.load(ns)) == ids_of(live[2:])
+
+    async def test_uow_list_contents_matches_list(self, contract: StoreDriver) -> None:
+        ns, other = contract.ns("a"), contract.ns("b")
+        base = to_ms(utcnow() - timedelta(minutes=10))
+        keys = ["turn:2", "turn:1", "head", "turn:3", None]
+        contents: list[Any] = [{"n": 0}, [1, "one"], "two", 3.5, None]
+        entries = [
+            make_entry(key=key, content=content, created_at=base + timedelta(seconds=i))
+            for i, (key, content) in enumerate(zip(keys, contents, strict=True))
+        ]
+        entries.append(make_entry(key="turn:0", content="expired", expires_at=in_past()))
+        for entry in entries:
+            await contract.save(ns, entry)
+        await contract.save(other, make_entry(key="turn:9", content="elsewhere"))
+        cases: list[tuple[ListOptions, list[Any]]] = [
+            ({}, contents),
+            ({"newest_first": True}, contents[::-1]),
+            ({"limit": 2}, contents[:2]),
+            ({"newest_first": True, "limit": 2}, contents[:-3:-1]),
+            ({"limit": 0}, []),
+            ({"key_prefix": "turn:"}, [[1, "one"], {"n": 0}, 3.5]),
+            ({"key_prefix": "turn:", "newest_first": True, "limit": 2}, [3.5, {"n": 0}]),
+            ({"key_prefix": "nothing"}, []),
+        ]
+        async with contract.unit_of_work() as uow:
+            for options, expected in cases:
+                listed = [e.content for e in await uow.list(ns, **options)]
+                assert listed == expected, options
+                assert await uow.list_contents(ns, **options) == expected, options
+
+    async def test_uow_list_contents_sees_staged_writes(self, contract: StoreDriver) -> None:
+        ns = contract.ns()
+        base = to_ms(utcnow() - timedelta(minutes=10))
+        stored = [
+            make_entry(
+                key=f"turn:{i}", content=f"stored {i}", created_at=base + timedelta(seconds=i)
+            )
+            for i in range(3)
+        ]
+        for entry in stored:
+            await contract.save(ns, entry)
+        async with contract.unit_of_work() as uow:
+            await uow.save(
+                ns,
+                make_entry(key="turn:3", content="staged", created_at=base + timedelta(seconds=3)),
+            )
+            await uow.save(ns, stored[1].copy_entry(content="changed"))
+            await uow.delete(ns, stored[0].entry_id)
+            await uow.save(
+                ns, make_entry(key="head", content="head", created_at=base + timedelta(seconds=4))
+            )
+            assert await uow.list_contents(ns) == ["changed", "stored 2", "staged", "head"]
+            assert await uow.list_contents(ns, key_prefix="turn:", newest_first=True, limit=2) == [
+                "staged",
+                "stored 2",
+            ]
+            assert await uow.list_contents(ns, limit=1) == ["changed"]
+            await uow.clear(ns)
+            assert await uow.list_contents(ns) == []
+            # Not visible outside before commit.
+            assert [e.content for e in await contract.load(ns)] == [
+                "stored 0",
+                "stored 1",
+                "stored 2",
+            ]
+
+    @pytest.mark.parametrize(
+        ("prefix", "expected"),
+        [
+            ("k\ud7ff", ["k\ud7ff", "k\ud7ffa", "k\ud7ff\U0010ffff"]),
+            ("k\U0010ffff", ["k\U0010ffff", "k\U0010ffffz"]),
+            ("k\uffff", ["k\uffff"]),
+        ],
+        ids=["d7ff", "10ffff", "ffff"],
+    )
+    async def test_uow_key_prefix_at_code_point_edges(
+        self, contract: StoreDriver, prefix: str, expected: list[str]
+    ) -> None:
+        # Keys compare by code point (UTF-8 bytes): U+D7FF is followed by
+        # U+E000 (no surrogates in text) and nothing follows U+10FFFF.
+        ns = contract.ns()
+        keys = [
+            "k",
+            "k\ud7fe",
+            "k\ud7ff",
+            "k\ud7ffa",
+            "k\ud7ff\U0010ffff",
+            "k\ue000",
+            "k\uffff",
+            "k\U00010000",
+            "k\U0010ffff",
+            "k\U0010ffffz",
+            "l",
+        ]
+        for key in keys:
+            await contract.save(ns, make_entry(key=key, content=key))
+        async with contract.unit_of_work() as uow:
+            assert [e.key for e in await uow.list(ns, key_prefix=prefix)] == expected
+            assert (
+                await uow.list_contents(ns, key_prefix=prefix, newest_first=True) == expected[::-1]
+            )
+
+    @pytest.mark.parametrize("option", ["limt", "newest_frist", "prefix"])
+    async def test_uow_list_rejects_unknown_options(
+        self, contract: StoreDriver, option: str
+    ) -> None:
+        ns = contract.ns()
+        await contract.save(ns, make_entry(key="k"))
+        misspelt: dict[str, Any] = {option: 1}
+        async with contract.unit_of_work() as uow:
+            with pytest.raises(TypeError, match=option):
+                await uow.list(ns, **misspelt)
+            with pytest.raises(TypeError, match=option):
+                await uow.list_contents(ns, **misspelt)
 
     async def test_uow_expected_version_zero_means_must_not_exist(
         self, contract: StoreDriver

@@ -15,7 +15,7 @@ import re
 import sys
 import types
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from firefly_orm.entry import MemoryEntry
+from firefly_orm.entry import TABLE_NAME, MemoryEntry
+from firefly_orm.errors import StoreError
 from firefly_orm.sql import SQLAlchemyStore, enable_sqlite_savepoints
 
 REPO = Path(__file__).resolve().parents[2]
@@ -255,6 +256,65 @@ async def test_async_memory_failure_rolls_back_only_the_savepoint(
         await session.commit()
     assert await _async_orders(engine) == ["lamp", "desk"]
     assert await store.async_load("orders") == []
+
+
+# --------------------------------------------------------------------------- error messages
+
+#: Operations of a bound store whose error message must start with their name.
+BOUND_CALLS = ("save", "load", "delete")
+
+
+def _sqlite_store(engine: sa.Engine | AsyncEngine) -> SQLAlchemyStore:
+    enable_sqlite_savepoints(engine)
+    if isinstance(engine, AsyncEngine):
+        return SQLAlchemyStore(async_engine=engine)
+    return SQLAlchemyStore(engine=engine)
+
+
+@pytest.mark.parametrize("operation", BOUND_CALLS)
+def test_bound_store_errors_name_the_operation(operation: str, tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.sqlite3'}")
+    store = _sqlite_store(engine)
+    store.initialize()
+    try:
+        with Session(engine) as session:
+            session.execute(sa.text(f"DROP TABLE {TABLE_NAME}"))  # undone by the rollback
+            bound = store.bind_session(session)
+            calls: dict[str, Callable[[], object]] = {
+                "save": lambda: bound.save("ns", MemoryEntry(content=1)),
+                "load": lambda: bound.load("ns"),
+                "delete": lambda: bound.delete("ns", "some-id"),
+            }
+            with pytest.raises(StoreError, match=rf"^{operation} failed on .*no such table"):
+                calls[operation]()
+            session.rollback()
+        assert store.load("ns") == []
+    finally:
+        store.close()
+        engine.dispose()
+
+
+@pytest.mark.parametrize("operation", BOUND_CALLS)
+async def test_async_bound_store_errors_name_the_operation(operation: str, tmp_path: Path) -> None:
+    engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'app.sqlite3'}")
+    store = _sqlite_store(engine)
+    await store.async_initialize()
+    try:
+        async with AsyncSession(engine) as session:
+            await session.execute(sa.text(f"DROP TABLE {TABLE_NAME}"))  # undone by the rollback
+            bound = store.bind_session(session)
+            calls: dict[str, Callable[[], Awaitable[object]]] = {
+                "save": lambda: bound.async_save("ns", MemoryEntry(content=1)),
+                "load": lambda: bound.async_load("ns"),
+                "delete": lambda: bound.async_delete("ns", "some-id"),
+            }
+            with pytest.raises(StoreError, match=rf"^{operation} failed on .*no such table"):
+                await calls[operation]()
+            await session.rollback()
+        assert await store.async_load("ns") == []
+    finally:
+        await store.async_close()
+        await engine.dispose()
 
 
 # --------------------------------------------------------------------------- README snippets

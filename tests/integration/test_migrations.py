@@ -429,3 +429,25 @@ def test_bad_connect_arguments_are_a_connection_error(postgres_url: str, query: 
             call(url)
         assert secret not in str(info.value)
         assert query.split("=")[0] in str(info.value)
+
+
+def test_connection_error_hides_the_password_in_every_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver message quoting the URL-quoted password (``p%40ss``) shows neither form."""
+    from firefly_orm.errors import DatabaseConnectionError
+
+    engine = sa.create_engine("postgresql+psycopg://app:p%40ss@127.0.0.1:1/db")
+
+    def refuse() -> sa.Connection:
+        reason = Exception("no route to postgresql://app:p%40ss@127.0.0.1:1/db (p@ss rejected)")
+        raise sa.exc.OperationalError("connect", {}, reason)
+
+    monkeypatch.setattr(engine, "connect", refuse)
+    try:
+        for call in (migrate.current, migrate.check, migrate.upgrade):
+            with pytest.raises(DatabaseConnectionError) as info:
+                call(engine)
+            message = str(info.value)
+            assert "p%40ss" not in message and "p@ss" not in message
+            assert "no route to postgresql://app:***@127.0.0.1:1/db (*** rejected)" in message
+    finally:
+        engine.dispose()

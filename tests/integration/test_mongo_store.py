@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -248,6 +248,27 @@ def test_invalid_namespace_is_rejected(store: MongoDBStore) -> None:
             store.load(ns)
     with pytest.raises(EntryValidationError):
         store.load_by_key("ns", "a\x00")
+
+
+@pytest.mark.parametrize("namespace", ["", "a\x00b", "bad\udc00", None])
+def test_staged_reads_reject_an_invalid_namespace(store: MongoDBStore, namespace: Any) -> None:
+    reads: list[Callable[[], object]] = [
+        lambda: store.read_entry(namespace, "id"),
+        lambda: store.read_by_key(namespace, "k"),
+        lambda: store.read_list(namespace),
+        lambda: store.read_list(namespace, key_prefix="k", limit=1),
+    ]
+    for read in reads:
+        with pytest.raises(EntryValidationError) as caught:
+            read()
+        assert caught.value.field == "namespace"
+
+
+@pytest.mark.parametrize("key", ["a\x00", "bad\udc00", None, 3])
+def test_staged_read_by_key_rejects_an_invalid_key(store: MongoDBStore, key: Any) -> None:
+    with pytest.raises(EntryValidationError) as caught:
+        store.read_by_key("ns", key)
+    assert caught.value.field == "key"
 
 
 def test_awkward_values_round_trip(

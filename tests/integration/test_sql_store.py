@@ -462,6 +462,34 @@ def test_close_inside_a_running_loop_closes_async_connections(tmp_path: Path) ->
     assert asyncio.run(main()) == 0
 
 
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_close_after_the_loop_ended_closes_async_connections(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """A sync close() once asyncio.run() has returned still closes the pooled async connections."""
+    store: SQLAlchemyStore
+    if backend == "sqlite":
+        store = SQLiteStore(tmp_path / "m.sqlite3")
+    else:
+        store = PostgreSQLStore(
+            request.getfixturevalue("postgres_url"),
+            schema_name=request.getfixturevalue("pg_schema"),
+        )
+
+    async def use() -> sa.pool.QueuePool:
+        await store.async_save("ns", MemoryEntry(content=1))
+        pool = store.async_engine.sync_engine.pool
+        assert isinstance(pool, sa.pool.QueuePool)
+        return pool
+
+    pool = asyncio.run(use())
+    assert pool.checkedin() == 1
+    store.close()  # no loop is running here any more
+    assert pool.checkedin() == 0
+
+
 def test_operational_errors_that_are_not_connection_problems(tmp_path: Path) -> None:
     """A missing table is a StoreError, not a DatabaseConnectionError."""
     store = SQLiteStore(tmp_path / "m.sqlite3")

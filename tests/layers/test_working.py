@@ -268,10 +268,26 @@ def test_non_json_value_rejected_and_old_value_kept(store: Any) -> None:
 
 def test_metadata_is_kept_with_the_scope_id(store: Any) -> None:
     wm = WorkingMemory(store=store, scope_id="agent-7")
-    wm.set("k", 1, metadata={"source": "tool", "scope_id": "spoofed"})
+    wm.set("k", 1, metadata={"source": "tool"})
     entry = wm.get_entry("k")
     assert entry is not None
     assert entry.to_dict()["metadata"] == {"source": "tool", "scope_id": "agent-7"}
+    wm.set("k", 2, metadata={"scope_id": "agent-7"})  # the memory's own scope id is fine
+    assert wm.get("k") == 2
+
+
+async def test_metadata_with_another_scope_id_is_refused(store: Any) -> None:
+    wm = WorkingMemory(store=store, scope_id="agent-7")
+    wm.set("k", "old")
+    with pytest.raises(EntryValidationError, match="'spoofed'") as info:
+        wm.set("k", "new", metadata={"source": "tool", "scope_id": "spoofed"})
+    assert info.value.field == "metadata"
+    with pytest.raises(EntryValidationError):
+        await wm.async_set("other", "new", metadata={"scope_id": "agent-8"})
+    assert wm.items() == [("k", "old")]
+    entry = wm.get_entry("k")
+    assert entry is not None
+    assert entry.to_dict()["metadata"] == {"scope_id": "agent-7"}
 
 
 @pytest.mark.parametrize("bad", ["text", {1: "int key"}, {"k": object()}])

@@ -185,7 +185,7 @@ def counter_of(facade: Facade) -> Counter:
 
 class Facade(MemoryLayer):
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(InMemoryStore())
         self.counter = Counter(self.store)
 
     _tally = delegate(Counter._count, counter_of)
@@ -193,7 +193,7 @@ class Facade(MemoryLayer):
 
 
 def test_layer_methods_are_derived_from_one_operation() -> None:
-    counter = Counter()
+    counter = Counter(InMemoryStore())
     counter.store.save("ns", entry("a", 1))
     assert counter.count("ns", plus=1) == 2
     assert asyncio.run(counter.async_count("ns")) == 1
@@ -202,4 +202,34 @@ def test_layer_methods_are_derived_from_one_operation() -> None:
     assert Counter.async_count.__qualname__ == "Counter.async_count"
     assert Counter.count.__doc__ == "How many entries ``namespace`` holds, plus ``plus``."
     assert Counter.async_count.__doc__ == "Async twin of :meth:`count`."
-    assert str(inspect.signature(Facade.tally)) == "(self, namespace: 'str', *, plus: 'int' = 0)"
+    assert (
+        str(inspect.signature(Facade.tally))
+        == "(self, namespace: 'str', *, plus: 'int' = 0) -> 'int'"
+    )
+    assert inspect.signature(Counter.async_count) == inspect.signature(Counter.count)
+    assert inspect.iscoroutinefunction(Counter.async_count)
+    assert not inspect.iscoroutinefunction(Counter.count)
+
+
+def test_derived_methods_return_what_the_operation_returns() -> None:
+    # Evaluated annotations (a module without ``from __future__ import annotations``)
+    # give the evaluated result type; a method not annotated Operation[...] gets none.
+    def size(layer: MemoryLayer) -> Operation[list[int]]:
+        return (yield from StoreCall(lambda store: [0], lambda store: asyncio.sleep(0, [0])))
+
+    def untyped(layer: MemoryLayer) -> Operation[int]:
+        return (yield from StoreCall(lambda store: 1, lambda store: asyncio.sleep(0, 1)))
+
+    size.__annotations__["return"] = Operation[list[int]]
+    untyped.__annotations__["return"] = "Generator[Step[Any], Any, int]"
+    forms = {
+        "size": sync_method(size),
+        "async_size": async_method(size),
+        "untyped": sync_method(untyped),
+    }
+    layer = type("Sized", (MemoryLayer,), forms)(InMemoryStore())
+    assert inspect.signature(type(layer).size).return_annotation == list[int]
+    assert inspect.signature(type(layer).async_size).return_annotation == list[int]
+    assert inspect.signature(layer.untyped).return_annotation is inspect.Signature.empty
+    assert layer.size() == [0]
+    assert asyncio.run(layer.async_size()) == [0]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
 import sys
 import threading
 from typing import Any
@@ -350,3 +351,17 @@ async def test_async_conversation_awaits_async_summarize() -> None:
         await conv.async_add_turn(cid, words(5), words(5, f"r{i}_"))
     assert conv.get_summary(cid) == "Async summary."
     assert rec.loops == [asyncio.get_running_loop()]  # awaited on this loop, not a thread
+
+
+def test_importing_summarization_stays_light() -> None:
+    # Before the package split it imported only firefly_orm.errors; recognising the
+    # previous-summary turn must not load the conversation package or the ORM.
+    code = (
+        "import sys, firefly_orm.summarization\n"
+        "heavy = ('sqlalchemy', 'sqlmodel', 'pydantic', 'firefly_orm.conversation')\n"
+        "print(sorted(m for m in sys.modules if m in heavy))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert loaded.strip() == "[]"

@@ -8,6 +8,7 @@ from firefly_orm.bridges.twins import AsyncTwins, SyncBackedAsyncUnitOfWork
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.protocols import AsyncMemoryStore, UnitOfWork
 from firefly_orm.store import InMemoryStore
+from firefly_orm.testing.samples import in_past
 from firefly_orm.uow import BestEffortUnitOfWork, async_unit_of_work_for
 
 NS = "twins:test"
@@ -92,3 +93,51 @@ async def test_in_memory_store_derives_its_optional_twins() -> None:
     assert await store.async_cleanup_expired() == 0
     async with store.async_unit_of_work(read_only=True) as uow:
         assert await uow.run_sync(lambda u: u.entries.list(NS)) == []
+
+
+class CleaningStore(ThreadRecordingStore):
+    """Adds ``cleanup_expired`` and ``unit_of_work`` to a parent lacking both."""
+
+    def cleanup_expired(self) -> int:
+        return self.inner.cleanup_expired()
+
+    def unit_of_work(self, *, read_only: bool = False) -> BestEffortUnitOfWork:
+        return BestEffortUnitOfWork(self)
+
+
+class PlainAgain(CleaningStore):
+    """Takes both optional methods away again."""
+
+    cleanup_expired = None  # type: ignore[assignment]
+    unit_of_work = None  # type: ignore[assignment]
+
+
+async def test_a_subclass_adding_the_sync_methods_gets_the_twins_back() -> None:
+    store = CleaningStore()
+    store.inner.save(NS, MemoryEntry(content="old", expires_at=in_past()))
+    assert await store.async_cleanup_expired() == 1
+    async with store.async_unit_of_work() as uow:
+        await uow.run_sync(lambda u: u.entries.save(NS, MemoryEntry(content="staged")))
+        await uow.commit()
+    assert [e.content for e in store.inner.load(NS)] == ["staged"]
+    # the parent lacking the sync methods keeps its twins absent
+    assert getattr(ThreadRecordingStore(), "async_cleanup_expired", None) is None
+    assert getattr(ThreadRecordingStore(), "async_unit_of_work", None) is None
+
+
+def test_a_subclass_removing_the_sync_methods_loses_the_twins() -> None:
+    store = PlainAgain()
+    assert getattr(store, "async_cleanup_expired", None) is None
+    assert getattr(store, "async_unit_of_work", None) is None
+    assert callable(getattr(CleaningStore(), "async_cleanup_expired", None))
+
+
+async def test_a_hand_written_twin_is_kept() -> None:
+    class OwnTwin(ThreadRecordingStore):
+        def cleanup_expired(self) -> int:
+            return 0
+
+        async def async_cleanup_expired(self) -> int:
+            return 42
+
+    assert await OwnTwin().async_cleanup_expired() == 42

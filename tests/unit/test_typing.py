@@ -8,9 +8,12 @@ pinned in functions mypy checks and pytest never calls (:func:`_sql_store_types`
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, assert_type
+
+import pytest
 
 from firefly_orm import (
     ConversationMemory,
@@ -133,6 +136,30 @@ async def test_store_methods(tmp_path: Path) -> None:
         assert_type(await store.async_load_by_key("ns", "b"), MemoryEntry | None)
         assert_type(await store.async_clear("ns"), None)
         assert assert_type(store.cleanup_expired(), int) == 0
+
+
+@pytest.mark.parametrize(
+    ("layer", "name", "returns"),
+    [
+        (ConversationMemory, "add_turn", "ConversationTurn"),
+        (ConversationMemory, "get_summary", "str | None"),
+        (WorkingMemory, "get_entry", "MemoryEntry | None"),
+        (WorkingMemory, "keys", "list[str]"),
+        (MemoryManager, "add_turn", "ConversationTurn"),
+        (MemoryManager, "get_fact", "Any"),
+    ],
+)
+def test_runtime_signatures(layer: type, name: str, returns: str) -> None:
+    # help() and documentation generators read these: the derived public methods
+    # keep the operation's parameters and return its result type; the async form
+    # has the same signature and is a coroutine function.
+    sync_form, async_form = getattr(layer, name), getattr(layer, f"async_{name}")
+    signature = inspect.signature(sync_form)
+    assert signature.return_annotation == returns
+    assert next(iter(signature.parameters)) == "self"
+    assert inspect.signature(async_form) == signature
+    assert inspect.iscoroutinefunction(async_form)
+    assert not inspect.iscoroutinefunction(sync_form)
 
 
 def test_planner() -> None:

@@ -268,6 +268,17 @@ def test_list_ordering_prefix_limit(store: Any) -> None:
     assert contents(store) == [2, 3, 4]
 
 
+@pytest.mark.parametrize("option", ["limt", "newest_frist", "key_prefx"])
+def test_list_rejects_a_misspelt_option(store: Any, option: str) -> None:
+    store.save(NS, entry("k"))
+    misspelt: dict[str, Any] = {option: 1}
+    with uow_for(store) as uow:
+        with pytest.raises(TypeError, match=option):
+            uow.entries.list(NS, **misspelt)
+        with pytest.raises(TypeError, match=option):
+            uow.entries.list_contents(NS, **misspelt)
+
+
 def test_get_by_key_returns_newest(store: Any) -> None:
     base = utcnow()
     store.save(NS, entry("k", "old", created_at=base))
