@@ -6,7 +6,9 @@ also uses SQLModel does not see our table in its own autogenerate.  The same cla
 is the value object every store (in-memory, file, SQL, MongoDB) reads and writes.
 
 Validation happens in :func:`validate_entry`, which every store calls before it
-writes anything: importance in 0.0-1.0, JSON-serialisable content and metadata,
+writes anything: importance in 0.0-1.0, JSON-serialisable content and metadata
+nested at most :data:`MAX_JSON_DEPTH` levels with no dict keys that collide as
+JSON strings, a version within the column's range (:data:`MAX_ENTRY_VERSION`),
 timezone-aware datetimes (naive ones are *rejected*), and no NUL characters in
 namespace or key.
 """
@@ -33,6 +35,9 @@ from firefly_orm.errors import EntryValidationError
 
 __all__ = [
     "JSON_WRAPPER_KEY",
+    "MAX_ENTRY_VERSION",
+    "MAX_JSON_DEPTH",
+    "check_json_structure",
     "TABLE_NAME",
     "MemoryEntry",
     "MemoryScope",
@@ -44,12 +49,21 @@ __all__ = [
     "unwrap_stored_json",
     "utcnow",
     "validate_entry",
+    "validate_json_value",
     "validate_key",
     "validate_namespace",
     "wrap_json_for_storage",
 ]
 
 TABLE_NAME = "memory_entries"
+
+#: The deepest nesting of lists and dicts accepted in ``content`` and ``metadata``
+#: (``[]`` and ``{}`` are depth 1, ``[[1]]`` depth 2; the metadata dict itself
+#: counts).  Deeper values are refused by :func:`validate_entry`.
+MAX_JSON_DEPTH = 100
+#: The largest ``version`` a store accepts: the range of the ``version`` column
+#: (``INTEGER``, 32-bit signed on PostgreSQL, the narrowest backend).
+MAX_ENTRY_VERSION = 2**31 - 1
 
 #: The library's own MetaData (with a naming convention so Alembic names match).
 metadata = sa.MetaData(
@@ -550,6 +564,71 @@ def key_prefix_upper_bound(prefix: str) -> str | None:
     return stem[:-1] + chr(following)
 
 
+def _json_key_text(key: Any) -> str | None:
+    """The object key JSON writes for dict key ``key`` (``None``: not a JSON key type)."""
+    if isinstance(key, str):
+        return str.__str__(key)
+    if key is None or isinstance(key, bool | int | float):
+        # json.dumps writes these keys as it writes the values (1 -> "1",
+        # True -> "true", None -> "null", 1.5 -> "1.5").
+        return json.dumps(key)
+    return None
+
+
+def check_json_structure(field: str, value: Any) -> None:
+    """Depth and key checks, iteratively (a hostile value cannot exhaust the stack).
+
+    The structural half of :func:`validate_json_value`, for callers that must
+    check a value before handing it to ``json.dumps`` (which would recurse).
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+            if not all(isinstance(k, str) for k in item):
+                seen: set[str] = set()
+                for key in item:
+                    text = _json_key_text(key)
+                    if text in seen:
+                        raise EntryValidationError(
+                            field,
+                            f"has dict keys that collide once converted to JSON strings "
+                            f"(several keys become {text!r}, e.g. 1 and '1')",
+                        )
+                    if text is not None:
+                        seen.add(text)
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise EntryValidationError(
+                field,
+                f"is nested more than {MAX_JSON_DEPTH} levels deep (or contains a reference cycle)",
+            )
+        stack.extend((child, depth + 1) for child in children)
+
+
+def validate_json_value(field: str, value: Any) -> None:
+    """Raise :class:`EntryValidationError` naming ``field`` unless ``value`` is storable JSON.
+
+    The rules every store applies to ``content`` and ``metadata``:
+
+    * JSON-serialisable (dicts, lists/tuples, str, int, float, bool, ``None``),
+      no NaN or infinity, no lone surrogates in strings;
+    * lists and dicts nested at most :data:`MAX_JSON_DEPTH` levels deep
+      (checked iteratively: a 10,000-deep value is refused, not a
+      ``RecursionError``);
+    * dict keys are strings, or ``int`` / ``float`` / ``bool`` / ``None``, which
+      are stored as JSON writes them (``1`` -> ``"1"``) and come back as strings;
+      a dict whose keys collide after that conversion (``{1: "a", "1": "b"}``)
+      is refused, since storing it would silently lose a value.
+    """
+    check_json_structure(field, value)
+    _check_json(field, value)
+
+
 def _check_json(field: str, value: Any) -> None:
     try:
         json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
@@ -579,7 +658,11 @@ def _check_aware(field: str, value: Any, *, optional: bool) -> None:
 def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
     """Check an entry before it is written; raise :class:`EntryValidationError`.
 
-    Returns the entry so callers can chain.  Nothing is modified.
+    One pass over every field: ``content`` and ``metadata`` follow
+    :func:`validate_json_value` (nesting depth, colliding keys, JSON types);
+    ``version`` is an integer in ``0..MAX_ENTRY_VERSION`` (the version column's
+    range; the store bumps it on every later write).  Returns the entry so
+    callers can chain.  Nothing is modified.
     """
     if not isinstance(entry, MemoryEntry):
         raise EntryValidationError("entry", f"must be a MemoryEntry, got {type(entry).__name__}")
@@ -604,12 +687,17 @@ def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
         or not 0.0 <= importance <= 1.0
     ):
         raise EntryValidationError("importance", f"must be between 0.0 and 1.0, got {importance!r}")
-    _check_json("content", entry.content)
+    validate_json_value("content", entry.content)
     if not isinstance(entry.metadata_, dict):
         raise EntryValidationError("metadata", "must be a JSON object (dict)")
-    _check_json("metadata", entry.metadata_)
+    validate_json_value("metadata", entry.metadata_)
     _check_aware("created_at", entry.created_at, optional=False)
     _check_aware("expires_at", entry.expires_at, optional=True)
-    if not isinstance(entry.version, int) or entry.version < 0:
-        raise EntryValidationError("version", "must be a non-negative integer")
+    version = entry.version
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise EntryValidationError("version", f"must be an integer, got {type(version).__name__}")
+    if not 0 <= version <= MAX_ENTRY_VERSION:
+        raise EntryValidationError(
+            "version", f"must be between 0 and {MAX_ENTRY_VERSION}, got {version}"
+        )
     return entry

@@ -61,7 +61,7 @@ from firefly_orm.errors import (
     MissingExtraError,
     redact_url,
     scrub_secret,
-    url_password,
+    url_secrets,
 )
 
 __all__ = [
@@ -96,7 +96,7 @@ HOST_VERSION_TABLE = "alembic_version"
 #: ``-x`` argument / ``config.attributes`` key naming the schema for our tables in mode (b).
 HOST_SCHEMA_OPTION = "firefly_orm_schema"
 _OUR_TABLES = frozenset({TABLE_NAME, VERSION_TABLE})
-_SCHEMA_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 Target = Engine | Connection | str | URL
 
@@ -106,11 +106,12 @@ def validate_schema_name(schema_name: str | None) -> str | None:
 
     The name is only ever passed to SQLAlchemy as an identifier (quoted by the
     dialect when needed), never interpolated into SQL text; this check keeps it
-    to letters, digits and underscores, at most 63 characters.
+    to letters, digits and underscores, at most 63 characters.  The whole name
+    must match (``re.fullmatch``: ``"abc\\n"`` is refused, not taken as ``abc``).
     """
     if schema_name is None:
         return None
-    if not isinstance(schema_name, str) or not _SCHEMA_RE.match(schema_name):
+    if not isinstance(schema_name, str) or not _SCHEMA_RE.fullmatch(schema_name):
         raise EntryValidationError(
             "schema_name",
             f"{schema_name!r} is not a valid schema name "
@@ -283,7 +284,7 @@ def _open(engine: Engine) -> Iterator[Connection]:
         # Not only OperationalError: a bad connect argument (``?foo=bar``,
         # ``connect_timeout=abc``) is a ProgrammingError from the driver.
         lines = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
-        reason = scrub_secret(lines[0] if lines else type(exc).__name__, url_password(engine.url))
+        reason = scrub_secret(lines[0] if lines else type(exc).__name__, url_secrets(engine.url))
         raise DatabaseConnectionError(
             f"cannot connect to {redact_url(engine.url)}: {reason}"
         ) from exc

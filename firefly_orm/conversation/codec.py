@@ -14,6 +14,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from firefly_orm.entry import check_json_structure
 from firefly_orm.errors import EntryValidationError, StoreCorruptedError
 
 __all__ = ["check_encoded", "decode_raw_messages", "encode_raw_messages"]
@@ -63,6 +64,7 @@ def encode_raw_messages(raw_messages: Any) -> dict[str, Any] | None:
     ):
         dumped = messages_mod.ModelMessagesTypeAdapter.dump_python(list(raw_messages), mode="json")
         return {"format": _PYDANTIC_AI_FORMAT, "messages": dumped}
+    check_json_structure("raw_messages", list(raw_messages))
     try:
         text = json.dumps(list(raw_messages), allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -82,6 +84,7 @@ def check_encoded(value: Any) -> dict[str, Any] | None:
     fmt, messages = value["format"], value["messages"]
     if fmt not in (_PYDANTIC_AI_FORMAT, _JSON_FORMAT) or not isinstance(messages, list):
         raise EntryValidationError("raw_messages", f"unknown raw_messages format {fmt!r}")
+    check_json_structure("raw_messages", messages)
     try:
         text = json.dumps(messages, allow_nan=False)
     except (TypeError, ValueError) as exc:

@@ -13,7 +13,7 @@ from typing import Any, Protocol, cast, runtime_checkable
 
 from pydantic import AwareDatetime, BaseModel, Field, field_validator
 
-from firefly_orm.entry import utcnow
+from firefly_orm.entry import check_json_structure, utcnow
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.summary_turn import SUMMARY_TURN_ID, SUMMARY_TURN_PROMPT
 
@@ -95,6 +95,7 @@ def check_metadata(metadata: Any) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
         raise EntryValidationError("metadata", "must be a dict with string keys")
+    check_json_structure("metadata", dict(metadata))
     try:
         return cast(dict[str, Any], json.loads(json.dumps(dict(metadata), allow_nan=False)))
     except (TypeError, ValueError) as exc:

@@ -162,20 +162,31 @@ def _join_time(value: datetime, sub_ms: int | None) -> datetime:
     return value + timedelta(microseconds=sub_ms or 0)
 
 
-def _needs_wrapping(value: Any) -> bool:
+#: The deepest list/dict nesting stored as BSON as it is.  MongoDB documents a
+#: limit of 100 levels of nesting; ``content``/``metadata`` sit one level
+#: below the document, so deeper values (validation allows up to
+#: ``MAX_JSON_DEPTH``) are stored as JSON text through the wrapper.
+_INLINE_DEPTH = 64
+
+
+def _needs_wrapping(value: Any, depth: int = 1) -> bool:
+    """True if ``value`` cannot be stored as BSON as it is (recursion bounded by
+    :data:`_INLINE_DEPTH`)."""
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
         return not _INT64_MIN <= value <= _INT64_MAX
+    if isinstance(value, dict | list) and depth > _INLINE_DEPTH:
+        return True
     if isinstance(value, dict):
         for k, v in value.items():
             if not k or k.startswith("$") or "." in k or "\x00" in k:
                 return True
-            if _needs_wrapping(v):
+            if _needs_wrapping(v, depth + 1):
                 return True
         return False
     if isinstance(value, list):
-        return any(_needs_wrapping(v) for v in value)
+        return any(_needs_wrapping(v, depth + 1) for v in value)
     return False
 
 

@@ -14,7 +14,14 @@ from typing import Any, ClassVar
 import pytest
 import pytest_asyncio
 
-from firefly_orm.entry import MemoryEntry, MemoryScope, new_entry_id, utcnow
+from firefly_orm.entry import (
+    MAX_ENTRY_VERSION,
+    MAX_JSON_DEPTH,
+    MemoryEntry,
+    MemoryScope,
+    new_entry_id,
+    utcnow,
+)
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.testing.drivers import StoreDriver
 from firefly_orm.testing.samples import (
@@ -23,6 +30,7 @@ from firefly_orm.testing.samples import (
     in_future,
     in_past,
     make_entry,
+    nested_list,
     ordered_ids,
     to_ms,
 )
@@ -531,6 +539,32 @@ class StoreContract(UnitOfWorkContract):
             1,
         )
         assert await contract.load_by_key(ns, "k2") is None
+
+    async def test_values_at_the_limits_round_trip(self, contract: StoreDriver) -> None:
+        """The deepest accepted nesting, non-colliding non-string keys and the
+        largest accepted version are stored and loaded back (as JSON has them)."""
+        ns = contract.ns()
+        deepest = nested_list(MAX_JSON_DEPTH)
+        deep_dicts: Any = "leaf"
+        for _ in range(MAX_JSON_DEPTH):
+            deep_dicts = {"d": deep_dicts}
+        entry = make_entry(
+            key="deep",
+            content={"list": nested_list(MAX_JSON_DEPTH - 1), "keys": {1: "a", "2": "b"}},
+            metadata=deep_dicts,
+            version=MAX_ENTRY_VERSION,
+        )
+        other = make_entry(key="other", content=deepest)
+        await contract.save(ns, entry)
+        await contract.save(ns, other)
+        loaded = {e.key: e for e in await contract.load(ns)}
+        assert loaded["deep"].content == {
+            "list": nested_list(MAX_JSON_DEPTH - 1),
+            "keys": {"1": "a", "2": "b"},
+        }
+        assert loaded["deep"].metadata_ == deep_dicts
+        assert loaded["deep"].version == MAX_ENTRY_VERSION
+        assert loaded["other"].content == deepest
 
     @pytest.mark.parametrize("namespace", ["", "a\x00b", "\x00"], ids=["empty", "nul", "only-nul"])
     async def test_invalid_namespace_is_rejected(

@@ -7,7 +7,13 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from firefly_orm.entry import MemoryEntry, new_entry_id, utcnow
+from firefly_orm.entry import (
+    MAX_ENTRY_VERSION,
+    MAX_JSON_DEPTH,
+    MemoryEntry,
+    new_entry_id,
+    utcnow,
+)
 
 __all__ = [
     "BAD_ENTRIES",
@@ -15,6 +21,7 @@ __all__ = [
     "in_future",
     "in_past",
     "make_entry",
+    "nested_list",
     "ordered_ids",
     "to_ms",
 ]
@@ -69,4 +76,35 @@ BAD_ENTRIES: list[tuple[str, str, Callable[[MemoryEntry], None]]] = [
         lambda e: setattr(e, "expires_at", datetime(2999, 1, 1)),
     ),
     ("key-nul", "key", lambda e: setattr(e, "key", "a\x00b")),
+    # Hostile values: nesting far beyond the limit (a RecursionError once), one
+    # level beyond it, keys that collide once JSON turns them into strings, and
+    # versions outside the version column's range.
+    ("content-10000-deep", "content", lambda e: setattr(e, "content", nested_list(10_000))),
+    (
+        "metadata-10000-deep",
+        "metadata",
+        lambda e: setattr(e, "metadata", {"m": nested_list(10_000)}),
+    ),
+    (
+        "content-too-deep",
+        "content",
+        lambda e: setattr(e, "content", nested_list(MAX_JSON_DEPTH + 1)),
+    ),
+    ("content-colliding-keys", "content", lambda e: setattr(e, "content", {1: "a", "1": "b"})),
+    (
+        "metadata-colliding-keys",
+        "metadata",
+        lambda e: setattr(e, "metadata", {"m": [{True: 1, "true": 2}]}),
+    ),
+    ("version-2**63", "version", lambda e: setattr(e, "version", 2**63)),
+    ("version-above-column", "version", lambda e: setattr(e, "version", MAX_ENTRY_VERSION + 1)),
+    ("version-negative", "version", lambda e: setattr(e, "version", -1)),
 ]
+
+
+def nested_list(depth: int, leaf: Any = "leaf") -> Any:
+    """``leaf`` inside ``depth`` nested lists (built without recursion)."""
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value

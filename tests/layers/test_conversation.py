@@ -525,6 +525,41 @@ def test_import_renumbers_upstream_duplicate_ids(conv_store: Any) -> None:
     assert [(t.turn_id, t.user_prompt) for t in mem.get_turns("u")] == [(0, "a"), (1, "c")]
 
 
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def test_hostile_raw_messages_and_metadata_write_nothing(conv_store: Any) -> None:
+    """Deep nesting and colliding keys are refused before anything is written
+    (they were a RecursionError, and a silently lost value, before)."""
+    mem = ConversationMemory(store=conv_store)
+    mem.add_turn("c", "p", "r", [{"role": "user", "content": "hi"}], metadata={"k": 1})
+    hostile_raw: list[list[Any]] = [
+        [_nested(10_000)],
+        [{1: "a", "1": "b"}],
+        [{"nested": {True: 1, "true": 2}}],
+    ]
+    for raw in hostile_raw:
+        with pytest.raises(EntryValidationError, match="raw_messages"):
+            mem.add_turn("c", "p", "r", raw)
+    for meta in ({"m": _nested(10_000)}, {"m": {1: "a", "1": "b"}}):
+        with pytest.raises(EntryValidationError, match="metadata"):
+            mem.add_turn("c", "p", "r", metadata=meta)
+    exported = mem.export_conversation("c")
+    with pytest.raises(EntryValidationError, match="raw_messages"):
+        mem.import_conversation(
+            {
+                "conversation_id": "c",
+                "turns": [{"raw_messages": {"format": "json", "messages": [_nested(10_000)]}}],
+            }
+        )
+    assert [t.turn_id for t in mem.get_turns("c")] == [0]
+    assert mem.export_conversation("c") == exported
+
+
 def test_import_rejects_bad_data_before_writing(conv_store: Any) -> None:
     mem = ConversationMemory(store=conv_store)
     with pytest.raises(EntryValidationError):
