@@ -19,7 +19,12 @@ else ``FIREFLY_AGENTIC_MEMORY_SQLITE_PATH``.  On PostgreSQL the schema is
 Only ``migrate``/``upgrade``, ``downgrade`` and ``stamp`` change the schema;
 every other command needs a database at head and says so otherwise.  Errors
 are reported as one line on stderr (passwords hidden) with a non-zero exit
-status: 1 = not at head / not found, 2 = usage, 3 = any other error.
+status: 1 = not at head / not found, 2 = usage or bad input, 3 = any other error.
+
+``import`` reads and validates the whole file (UTF-8 JSON in one of the shapes
+``export`` writes) before writing anything, then writes every conversation in
+one unit of work: a bad file, or a write that fails, leaves the database as
+it was (exit 2 for a file that cannot be read or is invalid).
 """
 
 from __future__ import annotations
@@ -41,7 +46,6 @@ from sqlalchemy.engine import URL
 
 from firefly_orm import migrate
 from firefly_orm.conversation import ConversationMemory, conversation_namespace
-from firefly_orm.conversation.transfer import parse_import
 from firefly_orm.entry import MemoryEntry, utcnow
 from firefly_orm.envnames import ENV_POSTGRES_SCHEMA as ENV_POSTGRES_SCHEMA
 from firefly_orm.envnames import ENV_POSTGRES_URL as ENV_POSTGRES_URL
@@ -53,7 +57,7 @@ from firefly_orm.errors import (
     MigrationRequiredError,
     redact_url,
     scrub_secret,
-    url_password,
+    url_secrets,
 )
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_AT_HEAD", "EXIT_OK", "EXIT_USAGE", "Progress", "main"]
@@ -467,54 +471,107 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _read_import(path: str) -> list[dict[str, Any]]:
+#: Keys of one exported conversation (what ``export_conversation`` writes).
+_CONVERSATION_KEYS = frozenset({"conversation_id", "turns", "summary", "total_tokens"})
+#: Keys of an ``export --all`` file.
+_BUNDLE_KEYS = frozenset({"format_version", "conversations"})
+#: Byte-order marks of encodings an export file is never written in.
+_FOREIGN_BOMS = {
+    b"\x00\x00\xfe\xff": "UTF-32",
+    b"\xff\xfe\x00\x00": "UTF-32",
+    b"\xfe\xff": "UTF-16",
+    b"\xff\xfe": "UTF-16",
+}
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _read_import(path: str) -> Any:
+    """The decoded JSON document of an import file; :class:`CliError` (usage) when it is not."""
     try:
-        raw = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        raise CliError(f"cannot read {path}: {exc.strerror or exc}", EXIT_USAGE) from exc
+    for bom, encoding in _FOREIGN_BOMS.items():
+        if raw.startswith(bom):
+            raise CliError(f"{path} is {encoding}-encoded; export files are UTF-8", EXIT_USAGE)
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise CliError(f"{path} is not JSON: {exc}") from exc
-    if isinstance(data, dict) and isinstance(data.get("conversations"), list):
-        items = data["conversations"]
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CliError(
+            f"{path} is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})", EXIT_USAGE
+        ) from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise CliError(f"{path} is not importable JSON: nested too deeply", EXIT_USAGE) from None
+    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, integers too long
+        raise CliError(f"{path} is not JSON: {exc}", EXIT_USAGE) from None
+
+
+def _import_items(data: Any, override_id: str | None) -> list[dict[str, Any]]:
+    """The conversations of an import document, in one of the shapes ``export`` writes.
+
+    ``{"format_version": 1, "conversations": [...]}``, a list of conversations,
+    or one conversation ``{"conversation_id", "turns", ...}``; each conversation
+    has a list of ``turns`` and a ``conversation_id`` (unless ``override_id``).
+    Raises ``ValueError`` naming what is wrong.
+    """
+    if isinstance(data, dict) and not _BUNDLE_KEYS.isdisjoint(data):
+        unknown = sorted(set(data) - _BUNDLE_KEYS)
+        if unknown:
+            raise ValueError(f"unexpected key(s) {', '.join(map(repr, unknown))} in the file")
+        version = data.get("format_version", EXPORT_FORMAT_VERSION)
+        if version != EXPORT_FORMAT_VERSION or isinstance(version, bool):
+            raise ValueError(
+                f"format_version {version!r} is not supported (expected {EXPORT_FORMAT_VERSION})"
+            )
+        items = data.get("conversations")
+        if not isinstance(items, list):
+            raise ValueError(f'"conversations" must be a list, got {type(items).__name__}')
     elif isinstance(data, list):
         items = data
-    else:
+    elif isinstance(data, dict):
         items = [data]
-    if not all(isinstance(item, dict) for item in items):
-        raise CliError(f"{path}: expected a conversation object or a list of them")
-    return list(items)
+    else:
+        raise ValueError(f"expected a conversation object or a list, got {type(data).__name__}")
+    for position, item in enumerate(items):
+        where = f"conversations[{position}]"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where}: must be a conversation object, got {type(item).__name__}")
+        unknown = sorted(set(item) - _CONVERSATION_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unexpected key(s) {', '.join(map(repr, unknown))}")
+        if not isinstance(item.get("turns"), list):
+            raise ValueError(f'{where}: "turns" must be a list')
+        if not override_id and not item.get("conversation_id"):
+            raise ValueError(f'{where}: no "conversation_id" (or pass --conversation-id)')
+    return items
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    items = _read_import(args.file)
-    if args.conversation_id and len(items) != 1:
-        raise CliError("--conversation-id needs a file with exactly one conversation", EXIT_USAGE)
+    if args.conversation_id is not None and not args.conversation_id:
+        raise CliError("--conversation-id must not be empty", EXIT_USAGE)
+    data = _read_import(args.file)
+    try:
+        items = _import_items(data, args.conversation_id)
+    except ValueError as exc:
+        raise CliError(f"{args.file}: {exc}; nothing imported", EXIT_USAGE) from None
     target = _resolve_target(args)
     with _store(target, args) as store:
         conv = _conversation_memory(store)
-        # Validate every conversation before writing any: a bad item anywhere in
-        # the file leaves the store untouched.
-        ids = [_check_import_item(item, position, args) for position, item in enumerate(items)]
-        progress = Progress(len(items), "import", enabled=args.progress)
-        for cid, item in progress.iterate(list(zip(ids, items, strict=True))):
-            print(conv.import_conversation(item, conversation_id=cid), flush=True)
+        try:
+            # Every conversation is validated, then all are written in one unit of
+            # work: a bad item or a failed write leaves the store as it was.
+            ids = conv.import_conversations(items, conversation_id=args.conversation_id)
+        except EntryValidationError as exc:
+            raise CliError(f"{args.file}: {exc}; nothing imported", EXIT_USAGE) from None
+    progress = Progress(len(ids), "import", enabled=args.progress)
+    for cid in progress.iterate(ids):
+        print(cid, flush=True)
     return EXIT_OK
-
-
-def _check_import_item(item: dict[str, Any], position: int, args: argparse.Namespace) -> str:
-    """The id ``item`` will be imported under; :class:`CliError` when it is invalid."""
-    try:
-        # Token estimates do not matter here: only validity and the id are kept.
-        cid, _turns, _summary = parse_import(item, args.conversation_id, lambda _u, _a: 1)
-    except (EntryValidationError, TypeError, ValueError) as exc:
-        label = item.get("conversation_id") or args.conversation_id
-        which = f"conversation {position}" + (f" ({label!r})" if isinstance(label, str) else "")
-        raise CliError(
-            f"{args.file}: {which} is invalid, nothing imported: {exc}", EXIT_USAGE
-        ) from exc
-    return str(cid)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -621,15 +678,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _one_line(exc: BaseException, args: argparse.Namespace | None) -> str:
     text = str(exc).strip() or type(exc).__name__
-    return scrub_secret(text.splitlines()[0], _password(args))
+    return scrub_secret(text.splitlines()[0], _secrets(args))
 
 
-def _password(args: argparse.Namespace | None) -> str | None:
-    for raw in (getattr(args, "url", None), os.environ.get(ENV_POSTGRES_URL)):
-        password = url_password(raw) if raw else None
-        if password:
-            return password
-    return None
+def _secrets(args: argparse.Namespace | None) -> list[str]:
+    """Every secret in the URLs this command may have used."""
+    urls = (getattr(args, "url", None), os.environ.get(ENV_POSTGRES_URL))
+    return [secret for raw in urls if raw for secret in url_secrets(raw)]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

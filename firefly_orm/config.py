@@ -22,7 +22,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from firefly_orm.envnames import ENV_PREFIX
@@ -32,9 +32,10 @@ from firefly_orm.errors import (
     EntryValidationError,
     FireflyOrmError,
     MissingExtraError,
+    StoreError,
     redact_url,
     scrub_secret,
-    url_password,
+    url_secrets,
 )
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ __all__ = [
     "ENV_PREFIX",
     "Backend",
     "ConfigurationError",
+    "MAX_TIMEOUT_SECONDS",
     "MemorySettings",
     "async_build_store",
     "build_store",
@@ -58,8 +60,30 @@ Backend = Literal["in_memory", "file", "sqlite", "postgres", "mongodb"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
 
 
+#: The longest timeout accepted, in seconds (libpq's ``connect_timeout`` is a C ``int``).
+MAX_TIMEOUT_SECONDS = float(2**31 - 1)
+
+
 class ConfigurationError(FireflyOrmError, ValueError):
     """The configuration is invalid or incomplete (the message names the variable)."""
+
+
+def _path_problem(path: Path, *, directory: bool) -> str | None:
+    """Why ``path`` cannot be used as a directory (or a file), judged now; ``None`` if it can.
+
+    An existing path of the wrong kind, or an existing ancestor that is not a
+    directory, is refused; a path that does not exist yet is fine (it is created).
+    """
+    if path.exists():
+        if directory and not path.is_dir():
+            return f"{path} exists and is not a directory"
+        if not directory and path.is_dir():
+            return f"{path} is a directory, not a database file"
+        return None
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else f"{parent} exists and is not a directory"
+    return None
 
 
 class MemorySettings(BaseSettings):
@@ -80,7 +104,8 @@ class MemorySettings(BaseSettings):
         postgres_url: SQLAlchemy URL of the ``postgres`` backend (required for it).
         postgres_pool_size: Maximum connections of the Postgres pool.
         postgres_pool_min_size: Connections kept open in the Postgres pool.
-        postgres_timeout: Seconds to wait for a Postgres connection.
+        postgres_timeout: Seconds to wait for a Postgres connection (finite, positive,
+            at most :data:`MAX_TIMEOUT_SECONDS`).
         postgres_schema: Schema holding the tables.
         mongodb_url: MongoDB connection string (required for ``mongodb``).
         mongodb_database: MongoDB database name.
@@ -105,7 +130,7 @@ class MemorySettings(BaseSettings):
     postgres_url: str | None = None
     postgres_pool_size: int = Field(default=10, ge=1)
     postgres_pool_min_size: int = Field(default=2, ge=0)
-    postgres_timeout: float = Field(default=30.0, gt=0)
+    postgres_timeout: float = Field(default=30.0, gt=0, le=MAX_TIMEOUT_SECONDS, allow_inf_nan=False)
     postgres_schema: str = "firefly_memory"
     mongodb_url: str | None = None
     mongodb_database: str = "firefly_memory"
@@ -131,6 +156,67 @@ class MemorySettings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             return None
         return value
+
+    @field_validator("postgres_schema")
+    @classmethod
+    def _valid_schema(cls, value: str, info: ValidationInfo) -> str:
+        # Checked (with the store's own rule) only when the postgres backend uses it.
+        if info.data.get("backend") == "postgres":
+            from firefly_orm import migrate
+
+            try:
+                migrate.validate_schema_name(value)
+            except EntryValidationError as exc:
+                raise ValueError(str(exc).removeprefix(f"{exc.field}: ")) from None
+        return value
+
+    @field_validator("mongodb_url")
+    @classmethod
+    def _mongodb_scheme(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Only the scheme (parsing a mongodb+srv:// URL would query DNS); the
+        # message never repeats the value, which may hold a password.
+        if (
+            info.data.get("backend") == "mongodb"
+            and value is not None
+            and not value.strip().lower().startswith(("mongodb://", "mongodb+srv://"))
+        ):
+            raise ValueError("not a MongoDB URL: it must begin with mongodb:// or mongodb+srv://")
+        return value
+
+    @field_validator("mongodb_database", "mongodb_collection")
+    @classmethod
+    def _valid_mongodb_names(cls, value: str, info: ValidationInfo) -> str:
+        # Checked (with the store's own rules) only when the mongodb backend uses them.
+        if info.data.get("backend") != "mongodb":
+            return value
+        try:
+            from firefly_orm.mongo.document import (
+                validate_collection_name,
+                validate_database_name,
+            )
+        except ImportError:  # the store build reports the missing extra
+            return value
+        try:
+            if info.field_name == "mongodb_database":
+                validate_database_name(value)
+            else:
+                validate_collection_name(value, str(info.data.get("mongodb_database", "")))
+        except EntryValidationError as exc:
+            raise ValueError(str(exc).removeprefix(f"{exc.field}: ")) from None
+        return value
+
+    @model_validator(mode="after")
+    def _paths_are_usable(self) -> MemorySettings:
+        # A file where a directory is expected (or the reverse) is refused before any I/O.
+        if self.backend == "file":
+            problem = _path_problem(Path(self.file_dir), directory=True)
+            if problem is not None:
+                raise ValueError(f"{env_var('file_dir')}: {problem}")
+        if self.backend == "sqlite":
+            problem = _path_problem(self.resolved_sqlite_path(), directory=False)
+            if problem is not None:
+                raise ValueError(f"{_sqlite_variable(self)}: {problem}")
+        return self
 
     @model_validator(mode="after")
     def _pool_sizes_agree(self) -> MemorySettings:
@@ -179,8 +265,9 @@ def load_settings(**overrides: Any) -> MemorySettings:
                 problems.append(message)
                 continue
             field = str(err["loc"][0])
-            if field in _URL_FIELDS:
-                # The input may hold a password: report the problem, never the value.
+            if field in _URL_FIELDS and err["type"] != "value_error":
+                # The input may hold a password: report the problem, never the value
+                # (our own validators' messages never repeat it).
                 message = str(err["type"])
             problems.append(message if field == "backend" else f"{env_var(field)}: {message}")
         raise ConfigurationError("invalid memory configuration: " + "; ".join(problems)) from None
@@ -201,7 +288,7 @@ def _require(settings: MemorySettings, field: str) -> str:
 def _init_failed(backend: str, url: str, exc: Exception) -> DatabaseConnectionError:
     return DatabaseConnectionError(
         f"could not initialise the {backend} memory store at {redact_url(url)}: "
-        f"{scrub_secret(f'{type(exc).__name__}: {exc}', url_password(url))}"
+        f"{scrub_secret(f'{type(exc).__name__}: {exc}', url_secrets(url))}"
     )
 
 
@@ -212,6 +299,14 @@ _POSTGRES_ARGS = {
     "pool_size": "postgres_pool_size",
     "pool_min_size": "postgres_pool_min_size",
     "timeout": "postgres_timeout",
+}
+
+
+_MONGODB_ARGS = {
+    "url": "mongodb_url",
+    "database": "mongodb_database",
+    "collection": "mongodb_collection",
+    "pool_size": "mongodb_pool_size",
 }
 
 
@@ -245,7 +340,13 @@ def _construct(
     if backend == "file":
         from firefly_orm.file_store import FileStore
 
-        return FileStore(settings.file_dir), None, None
+        try:
+            return FileStore(settings.file_dir), None, None
+        except (OSError, StoreError) as exc:
+            raise ConfigurationError(
+                f"{env_var('file_dir')}: cannot use {settings.file_dir} as the FileStore "
+                f"directory: {exc.__cause__ or exc}"
+            ) from exc
     if backend == "sqlite":
         from firefly_orm.sql import SQLiteStore
 
@@ -271,7 +372,7 @@ def _construct(
         except EntryValidationError as exc:
             # Name the variable, not the constructor argument; never show the password.
             field = _POSTGRES_ARGS.get(exc.field, "postgres_url")
-            message = scrub_secret(str(exc).removeprefix(f"{exc.field}: "), url_password(url))
+            message = scrub_secret(str(exc).removeprefix(f"{exc.field}: "), url_secrets(url))
             raise ConfigurationError(f"{env_var(field)}: {message}") from None
         return store, store, url
     if backend == "mongodb":
@@ -280,12 +381,18 @@ def _construct(
             from firefly_orm.mongo import MongoDBStore
         except ImportError as exc:
             raise MissingExtraError("the mongodb memory backend", "mongo") from exc
-        mongo = MongoDBStore(
-            url,
-            database=settings.mongodb_database,
-            collection=settings.mongodb_collection,
-            pool_size=settings.mongodb_pool_size,
-        )
+        try:
+            mongo = MongoDBStore(
+                url,
+                database=settings.mongodb_database,
+                collection=settings.mongodb_collection,
+                pool_size=settings.mongodb_pool_size,
+            )
+        except EntryValidationError as exc:
+            # Name the variable, not the constructor argument; never show the password.
+            field = _MONGODB_ARGS.get(exc.field, "mongodb_url")
+            message = scrub_secret(str(exc).removeprefix(f"{exc.field}: "), url_secrets(url))
+            raise ConfigurationError(f"{env_var(field)}: {message}") from None
         return mongo, mongo, url
     raise ConfigurationError(  # pragma: no cover - the Literal type rules this out
         f"{env_var('backend')}={backend!r} is not a known backend"

@@ -2,18 +2,21 @@
 
 Every error the library raises on purpose derives from :class:`FireflyOrmError`.
 Driver errors (sqlite3, psycopg, pymongo) are wrapped into :class:`StoreError`
-subclasses, and any URL that appears in a message has its password hidden.
+subclasses, and any URL that appears in a message has its secrets hidden (the
+userinfo password and secret query parameters such as ``?password=``).
 
 This module is also the one home of secret scrubbing: :func:`redact_url`
-renders a URL without its password, :func:`url_password` extracts the password
-of a URL, and :func:`scrub_secret` hides a secret (plain or URL-quoted) inside
+renders a URL without its secrets, :func:`url_secrets` (and :func:`url_password`)
+extract them, and :func:`scrub_secret` hides secrets (plain or URL-quoted) inside
 any text, such as a driver's error message.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 __all__ = [
     "ConcurrencyError",
@@ -27,6 +30,7 @@ __all__ = [
     "redact_url",
     "scrub_secret",
     "url_password",
+    "url_secrets",
 ]
 
 
@@ -75,55 +79,151 @@ class MissingExtraError(FireflyOrmError, ImportError):
         )
 
 
-def redact_url(url: Any) -> str:
-    """Render a database URL (str or SQLAlchemy ``URL``) with its password hidden."""
+#: Query parameters whose value is a secret: any key containing ``password`` (libpq's
+#: ``password`` and ``sslpassword``, pymongo's ``tlsCertificateKeyFilePassword``; any
+#: case), plus these lower-cased aliases.  Hiding errs on the side of too much.
+_SECRET_QUERY_KEYS = frozenset({"passwd", "pwd"})
+
+#: One ``key=value`` parameter of a URL query (``&`` or ``;`` separated).
+_QUERY_PARAM = re.compile(r"(?P<lead>[?&;])(?P<key>[^=&;#?]*)=(?P<value>[^&;#]*)")
+
+
+def _is_secret_key(key: str) -> bool:
+    """Whether the query parameter ``key`` (raw or URL-quoted) carries a secret."""
+    name = unquote_plus(key).strip().lower()
+    return "password" in name or name in _SECRET_QUERY_KEYS
+
+
+def _query_of(text: str) -> str:
+    """The query part of a URL's text (from its first ``?``, fragment excluded)."""
+    _, sep, query = text.partition("?")
+    return sep + query.split("#", 1)[0] if sep else ""
+
+
+def _hide_query_secrets(text: str) -> str:
+    """``text`` with the value of every secret query parameter replaced by ``***``."""
+
+    def hide(match: re.Match[str]) -> str:
+        if not _is_secret_key(match["key"]):
+            return match[0]
+        return f"{match['lead']}{match['key']}=***"
+
+    head, sep, tail = text.partition("?")
+    return head + _QUERY_PARAM.sub(hide, sep + tail) if sep else text
+
+
+def _parsed(url: Any) -> Any:
+    """``url`` as a SQLAlchemy ``URL``, or ``None`` when it is to be read as text.
+
+    Text is read as text when SQLAlchemy cannot parse it, or when its query
+    uses ``;`` separators (MongoDB allows them; SQLAlchemy would read several
+    parameters as one and render their secrets URL-quoted).
+    """
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
+    if isinstance(url, str) and ";" in _query_of(url):
+        return None
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        return make_url(url)
     except (ArgumentError, ValueError, TypeError):
-        text = str(url)
-        # Not a URL SQLAlchemy can parse: hide anything between "://user:" and "@".
-        if "://" in text and "@" in text:
-            scheme, rest = text.split("://", 1)
-            creds, host = rest.rsplit("@", 1)
-            user = creds.split(":", 1)[0]
-            return f"{scheme}://{user}:***@{host}"
+        return None
+
+
+def _split_userinfo(text: str) -> tuple[str, str, str | None, str] | None:
+    """``(scheme, user, password or None, rest)`` of a URL SQLAlchemy cannot parse.
+
+    The userinfo ends at the last ``@`` before the query (secret query values,
+    which may hold an ``@``, are hidden first by the callers that render).
+    """
+    if "://" not in text:
+        return None
+    scheme, rest = text.split("://", 1)
+    before_query = rest.split("?", 1)[0]
+    at = before_query.rfind("@")
+    if at < 0:
+        return None
+    creds, host = rest[:at], rest[at + 1 :]
+    user, colon, password = creds.partition(":")
+    return scheme, user, password if colon else None, host
+
+
+def redact_url(url: Any) -> str:
+    """Render a database URL (str or SQLAlchemy ``URL``) with every secret hidden.
+
+    The password of the userinfo (``user:***@host``) and the value of every
+    secret query parameter (``?password=***``, ``sslpassword``,
+    ``tlsCertificateKeyFilePassword``, ...; any case) are replaced by ``***``.
+    URLs SQLAlchemy cannot parse (e.g. MongoDB URLs with several hosts) are
+    redacted as text.
+    """
+    parsed = _parsed(url)
+    if parsed is not None:
+        return _hide_query_secrets(parsed.render_as_string(hide_password=True))
+    text = _hide_query_secrets(str(url))
+    parts = _split_userinfo(text)
+    if parts is None:
         return text
+    scheme, user, password, host = parts
+    return f"{scheme}://{user}{':***' if password is not None else ''}@{host}"
+
+
+def url_secrets(url: Any) -> tuple[str, ...]:
+    """Every secret of a database URL (str or SQLAlchemy ``URL``), plain (unquoted).
+
+    The userinfo password and the values of the secret query parameters (see
+    :func:`redact_url`); empty when the URL holds none.  Pass the result to
+    :func:`scrub_secret` to hide them all from a driver's message.
+    """
+    if url is None:
+        return ()
+    found: list[str] = []
+    parsed = _parsed(url)
+    if parsed is not None:
+        if parsed.password:
+            found.append(str(parsed.password))
+        for key, value in parsed.query.items():
+            if _is_secret_key(key):
+                found.extend([value] if isinstance(value, str) else value)
+    else:
+        text = str(url)
+        parts = _split_userinfo(_hide_query_secrets(text))
+        if parts is not None and parts[2]:
+            found.extend((unquote(parts[2]), parts[2]))
+        for match in _QUERY_PARAM.finditer(_query_of(text)):
+            if _is_secret_key(match["key"]):
+                found.extend((unquote_plus(match["value"]), match["value"]))
+    return tuple(dict.fromkeys(secret for secret in found if secret))
 
 
 def url_password(url: Any) -> str | None:
     """The password of a database URL (str or SQLAlchemy ``URL``), or ``None``.
 
-    URLs SQLAlchemy cannot parse (e.g. ``mongodb+srv://`` with several hosts)
-    fall back to the text between ``"://user:"`` and the last ``"@"``.
+    The userinfo password, else the value of a secret query parameter such as
+    ``?password=``.  URLs SQLAlchemy cannot parse (e.g. ``mongodb+srv://`` with
+    several hosts) are read as text.  A URL may hold several secrets: scrub
+    with :func:`url_secrets` to hide them all.
     """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    if url is None:
-        return None
-    try:
-        password = make_url(url).password
-    except (ArgumentError, ValueError, TypeError):
-        text = str(url)
-        if "://" not in text or "@" not in text:
-            return None
-        creds = text.split("://", 1)[1].rsplit("@", 1)[0]
-        password = creds.split(":", 1)[1] if ":" in creds else None
-    return str(password) if password else None
+    secrets = url_secrets(url)
+    return secrets[0] if secrets else None
 
 
-def scrub_secret(text: str, secret: str | None) -> str:
+def scrub_secret(text: str, secret: str | Iterable[str] | None) -> str:
     """``text`` with every occurrence of ``secret`` replaced by ``***``.
 
-    The URL-quoted forms of the secret (as it appears inside a URL) are
-    replaced too. An empty or ``None`` secret leaves ``text`` unchanged.
+    ``secret`` is one secret or several (e.g. :func:`url_secrets`).  The
+    URL-quoted forms of each secret (as it appears inside a URL) are replaced
+    too.  An empty or ``None`` secret leaves ``text`` unchanged.
     """
     if not secret:
         return text
-    forms = {secret, quote(secret, safe=""), quote_plus(secret, safe="")}
+    secrets = [secret] if isinstance(secret, str) else list(secret)
+    forms = {
+        form
+        for one in secrets
+        if one
+        for form in (one, quote(one, safe=""), quote_plus(one, safe=""))
+    }
     for form in sorted(forms, key=len, reverse=True):
         text = text.replace(form, "***")
     return text

@@ -37,7 +37,7 @@ from firefly_orm.errors import (
     StoreError,
     redact_url,
     scrub_secret,
-    url_password,
+    url_secrets,
 )
 from firefly_orm.mongo.commit import Collection, apply_changes
 from firefly_orm.mongo.document import (
@@ -117,7 +117,7 @@ class MongoDBStore:
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise EntryValidationError("pool_size", "must be a positive integer")
         self._url = url
-        self._secret = url_password(url)
+        self._secrets = url_secrets(url)
         self._database_name = validate_database_name(database)
         self._collection_name = validate_collection_name(collection, database)
         self._pool_size = pool_size
@@ -399,7 +399,7 @@ class MongoDBStore:
         return redact_url(self._url) if self._url is not None else "the given client"
 
     def _store_error(self, exc: BaseException, action: str) -> StoreError:
-        text = scrub_secret(str(exc), self._secret)
+        text = scrub_secret(str(exc), self._secrets)
         cls: type[StoreError] = (
             DatabaseConnectionError if isinstance(exc, ConnectionFailure) else StoreError
         )
@@ -417,8 +417,8 @@ class MongoDBStore:
             raise
         except PyMongoError as exc:
             err = self._store_error(exc, action)
-            if scrub_secret(str(exc), self._secret) != str(exc):
-                raise err from None  # the driver's message holds the password
+            if scrub_secret(str(exc), self._secrets) != str(exc):
+                raise err from None  # the driver's message holds a secret
             raise err from exc
 
     # ------------------------------------------------------------------ loop side
@@ -450,7 +450,7 @@ class MongoDBStore:
             raise StoreError(f"cannot use the given AsyncMongoClient: {exc}") from exc
         except PyMongoError as exc:
             raise DatabaseConnectionError(
-                f"cannot reach MongoDB at {self._where()}: {scrub_secret(str(exc), self._secret)}"
+                f"cannot reach MongoDB at {self._where()}: {scrub_secret(str(exc), self._secrets)}"
             ) from None
         hello = await client.admin.command("hello")
         if self._transactions_option is None:

@@ -28,7 +28,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from firefly_orm.errors import MissingExtraError, redact_url, url_password
+from firefly_orm.errors import MissingExtraError, redact_url, url_secrets
 
 __all__ = ["Engines", "Mode", "enable_sqlite_savepoints", "is_memory_sqlite"]
 
@@ -185,12 +185,12 @@ class Engines:
         return self._configured_url().get_backend_name()
 
     def display_url(self) -> str:
-        """The URL we connect to, password hidden (for messages and reprs)."""
+        """The URL we connect to, secrets hidden (for messages and reprs)."""
         return redact_url(self._configured_url())
 
-    def password(self) -> str | None:
-        """The password in the URL we connect to (to scrub it from driver messages)."""
-        return url_password(self._configured_url())
+    def secrets(self) -> tuple[str, ...]:
+        """The secrets in the URL we connect to (to scrub them from driver messages)."""
+        return url_secrets(self._configured_url())
 
     # ------------------------------------------------------------------ engines
     def sync_engine(self, mode: Mode = "default") -> Engine:

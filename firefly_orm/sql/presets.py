@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from firefly_orm import migrate
+from firefly_orm.config import MAX_TIMEOUT_SECONDS
 from firefly_orm.errors import EntryValidationError, redact_url
 from firefly_orm.sql.store import SQLAlchemyStore
 
@@ -41,7 +42,8 @@ class PostgreSQLStore(SQLAlchemyStore):
             pool grows by up to the same number again under load).
         pool_min_size: Connections opened by :meth:`initialize` so the pool is
             warm before the first request.
-        timeout: Seconds to wait for a connection (connect and pool checkout).
+        timeout: Seconds to wait for a connection (connect and pool checkout); finite,
+            positive, at most :data:`firefly_orm.config.MAX_TIMEOUT_SECONDS`.
         schema_name: Schema for our tables (created by the migrations).
     """
 
@@ -59,8 +61,10 @@ class PostgreSQLStore(SQLAlchemyStore):
             raise EntryValidationError(
                 "pool_size", "need pool_size >= 1 and 0 <= pool_min_size <= pool_size"
             )
-        if timeout <= 0:
-            raise EntryValidationError("timeout", "must be positive")
+        if isinstance(timeout, bool) or not 0 < timeout <= MAX_TIMEOUT_SECONDS:  # NaN fails too
+            raise EntryValidationError(
+                "timeout", f"must be a finite number of seconds in (0, {MAX_TIMEOUT_SECONDS:g}]"
+            )
         self.pool_size = pool_size
         self.pool_min_size = pool_min_size
         self.timeout = timeout

@@ -303,10 +303,10 @@ class SQLAlchemyStore(_StoreOperations):
         return self._engines.display_url()
 
     def _short(self, exc: sa.exc.SQLAlchemyError) -> str:
-        """The driver's message, first line only, our password scrubbed."""
+        """The driver's message, first line only, our URL's secrets scrubbed."""
         orig = getattr(exc, "orig", None)
         text = str(orig) if orig is not None else str(exc).split("\n", 1)[0]
-        return scrub_secret(text.strip().split("\n", 1)[0], self._engines.password())
+        return scrub_secret(text.strip().split("\n", 1)[0], self._engines.secrets())
 
     # ------------------------------------------------------------------ lifecycle
     def initialize(self, *, migrate: bool = True) -> None:
