@@ -35,7 +35,12 @@ from firefly_orm.conversation.model import (
 )
 from firefly_orm.conversation.plan import HeadState
 from firefly_orm.conversation.rows import archive_namespace, conversation_namespace
-from firefly_orm.conversation.transfer import parse_import, read_export
+from firefly_orm.conversation.transfer import (
+    import_conversations,
+    parse_import,
+    parse_imports,
+    read_export,
+)
 from firefly_orm.store import InMemoryStore, MemoryStore
 from firefly_orm.tokens import TokenEstimator
 
@@ -241,6 +246,26 @@ class ConversationMemory(MemoryLayer):
         cid, turns, summary = parse_import(data, conversation_id, self._estimate)
         return ops.import_conversation(cid, turns, summary)
 
+    def _import_conversations(
+        self, items: Sequence[Mapping[str, Any]], *, conversation_id: str | None = None
+    ) -> Operation[list[str]]:
+        """Import several dicts from :meth:`export_conversation`, all or nothing.
+
+        Every item is validated (as by :meth:`import_conversation`) before
+        anything is written, then all are written in one unit of work: a bad
+        item or a failed write leaves every conversation as it was.
+        ``conversation_id`` needs exactly one item; two items with the same id
+        are refused.
+
+        Returns:
+            The conversation ids, in the order of ``items``.
+
+        Raises:
+            EntryValidationError: An invalid item (named by position and id).
+        """
+        parsed = parse_imports(list(items), conversation_id, self._estimate)
+        return (yield from import_conversations(parsed))
+
     def _head(self, conversation_id: str) -> Operation[HeadState]:
         return (yield from Transaction.read(ops.read_head, check_conversation_id(conversation_id)))
 
@@ -259,6 +284,7 @@ class ConversationMemory(MemoryLayer):
     clear_all = sync_method(_clear_all)
     export_conversation = sync_method(_export_conversation)
     import_conversation = sync_method(_import_conversation)
+    import_conversations = sync_method(_import_conversations)
 
     async_new_conversation = async_method(_new_conversation)
     async_add_turn = async_method(_add_turn)
@@ -271,6 +297,7 @@ class ConversationMemory(MemoryLayer):
     async_clear_all = async_method(_clear_all)
     async_export_conversation = async_method(_export_conversation)
     async_import_conversation = async_method(_import_conversation)
+    async_import_conversations = async_method(_import_conversations)
 
     @property
     def conversation_ids(self) -> list[str]:

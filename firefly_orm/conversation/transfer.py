@@ -12,10 +12,11 @@ import itertools
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
 
+from firefly_orm.bridges.steps import Operation, Transaction, retrying
 from firefly_orm.conversation.codec import check_encoded, encode_raw_messages
 from firefly_orm.conversation.model import (
     ConversationTurn,
@@ -23,7 +24,7 @@ from firefly_orm.conversation.model import (
     check_metadata,
     check_text,
 )
-from firefly_orm.conversation.ops import EncodedTurn
+from firefly_orm.conversation.ops import EncodedTurn, replace_conversation
 from firefly_orm.conversation.rows import (
     HEAD_KEY,
     MAX_TURN_ID,
@@ -37,9 +38,19 @@ from firefly_orm.entry import utcnow
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
-__all__ = ["parse_import", "read_export"]
+__all__ = [
+    "ParsedImport",
+    "import_conversations",
+    "parse_import",
+    "parse_imports",
+    "read_export",
+    "replace_conversations",
+]
 
 logger = logging.getLogger("firefly_orm")
+
+#: One validated conversation to import: its id, its turns and its summary.
+ParsedImport: TypeAlias = tuple[str, list[EncodedTurn], str | None]
 
 
 def read_export(uow: UnitOfWork, conversation_id: str) -> dict[str, Any]:
@@ -108,6 +119,63 @@ def parse_import(
             for n, t in enumerate(turns)
         ]
     return cid, turns, summary
+
+
+def parse_imports(
+    items: Sequence[Any], conversation_id: Any, estimate: Callable[[str, str], int]
+) -> list[ParsedImport]:
+    """Validate several export dicts with :func:`parse_import`, all before any is written.
+
+    ``conversation_id`` (the id to import under) applies only when there is
+    exactly one item.  Two items with the same id are refused (the second would
+    silently replace the first).
+
+    Raises:
+        EntryValidationError: The first invalid item, named by its position and
+            id (``"conversations[1]: conversation 'x': turns: must be a list"``);
+            structures nested too deeply for Python count as invalid.
+    """
+    if conversation_id and len(items) != 1:
+        raise EntryValidationError(
+            "conversation_id",
+            f"an id to import under needs exactly one conversation, got {len(items)}",
+        )
+    parsed: list[ParsedImport] = []
+    seen: dict[str, int] = {}
+    for position, item in enumerate(items):
+        label = conversation_id or (
+            item.get("conversation_id") if isinstance(item, Mapping) else None
+        )
+        where = f"conversations[{position}]"
+        what = f"conversation {label!r}" if isinstance(label, str) else "conversation"
+        try:
+            cid, turns, summary = parse_import(item, conversation_id, estimate)
+        except RecursionError:
+            raise EntryValidationError(where, f"{what}: nested too deeply") from None
+        except (EntryValidationError, TypeError, ValueError) as exc:
+            raise EntryValidationError(where, f"{what}: {exc}") from None
+        if cid in seen:
+            raise EntryValidationError(
+                where, f"{what}: same conversation id as conversations[{seen[cid]}]"
+            )
+        seen[cid] = position
+        parsed.append((cid, turns, summary))
+    return parsed
+
+
+def import_conversations(conversations: Sequence[ParsedImport]) -> Operation[list[str]]:
+    """Replace every conversation of ``conversations`` in ONE unit of work; return their ids.
+
+    All or nothing: when any write fails, no conversation is changed.
+    """
+    yield from retrying(Transaction.write(replace_conversations, conversations))
+    return [cid for cid, _turns, _summary in conversations]
+
+
+def replace_conversations(uow: UnitOfWork, conversations: Sequence[ParsedImport]) -> None:
+    """Transaction: :func:`~firefly_orm.conversation.ops.replace_conversation` for each one."""
+    for cid, turns, summary in conversations:
+        replace_conversation(uow, cid, turns, summary)
 
 
 def _parse_turn(position: int, item: Any, estimate: Callable[[str, str], int]) -> EncodedTurn:

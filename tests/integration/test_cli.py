@@ -431,3 +431,167 @@ def test_import_validates_every_item_before_writing(
         assert sorted(ConversationMemory(store=store).conversation_ids) == ["good", "second"]
     finally:
         store.close()
+
+
+# --------------------------------------------------------------------------- hostile import files
+
+_KEEP = {
+    "conversation_id": "keep",
+    "turns": [{"user_prompt": "kept", "assistant_response": "as it was", "metadata": {"n": 1}}],
+    "summary": "old summary",
+}
+_GOOD = {"conversation_id": "good", "turns": [{"user_prompt": "a", "assistant_response": "b"}]}
+# JSON's "\ud800" escape decodes to a lone surrogate: valid JSON that passes the
+# import's parsing and is refused by the store only when it is written.
+_UNWRITABLE = '{"conversation_id": "late", "turns": [{"user_prompt": "x\\ud800"}]}'
+
+
+def _doc(*conversations: object) -> bytes:
+    return json.dumps({"format_version": 1, "conversations": list(conversations)}).encode()
+
+
+HOSTILE_IMPORTS: list[tuple[str, bytes, str]] = [
+    ("utf16-bom", '{"conversation_id": "u", "turns": []}'.encode("utf-16"), "UTF-16"),
+    ("utf32-bom", '{"conversation_id": "u", "turns": []}'.encode("utf-32"), "UTF-32"),
+    ("invalid-utf8", b'{"conversation_id": "\xff\xfe", "turns": []}', "not UTF-8"),
+    ("100000-nested-brackets", b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+    ("100000-nested-objects", b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested too deeply"),
+    ("not-json", b"{nope", "not JSON"),
+    ("empty-file", b"", "not JSON"),
+    ("nan", b'{"conversation_id": "n", "turns": [{"metadata": {"x": NaN}}]}', "NaN"),
+    (
+        "int-too-long",
+        b'{"conversation_id": "n", "turns": [{"token_estimate": ' + b"9" * 5000 + b"}]}",
+        "not JSON",
+    ),
+    ("conversations-is-a-string", b'{"conversations": "x"}', '"conversations" must be a list'),
+    ("conversations-is-null", b'{"conversations": null}', '"conversations" must be a list'),
+    ("format-version-2", b'{"format_version": 2, "conversations": []}', "format_version 2"),
+    ("bundle-extra-key", b'{"format_version": 1, "conversations": [], "x": 1}', "'x'"),
+    ("scalar", b"5", "got int"),
+    ("string", b'"conversation"', "got str"),
+    ("null", b"null", "got NoneType"),
+    ("non-dict-item", _doc(_GOOD, 1), "conversations[1]: must be a conversation object"),
+    ("non-dict-in-list", json.dumps([_GOOD, [1]]).encode(), "conversations[1]"),
+    ("unknown-key", json.dumps({"conversation": _GOOD}).encode(), "'conversation'"),
+    ("no-turns", b'{"conversation_id": "t"}', '"turns" must be a list'),
+    ("turns-is-a-dict", b'{"conversation_id": "t", "turns": {}}', '"turns" must be a list'),
+    ("no-conversation-id", b'{"turns": []}', "conversation_id"),
+    ("empty-conversation-id", b'{"conversation_id": "", "turns": []}', "conversation_id"),
+    ("int-conversation-id", b'{"conversation_id": 7, "turns": []}', "conversation_id"),
+    ("duplicate-id", _doc(_GOOD, _GOOD), "same conversation id"),
+    ("second-has-bad-turn", _doc(_GOOD, {"conversation_id": "b", "turns": ["x"]}), "'b'"),
+    (
+        "second-too-deep-in-metadata",
+        _doc(_GOOD, {"conversation_id": "d", "turns": [{"metadata": {"m": 1}}]}).replace(
+            b'"m": 1', b'"m": ' + b"[" * 990 + b"]" * 990
+        ),
+        "",
+    ),
+    (
+        "second-unwritable",
+        b'{"conversations": [' + json.dumps(_GOOD).encode() + b", " + _UNWRITABLE.encode() + b"]}",
+        "surrogate",
+    ),
+    (
+        "replaces-then-fails",
+        b"["
+        + json.dumps({"conversation_id": "keep", "turns": []}).encode()
+        + b", "
+        + _UNWRITABLE.encode()
+        + b"]",
+        "surrogate",
+    ),
+]
+
+
+def _snapshot(target: Target) -> list[dict[str, object]]:
+    """Every stored row (namespace, key, content...), read in-process: the store's content."""
+    store = target.store()
+    try:
+        store.initialize()  # migrates a fresh database; a no-op at head
+        conv = ConversationMemory(store=store)
+        exported = [conv.export_conversation(cid) for cid in sorted(conv.conversation_ids)]
+        table = f'"{target.schema}".memory_entries' if target.schema else "memory_entries"
+        with store.engine.connect() as conn:
+            count = conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
+        return [{"rows": int(count)}, *exported]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [pytest.param(content, expected, id=name) for name, content, expected in HOSTILE_IMPORTS],
+)
+def test_hostile_import_file_is_refused_and_writes_nothing(
+    target: Target, tmp_path: Path, content: bytes, expected: str
+) -> None:
+    """Each hostile file: exit 2, one line on stderr, no traceback, the store unchanged."""
+    if target.schema is None:  # a SQLite file in a directory not created yet
+        Path(target.url.removeprefix("sqlite:///")).parent.mkdir(parents=True)
+    _snapshot(target)  # migrate
+    store = target.store()
+    try:
+        ConversationMemory(store=store).import_conversation(_KEEP)
+    finally:
+        store.close()
+    before = _snapshot(target)
+    assert len(before) == 2
+
+    path = tmp_path / "hostile.json"
+    path.write_bytes(content)
+    result = run("import", str(path), *target.args)
+    line = assert_one_line_error(result, 2)
+    assert expected in line
+    assert result.stdout == ""
+    assert _snapshot(target) == before
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_unreadable_import_file_is_a_usage_error(tmp_path: Path, kind: str) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    assert run("migrate", "--url", url).returncode == 0
+    path = tmp_path / "input"
+    if kind == "directory":
+        path.mkdir()
+    line = assert_one_line_error(run("import", str(path), "--url", url), 2)
+    assert f"cannot read {path}" in line
+    assert json.loads(run("export", "--all", "--url", url).stdout)["conversations"] == []
+
+
+def test_import_accepts_utf8_bom_stdin_and_conversation_id(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'db.sqlite3'}"
+    assert run("migrate", "--url", url).returncode == 0
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_GOOD).encode())
+    result = run("import", str(path), "--url", url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["good"]
+    copy = run("import", str(path), "--conversation-id", "copy", "--url", url)
+    assert copy.returncode == 0 and copy.stdout.split() == ["copy"]
+    both = tmp_path / "both.json"
+    both.write_bytes(_doc(_GOOD, _KEEP))
+    refused = run("import", str(both), "--conversation-id", "x", "--url", url)
+    assert "exactly one conversation" in assert_one_line_error(refused, 2)
+    piped = subprocess.run(
+        [str(EXE), "import", "-", "--url", url],
+        input=_doc(_KEEP),
+        capture_output=True,
+        timeout=120,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.split() == [b"keep"]
+    bad_pipe = subprocess.run(
+        [str(EXE), "import", "-", "--url", url],
+        input=b'{"conversation_id": "\xff", "turns": []}',
+        capture_output=True,
+        timeout=120,
+    )
+    assert bad_pipe.returncode == 2 and b"Traceback" not in bad_pipe.stderr
+    assert b"not UTF-8" in bad_pipe.stderr
+    ids = [
+        c["conversation_id"]
+        for c in json.loads(run("export", "--all", "--url", url).stdout)["conversations"]
+    ]
+    assert sorted(ids) == ["copy", "good", "keep"]
