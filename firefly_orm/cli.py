@@ -59,6 +59,10 @@ from firefly_orm.errors import (
     scrub_secret,
     url_secrets,
 )
+from firefly_orm.export_file import (
+    EXPORT_FORMAT_VERSION as EXPORT_FORMAT_VERSION,
+)
+from firefly_orm.export_file import conversations_in, decode_export_file, export_document
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_AT_HEAD", "EXIT_OK", "EXIT_USAGE", "Progress", "main"]
 
@@ -71,7 +75,6 @@ EXIT_ERROR = 3
 
 #: Namespace prefix of every conversation (what ``stats`` counts as one).
 CONVERSATION_PREFIX = conversation_namespace("")
-EXPORT_FORMAT_VERSION = 1
 
 
 class CliError(Exception):
@@ -455,11 +458,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
             raise CliError(f"no such conversation: {', '.join(missing)}", EXIT_NOT_AT_HEAD)
         progress = Progress(len(ids), "export", enabled=args.progress)
         exported = [conv.export_conversation(cid) for cid in progress.iterate(ids)]
-    data: Any
-    if len(exported) == 1 and not args.all:
-        data = exported[0]
-    else:
-        data = {"format_version": EXPORT_FORMAT_VERSION, "conversations": exported}
+    data = export_document(exported, single=not args.all)
     text = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True)
     if args.output and args.output != "-":
         out = Path(args.output)
@@ -471,84 +470,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-#: Keys of one exported conversation (what ``export_conversation`` writes).
-_CONVERSATION_KEYS = frozenset({"conversation_id", "turns", "summary", "total_tokens"})
-#: Keys of an ``export --all`` file.
-_BUNDLE_KEYS = frozenset({"format_version", "conversations"})
-#: Byte-order marks of encodings an export file is never written in.
-_FOREIGN_BOMS = {
-    b"\x00\x00\xfe\xff": "UTF-32",
-    b"\xff\xfe\x00\x00": "UTF-32",
-    b"\xfe\xff": "UTF-16",
-    b"\xff\xfe": "UTF-16",
-}
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _read_import(path: str) -> Any:
     """The decoded JSON document of an import file; :class:`CliError` (usage) when it is not."""
     try:
         raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
     except OSError as exc:
         raise CliError(f"cannot read {path}: {exc.strerror or exc}", EXIT_USAGE) from exc
-    for bom, encoding in _FOREIGN_BOMS.items():
-        if raw.startswith(bom):
-            raise CliError(f"{path} is {encoding}-encoded; export files are UTF-8", EXIT_USAGE)
     try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise CliError(
-            f"{path} is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})", EXIT_USAGE
-        ) from None
-    try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise CliError(f"{path} is not importable JSON: nested too deeply", EXIT_USAGE) from None
-    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, integers too long
-        raise CliError(f"{path} is not JSON: {exc}", EXIT_USAGE) from None
-
-
-def _import_items(data: Any, override_id: str | None) -> list[dict[str, Any]]:
-    """The conversations of an import document, in one of the shapes ``export`` writes.
-
-    ``{"format_version": 1, "conversations": [...]}``, a list of conversations,
-    or one conversation ``{"conversation_id", "turns", ...}``; each conversation
-    has a list of ``turns`` and a ``conversation_id`` (unless ``override_id``).
-    Raises ``ValueError`` naming what is wrong.
-    """
-    if isinstance(data, dict) and not _BUNDLE_KEYS.isdisjoint(data):
-        unknown = sorted(set(data) - _BUNDLE_KEYS)
-        if unknown:
-            raise ValueError(f"unexpected key(s) {', '.join(map(repr, unknown))} in the file")
-        version = data.get("format_version", EXPORT_FORMAT_VERSION)
-        if version != EXPORT_FORMAT_VERSION or isinstance(version, bool):
-            raise ValueError(
-                f"format_version {version!r} is not supported (expected {EXPORT_FORMAT_VERSION})"
-            )
-        items = data.get("conversations")
-        if not isinstance(items, list):
-            raise ValueError(f'"conversations" must be a list, got {type(items).__name__}')
-    elif isinstance(data, list):
-        items = data
-    elif isinstance(data, dict):
-        items = [data]
-    else:
-        raise ValueError(f"expected a conversation object or a list, got {type(data).__name__}")
-    for position, item in enumerate(items):
-        where = f"conversations[{position}]"
-        if not isinstance(item, dict):
-            raise ValueError(f"{where}: must be a conversation object, got {type(item).__name__}")
-        unknown = sorted(set(item) - _CONVERSATION_KEYS)
-        if unknown:
-            raise ValueError(f"{where}: unexpected key(s) {', '.join(map(repr, unknown))}")
-        if not isinstance(item.get("turns"), list):
-            raise ValueError(f'{where}: "turns" must be a list')
-        if not override_id and not item.get("conversation_id"):
-            raise ValueError(f'{where}: no "conversation_id" (or pass --conversation-id)')
-    return items
+        return decode_export_file(raw)
+    except ValueError as exc:
+        raise CliError(f"{path}: {exc}", EXIT_USAGE) from None
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
@@ -556,7 +487,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         raise CliError("--conversation-id must not be empty", EXIT_USAGE)
     data = _read_import(args.file)
     try:
-        items = _import_items(data, args.conversation_id)
+        items = conversations_in(data, args.conversation_id)
     except ValueError as exc:
         raise CliError(f"{args.file}: {exc}; nothing imported", EXIT_USAGE) from None
     target = _resolve_target(args)

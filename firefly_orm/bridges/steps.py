@@ -82,6 +82,8 @@ from firefly_orm.uow import async_unit_of_work_for, unit_of_work_for
 
 __all__ = [
     "MAX_ATTEMPTS",
+    "RETRY_SECONDS",
+    "RetryBudget",
     "CallOut",
     "MemoryLayer",
     "Operation",
@@ -104,6 +106,9 @@ P = ParamSpec("P")
 
 #: How many times :func:`retrying` tries a transaction before giving up.
 MAX_ATTEMPTS = 25
+#: How long a writer keeps retrying under contention once :data:`MAX_ATTEMPTS`
+#: are spent: writers wait their turn (a queue) rather than being refused.
+RETRY_SECONDS = 10.0
 
 
 class Step(ABC, Generic[T]):
@@ -284,20 +289,47 @@ def backoff(attempt: int) -> float:
     return random.uniform(0.0, min(0.05, 0.001 * 2**attempt))
 
 
-def retrying(step: Transaction[T], *, attempts: int = MAX_ATTEMPTS) -> Operation[T]:
+class RetryBudget:
+    """How long an operation keeps retrying after lost races.
+
+    It is spent once BOTH ``attempts`` tries were made and ``seconds`` have
+    passed since it was created: a fast machine gets at least ``attempts``
+    tries, a loaded one keeps waiting its turn for up to ``seconds``.
+    """
+
+    def __init__(self, attempts: int = MAX_ATTEMPTS, seconds: float = RETRY_SECONDS) -> None:
+        self.attempts = attempts
+        self.seconds = seconds
+        self.used = 0
+        self._deadline = time.monotonic() + seconds
+
+    def spend(self) -> bool:
+        """Count one lost attempt; ``False`` once the budget is spent."""
+        self.used += 1
+        return self.used < self.attempts or time.monotonic() < self._deadline
+
+    def pause(self) -> Sleep:
+        """The :func:`backoff` step before the next attempt."""
+        return Sleep(backoff(min(self.used - 1, 16)))
+
+
+def retrying(
+    step: Transaction[T], *, attempts: int = MAX_ATTEMPTS, seconds: float = RETRY_SECONDS
+) -> Operation[T]:
     """Perform ``step``, retrying it after a :func:`backoff` on ``ConcurrencyError``.
 
-    The last attempt's :class:`~firefly_orm.errors.ConcurrencyError` propagates.
+    Retries go on while the :class:`RetryBudget` (``attempts`` tries and
+    ``seconds``) lasts; then the last :class:`~firefly_orm.errors.ConcurrencyError`
+    propagates.
     """
-    attempt = 0
+    budget = RetryBudget(attempts, seconds)
     while True:
         try:
             return (yield from step)
         except ConcurrencyError:
-            attempt += 1
-            if attempt >= attempts:
+            if not budget.spend():
                 raise
-            yield from Sleep(backoff(attempt - 1))
+            yield from budget.pause()
 
 
 # --------------------------------------------------------------------------- the drivers

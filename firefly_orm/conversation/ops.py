@@ -29,12 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from firefly_orm.bridges.steps import (
-    MAX_ATTEMPTS,
     CallOut,
     Operation,
-    Sleep,
+    RetryBudget,
     Transaction,
-    backoff,
     is_coroutine_callable,
     retrying,
 )
@@ -141,7 +139,8 @@ def add_turn(
 ) -> Operation[ConversationTurn]:
     """Add ``new_turn`` to ``conversation_id``, evicting (and summarising) as planned."""
     prepared: PreparedSummary | None = None
-    for attempt in range(MAX_ATTEMPTS):
+    budget = RetryBudget()
+    while True:
         try:
             return (
                 yield from Transaction.write(
@@ -149,15 +148,19 @@ def add_turn(
                 )
             )
         except ConcurrencyError:
-            yield from Sleep(backoff(attempt))
+            if not budget.spend():
+                break
+            yield from budget.pause()
         except SummaryNeeded as needed:
             if summarizer is None:  # pragma: no cover - plans ask only when there is one
                 raise
+            if prepared is not None and not budget.spend():
+                break  # a summary made for this turn went stale: that was a lost race
             summary = yield from summarize(summarizer, needed.turns)
             prepared = PreparedSummary(needed.head_version, needed.evicted_turn_ids, summary)
     raise ConcurrencyError(
         f"could not add a turn to conversation {conversation_id!r} after "
-        f"{MAX_ATTEMPTS} attempts (too many concurrent writers)"
+        f"{budget.used} attempts (too many concurrent writers)"
     )
 
 

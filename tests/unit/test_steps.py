@@ -77,14 +77,16 @@ def test_an_unhandled_step_error_propagates() -> None:
         run(InMemoryStore(), iter(Transaction.write(put_then_fail, "x")))
 
 
-def conflicting(calls: list[int], fail_times: int) -> Operation[str]:
+def conflicting(
+    calls: list[int], fail_times: int, *, attempts: int = 3, seconds: float = 0.0
+) -> Operation[str]:
     def work(uow: UnitOfWork) -> str:
         calls.append(1)
         if len(calls) <= fail_times:
             raise ConcurrencyError("busy")
         return "done"
 
-    return (yield from retrying(Transaction(work, commit=True), attempts=3))
+    return (yield from retrying(Transaction(work, commit=True), attempts=attempts, seconds=seconds))
 
 
 def test_retrying_retries_conflicts_then_gives_up() -> None:
@@ -95,6 +97,14 @@ def test_retrying_retries_conflicts_then_gives_up() -> None:
     with pytest.raises(ConcurrencyError, match="busy"):
         run(InMemoryStore(), conflicting(calls, 3))
     assert len(calls) == 3
+
+
+def test_retrying_keeps_waiting_its_turn_within_the_time_budget() -> None:
+    """Past its attempts, a writer under contention waits (up to ``seconds``)
+    instead of being refused."""
+    calls: list[int] = []
+    assert run(InMemoryStore(), conflicting(calls, 8, attempts=2, seconds=30.0)) == "done"
+    assert len(calls) == 9
 
 
 class SyncOnlyStore:
