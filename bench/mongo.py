@@ -30,12 +30,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -54,12 +48,12 @@ from bench.common import (
     median,
 )
 from bench.ours import Ours
-from bench.workloads import _check_same, _new_ids, _pair_call, w1_append, w2_read
+from bench.workloads import _check_same, _new_ids, _pair_call, growth_row, w1_append, w2_read
+from firefly_orm.testing.secantus import answers_ping
 
 #: Where a MongoDB URL is looked up when ``--mongo-url`` is not given.
 MONGO_URL_VAR = "FIREFLY_ORM_TEST_MONGO_URL"
 _EVICT_BATCH = 8
-_START_TIMEOUT = 60.0
 
 Turn = tuple[str, str, list[dict[str, str]]]
 
@@ -69,22 +63,7 @@ Turn = tuple[str, str, list[dict[str, str]]]
 
 def documents_listener() -> Any:
     """A pymongo command listener whose ``count`` is the documents read so far."""
-    from pymongo import monitoring
-
-    class DocumentsRead(monitoring.CommandListener):
-        def __init__(self) -> None:
-            self.count = 0
-
-        def started(self, event: monitoring.CommandStartedEvent) -> None:
-            pass
-
-        def failed(self, event: monitoring.CommandFailedEvent) -> None:
-            pass
-
-        def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-            if event.command_name in ("find", "aggregate", "getMore"):
-                cursor = event.reply.get("cursor") or {}
-                self.count += len(cursor.get("firstBatch", cursor.get("nextBatch", [])))
+    from firefly_orm.testing.mongo_reads import DocumentsRead
 
     return DocumentsRead()
 
@@ -92,70 +71,17 @@ def documents_listener() -> Any:
 # --------------------------------------------------------------------------- the server
 
 
-def _answers(url: str, timeout_ms: int = 3000) -> str | None:
-    """``None`` when the server answers a ping, else the error text."""
-    from pymongo import MongoClient
-    from pymongo.errors import PyMongoError
-
-    client: MongoClient[dict[str, Any]] = MongoClient(
-        url, serverSelectionTimeoutMS=timeout_ms, connectTimeoutMS=timeout_ms
-    )
-    try:
-        client.admin.command("ping")
-        return None
-    except PyMongoError as exc:
-        return str(exc)
-    finally:
-        client.close()
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextlib.contextmanager
 def _secantus() -> Iterator[str]:
-    """Start ``python -m secantus`` on a free port; yield its URL; stop it."""
-    storage = tempfile.mkdtemp(prefix="firefly-bench-secantus-")
-    log_path = os.path.join(storage, "server.log")
-    port = _free_port()
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "secantus",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--storage-path",
-                os.path.join(storage, "data"),
-                "--log-level",
-                "WARNING",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
-    try:
-        deadline = time.monotonic() + _START_TIMEOUT
-        while _answers(url, 500) is not None:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                with open(log_path, errors="replace") as log:
-                    raise Skip(f"SecantusDB did not start: {log.read()[-500:]}")
+    """A SecantusDB server for this run; :class:`Skip` when it does not start."""
+    from firefly_orm.testing.secantus import ServerDidNotStart, secantus_server
+
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(secantus_server())
+        except ServerDidNotStart as exc:
+            raise Skip(str(exc)[-500:]) from None
         yield url
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        shutil.rmtree(storage, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -167,7 +93,7 @@ def mongo_server(url: str | None) -> Iterator[tuple[str, str]]:
     if not url:
         url, source = os.environ.get(MONGO_URL_VAR, "").strip(), f"${MONGO_URL_VAR}"
     if url:
-        error = _answers(url)
+        error = answers_ping(url, 3000)
         if error is not None:
             raise Skip(f"MongoDB at {redact_url(url)} ({source}) does not answer: {error}")
         yield url, source
@@ -436,33 +362,20 @@ def w5_mongo(
         kept = len(ours.history(cid, None)) // 2
         expected = W5_KEPT_TURNS if evict else stored
         _check_same("W5 mongo", ours.history(cid, None), base.history(cid, None), 2 * expected)
-        o_early, o_late = median(times["eo"]), median(times["lo"])
-        b_early, b_late = median(times["eb"]), median(times["lb"])
-        name = "W5 long conv" if evict else "W5b no eviction"
-        return Row(
-            f"{name} t10->t{sizes.long_turn}",
+        return growth_row(
             "mongo",
-            "add_turn growth",
-            o_late / o_early,
-            b_late / b_early,
-            o_late / o_early,
-            1.5,
-            kind="growth",
-            detail={
-                "ours_turn10_ms": 1000 * o_early,
-                f"ours_turn{sizes.long_turn}_ms": 1000 * o_late,
-                "baseline_turn10_ms": 1000 * b_early,
-                f"baseline_turn{sizes.long_turn}_ms": 1000 * b_late,
-                "cost_ratio_late": o_late / b_late,
-                "ours_docs_read_turn10": median([float(n) for n in docs["eo"]]),
+            sizes,
+            evict,
+            (times["eo"], times["lo"]),
+            (times["eb"], times["lb"]),
+            ours_docs_read_turn10=median([float(n) for n in docs["eo"]]),
+            **{
                 f"ours_docs_read_turn{sizes.long_turn}": median([float(n) for n in docs["lo"]]),
-                "baseline_docs_read_turn10": median([float(n) for n in docs["eb"]]),
                 f"baseline_docs_read_turn{sizes.long_turn}": median([float(n) for n in docs["lb"]]),
-                "ours_docs_read_max": max(docs["eo"] + docs["lo"]),
-                "turns_kept": kept,
-                "eviction": evict,
-                "window": "turns 5-15 of 2 fresh conversations vs late-10..late+11, interleaved",
             },
+            baseline_docs_read_turn10=median([float(n) for n in docs["eb"]]),
+            ours_docs_read_max=max(docs["eo"] + docs["lo"]),
+            turns_kept=kept,
         )
     finally:
         ours.close()

@@ -415,29 +415,9 @@ def w5_long(
             )
             early_ours.append(o)
             early_base.append(b)
-        o_early, o_late = median(early_ours), median(late_ours)
-        b_early, b_late = median(early_base), median(late_base)
         kept = len(ours.history(cid, None)) // 2
-        name = "W5 long conv" if evict else "W5b no eviction"
-        return Row(
-            f"{name} t10->t{sizes.long_turn}",
-            backend,
-            "add_turn growth",
-            o_late / o_early,
-            b_late / b_early,
-            o_late / o_early,
-            1.5,
-            kind="growth",
-            detail={
-                "ours_turn10_ms": 1000 * o_early,
-                f"ours_turn{sizes.long_turn}_ms": 1000 * o_late,
-                "baseline_turn10_ms": 1000 * b_early,
-                f"baseline_turn{sizes.long_turn}_ms": 1000 * b_late,
-                "cost_ratio_late": o_late / b_late,
-                "turns_kept": kept,
-                "eviction": evict,
-                "window": "turns 5-15 of 2 fresh conversations vs late-10..late+11, interleaved",
-            },
+        return growth_row(
+            backend, sizes, evict, (early_ours, late_ours), (early_base, late_base), kept=kept
         )
     finally:
         ours.close()
@@ -479,3 +459,40 @@ async def async_w1_w2_w3(
     plan = _wm_plan(sizes, sizes.async_wm_ops, seed + 1)
     rows.append(_wm_rows(backend, plan, await _ameasure(_wm_calls(ours, base, plan))))
     return rows
+
+
+def growth_row(
+    backend: str,
+    sizes: Sizes,
+    evict: bool,
+    ours: tuple[list[float], list[float]],
+    base: tuple[list[float], list[float]],
+    **detail: Any,
+) -> Row:
+    """The W5 / W5b row: ``add_turn`` latency at the long turn over turn 10, both sides.
+
+    ``ours`` and ``base`` are (early, late) timings; ``detail`` adds to the row's detail.
+    """
+    o_early, o_late = median(ours[0]), median(ours[1])
+    b_early, b_late = median(base[0]), median(base[1])
+    name = "W5 long conv" if evict else "W5b no eviction"
+    return Row(
+        f"{name} t10->t{sizes.long_turn}",
+        backend,
+        "add_turn growth",
+        o_late / o_early,
+        b_late / b_early,
+        o_late / o_early,
+        1.5,
+        kind="growth",
+        detail={
+            "ours_turn10_ms": 1000 * o_early,
+            f"ours_turn{sizes.long_turn}_ms": 1000 * o_late,
+            "baseline_turn10_ms": 1000 * b_early,
+            f"baseline_turn{sizes.long_turn}_ms": 1000 * b_late,
+            "cost_ratio_late": o_late / b_late,
+            "eviction": evict,
+            "window": "turns 5-15 of 2 fresh conversations vs late-10..late+11, interleaved",
+            **detail,
+        },
+    )

@@ -323,6 +323,15 @@ def _unusable_sqlite(settings: MemorySettings, exc: Exception) -> ConfigurationE
     )
 
 
+def _constructor_error(
+    exc: EntryValidationError, fields: dict[str, str], url_field: str, url: str
+) -> ConfigurationError:
+    """A store constructor's complaint, naming the variable (not the argument), no secret."""
+    field = fields.get(exc.field, url_field)
+    message = scrub_secret(str(exc).removeprefix(f"{exc.field}: "), url_secrets(url))
+    return ConfigurationError(f"{env_var(field)}: {message}")
+
+
 def _construct(
     settings: MemorySettings,
 ) -> tuple[MemoryStore, StoreLifecycle | None, str | None]:
@@ -370,10 +379,7 @@ def _construct(
                 schema_name=settings.postgres_schema,
             )
         except EntryValidationError as exc:
-            # Name the variable, not the constructor argument; never show the password.
-            field = _POSTGRES_ARGS.get(exc.field, "postgres_url")
-            message = scrub_secret(str(exc).removeprefix(f"{exc.field}: "), url_secrets(url))
-            raise ConfigurationError(f"{env_var(field)}: {message}") from None
+            raise _constructor_error(exc, _POSTGRES_ARGS, "postgres_url", url) from None
         return store, store, url
     if backend == "mongodb":
         url = _require(settings, "mongodb_url")
@@ -389,10 +395,7 @@ def _construct(
                 pool_size=settings.mongodb_pool_size,
             )
         except EntryValidationError as exc:
-            # Name the variable, not the constructor argument; never show the password.
-            field = _MONGODB_ARGS.get(exc.field, "mongodb_url")
-            message = scrub_secret(str(exc).removeprefix(f"{exc.field}: "), url_secrets(url))
-            raise ConfigurationError(f"{env_var(field)}: {message}") from None
+            raise _constructor_error(exc, _MONGODB_ARGS, "mongodb_url", url) from None
         return mongo, mongo, url
     raise ConfigurationError(  # pragma: no cover - the Literal type rules this out
         f"{env_var('backend')}={backend!r} is not a known backend"

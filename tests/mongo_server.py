@@ -14,21 +14,16 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
-import time
 from collections.abc import Iterator
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import pytest
 
+from firefly_orm.testing.secantus import ServerDidNotStart, secantus_server
+
 ENV_VAR = "FIREFLY_ORM_TEST_MONGO_URL"
 MONGO_IMAGE = "mongo:7"
-_START_TIMEOUT = 60.0
 
 _lock = threading.Lock()
 _users = 0
@@ -57,81 +52,15 @@ def docker_available() -> bool:
     return True
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _answers_ping(url: str, timeout_ms: int = 500) -> bool:
-    from pymongo import MongoClient
-    from pymongo.errors import PyMongoError
-
-    client: MongoClient[dict[str, Any]] = MongoClient(
-        url, serverSelectionTimeoutMS=timeout_ms, connectTimeoutMS=timeout_ms
-    )
-    try:
-        client.admin.command("ping")
-        return True
-    except PyMongoError:
-        return False
-    finally:
-        client.close()
-
-
 @contextlib.contextmanager
 def _secantus_server(required: bool) -> Iterator[str]:
-    """Start ``python -m secantus`` on a free port; yield its URL; stop it."""
-    storage = tempfile.mkdtemp(prefix="firefly-orm-secantus-")
-    log_path = os.path.join(storage, "server.log")
-    proc: subprocess.Popen[bytes] | None = None
-    try:
-        for _attempt in range(3):
-            port = _free_port()
-            data_dir = os.path.join(storage, f"data-{port}")
-            with open(log_path, "ab") as log:
-                proc = subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "secantus",
-                        "--host",
-                        "127.0.0.1",
-                        "--port",
-                        str(port),
-                        "--storage-path",
-                        data_dir,
-                        "--log-level",
-                        "WARNING",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                )
-            url = f"mongodb://127.0.0.1:{port}/?directConnection=true"
-            deadline = time.monotonic() + _START_TIMEOUT
-            while proc.poll() is None and time.monotonic() < deadline:
-                if _answers_ping(url):
-                    yield url
-                    return
-            _stop(proc)
-            proc = None
-        with open(log_path, errors="replace") as log:
-            tail = log.read()[-2000:]
-        _unavailable(f"SecantusDB did not start: {tail}", required)
-    finally:
-        if proc is not None:
-            _stop(proc)
-        shutil.rmtree(storage, ignore_errors=True)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
+    """A SecantusDB server started for this run (skip or fail when it does not start)."""
+    with contextlib.ExitStack() as stack:
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+            url = stack.enter_context(secantus_server())
+        except ServerDidNotStart as exc:
+            _unavailable(str(exc), required)
+        yield url
 
 
 def _unavailable(reason: str, required: bool) -> NoReturn:

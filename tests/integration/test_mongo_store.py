@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from pymongo import AsyncMongoClient, MongoClient, monitoring
+from pymongo import AsyncMongoClient, MongoClient
 
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id, utcnow
 from firefly_orm.errors import (
@@ -25,6 +25,7 @@ from firefly_orm.mongo import (
     document_to_entry,
     entry_to_document,
 )
+from firefly_orm.testing.mongo_reads import DocumentsRead
 from firefly_orm.uow import UnitOfWork
 
 pytestmark = pytest.mark.mongo
@@ -807,35 +808,13 @@ def test_key_prefix_range_bounds(
     assert found == ["prefix", "inside"]
 
 
-class _DocumentsRead(monitoring.CommandListener):
-    """A pymongo command listener counting the documents the server hands back.
-
-    Every document a ``find`` or ``aggregate`` cursor returns, including the
-    batches of its ``getMore`` calls.
-    """
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        if event.command_name in ("find", "aggregate", "getMore"):
-            cursor = event.reply.get("cursor") or {}
-            self.count += len(cursor.get("firstBatch", cursor.get("nextBatch", [])))
-
-
 @pytest.fixture
 def counted_store(
     mongo_test_url: str, db_name: str
-) -> Iterator[tuple[MongoDBStore, _DocumentsRead]]:
+) -> Iterator[tuple[MongoDBStore, DocumentsRead]]:
     from firefly_orm.bridges.loop_thread import shared_loop
 
-    counter = _DocumentsRead()
+    counter = DocumentsRead()
 
     async def new_client() -> AsyncMongoClient[dict[str, Any]]:
         return AsyncMongoClient(mongo_test_url, tz_aware=True, event_listeners=[counter])
@@ -849,7 +828,7 @@ def counted_store(
 
 @pytest.mark.parametrize("evict", [False, True], ids=["no-eviction", "eviction"])
 def test_add_turn_reads_as_many_documents_at_1000_turns_as_at_10(
-    counted_store: tuple[MongoDBStore, _DocumentsRead], evict: bool
+    counted_store: tuple[MongoDBStore, DocumentsRead], evict: bool
 ) -> None:
     """One add_turn reads O(1) documents whatever the conversation's length."""
     from firefly_orm.conversation import ConversationMemory

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fakes import ThreadRecordingStore
 from store_backends import OpenedBackend
 
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
@@ -42,40 +43,6 @@ class FailingSaves:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-
-class SyncOnlyStore:
-    """A custom store with only the five protocol methods (no async twins)."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryStore()
-        self.threads: set[str] = set()
-
-    def _seen(self) -> None:
-        self.threads.add(threading.current_thread().name)
-
-    def save(self, namespace: str, entry: MemoryEntry) -> None:
-        self._seen()
-        self.inner.save(namespace, entry)
-
-    def load(self, namespace: str) -> list[MemoryEntry]:
-        self._seen()
-        return self.inner.load(namespace)
-
-    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
-        self._seen()
-        return self.inner.load_by_key(namespace, key)
-
-    def delete(self, namespace: str, entry_id: str) -> None:
-        self._seen()
-        self.inner.delete(namespace, entry_id)
-
-    def clear(self, namespace: str) -> None:
-        self._seen()
-        self.inner.clear(namespace)
-
-
-# --------------------------------------------------------------------------- basic API
 
 
 def test_defaults_and_namespace() -> None:
@@ -398,7 +365,7 @@ async def test_async_validation() -> None:
 
 
 async def test_async_on_sync_only_store_runs_in_worker_thread() -> None:
-    custom = SyncOnlyStore()
+    custom = ThreadRecordingStore()
     wm = WorkingMemory(store=custom, scope_id="c")
     await wm.async_set("k", "v")
     assert await wm.async_get("k") == "v"

@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 import pytest
+from fakes import ThreadRecordingStore
 
 from firefly_orm.bridges.steps import (
     CallOut,
@@ -107,30 +108,6 @@ def test_retrying_keeps_waiting_its_turn_within_the_time_budget() -> None:
     assert len(calls) == 9
 
 
-class SyncOnlyStore:
-    """The five protocol methods and nothing else."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryStore()
-        self.threads: list[str] = []
-
-    def save(self, namespace: str, entry: MemoryEntry) -> None:
-        self.threads.append(threading.current_thread().name)
-        self.inner.save(namespace, entry)
-
-    def load(self, namespace: str) -> list[MemoryEntry]:
-        return self.inner.load(namespace)
-
-    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
-        return self.inner.load_by_key(namespace, key)
-
-    def delete(self, namespace: str, entry_id: str) -> None:
-        self.inner.delete(namespace, entry_id)
-
-    def clear(self, namespace: str) -> None:
-        self.inner.clear(namespace)
-
-
 def save_op(key: str) -> Operation[None]:
     saved = entry(key, 1)
     yield from StoreCall(
@@ -139,7 +116,7 @@ def save_op(key: str) -> Operation[None]:
 
 
 async def test_store_calls_use_async_methods_or_a_worker_thread() -> None:
-    store = SyncOnlyStore()
+    store = ThreadRecordingStore()
     await arun(store, save_op("a"))  # no async_save: the sync one, in a worker thread
     assert store.threads and store.threads[0] != threading.current_thread().name
     native = InMemoryStore()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+from fakes import ThreadRecordingStore
+
 from firefly_orm.bridges.twins import AsyncTwins, SyncBackedAsyncUnitOfWork
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.protocols import AsyncMemoryStore, UnitOfWork
@@ -14,43 +16,16 @@ from firefly_orm.uow import BestEffortUnitOfWork, async_unit_of_work_for
 NS = "twins:test"
 
 
-class ThreadRecordingStore(AsyncTwins):
-    """Five sync methods over an InMemoryStore, recording the calling thread."""
-
-    def __init__(self) -> None:
-        self.inner = InMemoryStore()
-        self.threads: list[str] = []
-
-    def _seen(self) -> None:
-        self.threads.append(threading.current_thread().name)
-
-    def save(self, namespace: str, entry: MemoryEntry) -> None:
-        self._seen()
-        self.inner.save(namespace, entry)
-
-    def load(self, namespace: str) -> list[MemoryEntry]:
-        self._seen()
-        return self.inner.load(namespace)
-
-    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
-        self._seen()
-        return self.inner.load_by_key(namespace, key)
-
-    def delete(self, namespace: str, entry_id: str) -> None:
-        self._seen()
-        self.inner.delete(namespace, entry_id)
-
-    def clear(self, namespace: str) -> None:
-        self._seen()
-        self.inner.clear(namespace)
+class TwinnedStore(ThreadRecordingStore, AsyncTwins):
+    """The five sync methods, recording threads, with derived async twins."""
 
 
-class InlineStore(ThreadRecordingStore):
+class InlineStore(TwinnedStore):
     twins_in_thread = False
 
 
 async def test_twins_run_the_sync_methods_in_a_worker_thread() -> None:
-    store = ThreadRecordingStore()
+    store = TwinnedStore()
     assert isinstance(store, AsyncMemoryStore)
     entry = MemoryEntry(key="k", content="v")
     await store.async_save(NS, entry)
@@ -71,7 +46,7 @@ async def test_inline_twins_stay_on_the_event_loop_thread() -> None:
 
 
 async def test_twins_of_missing_optional_methods_are_absent() -> None:
-    store = ThreadRecordingStore()
+    store = TwinnedStore()
     # probed as the contract suite and async_unit_of_work_for probe them
     assert getattr(store, "async_cleanup_expired", None) is None
     assert getattr(store, "async_unit_of_work", None) is None
@@ -95,7 +70,7 @@ async def test_in_memory_store_derives_its_optional_twins() -> None:
         assert await uow.run_sync(lambda u: u.entries.list(NS)) == []
 
 
-class CleaningStore(ThreadRecordingStore):
+class CleaningStore(TwinnedStore):
     """Adds ``cleanup_expired`` and ``unit_of_work`` to a parent lacking both."""
 
     def cleanup_expired(self) -> int:
@@ -121,8 +96,8 @@ async def test_a_subclass_adding_the_sync_methods_gets_the_twins_back() -> None:
         await uow.commit()
     assert [e.content for e in store.inner.load(NS)] == ["staged"]
     # the parent lacking the sync methods keeps its twins absent
-    assert getattr(ThreadRecordingStore(), "async_cleanup_expired", None) is None
-    assert getattr(ThreadRecordingStore(), "async_unit_of_work", None) is None
+    assert getattr(TwinnedStore(), "async_cleanup_expired", None) is None
+    assert getattr(TwinnedStore(), "async_unit_of_work", None) is None
 
 
 def test_a_subclass_removing_the_sync_methods_loses_the_twins() -> None:
@@ -133,7 +108,7 @@ def test_a_subclass_removing_the_sync_methods_loses_the_twins() -> None:
 
 
 async def test_a_hand_written_twin_is_kept() -> None:
-    class OwnTwin(ThreadRecordingStore):
+    class OwnTwin(TwinnedStore):
         def cleanup_expired(self) -> int:
             return 0
 
