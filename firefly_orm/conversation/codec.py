@@ -17,7 +17,12 @@ from typing import Any
 from firefly_orm.entry import check_json_structure
 from firefly_orm.errors import EntryValidationError, StoreCorruptedError
 
-__all__ = ["check_encoded", "decode_raw_messages", "encode_raw_messages"]
+__all__ = [
+    "check_encoded",
+    "decode_raw_messages",
+    "encode_raw_messages",
+    "pydantic_ai_messages",
+]
 
 logger = logging.getLogger("firefly_orm")
 
@@ -29,7 +34,7 @@ _JSON_FORMAT = "json"
 _pydantic_ai_cache: list[Any] = []
 
 
-def _pydantic_ai_messages() -> Any:
+def pydantic_ai_messages() -> Any:
     """``pydantic_ai.messages`` or ``None`` when pydantic-ai is not installed."""
     if not _pydantic_ai_cache:
         try:
@@ -58,7 +63,7 @@ def encode_raw_messages(raw_messages: Any) -> dict[str, Any] | None:
         raise TypeError(f"raw_messages must be a list (or None), got {type(raw_messages).__name__}")
     if not raw_messages:
         return None
-    messages_mod = _pydantic_ai_messages()
+    messages_mod = pydantic_ai_messages()
     if messages_mod is not None and all(
         isinstance(m, messages_mod.ModelRequest | messages_mod.ModelResponse) for m in raw_messages
     ):
@@ -89,7 +94,7 @@ def check_encoded(value: Any) -> dict[str, Any] | None:
         text = json.dumps(messages, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise EntryValidationError("raw_messages", f"must be JSON ({exc})") from None
-    messages_mod = _pydantic_ai_messages()
+    messages_mod = pydantic_ai_messages()
     if fmt == _PYDANTIC_AI_FORMAT and messages_mod is not None:
         try:
             messages_mod.ModelMessagesTypeAdapter.validate_python(messages)
@@ -114,7 +119,7 @@ def decode_raw_messages(stored: Any) -> list[Any]:
         raise StoreCorruptedError(f"unreadable raw_messages object {stored!r:.80}")
     messages = stored.get("messages") or []
     if stored.get("format") == _PYDANTIC_AI_FORMAT:
-        messages_mod = _pydantic_ai_messages()
+        messages_mod = pydantic_ai_messages()
         if messages_mod is None:
             logger.warning(
                 "raw_messages were stored as pydantic-ai messages but pydantic-ai is not "

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, Self, cast, runtime_checkable
 
-from pydantic import AwareDatetime, BaseModel, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, Field, field_validator, model_validator
 
+from firefly_orm.conversation.messages import MESSAGES_PER_PLAIN_TURN
 from firefly_orm.entry import check_json_structure, utcnow
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.summary_turn import SUMMARY_TURN_ID, SUMMARY_TURN_PROMPT
@@ -36,8 +37,12 @@ class ConversationTurn(BaseModel):
         raw_messages: The model messages of the exchange (pydantic-ai
             ``ModelMessage`` objects, or JSON values); ``None`` becomes ``[]``.
         timestamp: Timezone-aware time the turn was added.
-        token_estimate: Tokens counted for ``"{user_prompt}\\n{assistant_response}"``.
+        token_estimate: Tokens counted for what the model sees of the turn: the
+            text of its raw messages when it has some, else
+            ``"{user_prompt}\\n{assistant_response}"``.
         metadata: A JSON object.
+        message_count: Model messages the turn stands for: ``len(raw_messages)``,
+            or 2 (prompt and answer) without raw messages; filled in when 0.
     """
 
     turn_id: int = 0
@@ -47,11 +52,18 @@ class ConversationTurn(BaseModel):
     timestamp: AwareDatetime = Field(default_factory=utcnow)
     token_estimate: int = 0
     metadata: dict[str, Any] = Field(default_factory=dict)
+    message_count: int = 0
 
     @field_validator("raw_messages", mode="before")
     @classmethod
     def _none_is_empty(cls, value: Any) -> Any:
         return [] if value is None else value
+
+    @model_validator(mode="after")
+    def _count_messages(self) -> Self:
+        if self.message_count <= 0:
+            self.message_count = len(self.raw_messages) or MESSAGES_PER_PLAIN_TURN
+        return self
 
 
 @runtime_checkable

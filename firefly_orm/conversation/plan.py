@@ -19,6 +19,7 @@ from firefly_orm.conversation.model import (
 __all__ = [
     "AppendPlan",
     "HeadState",
+    "Limits",
     "OldestTurns",
     "fitting_count",
     "history_suffix",
@@ -32,13 +33,38 @@ FIRST_BATCH = 8
 
 @dataclass(frozen=True)
 class HeadState:
-    """What a conversation's head says (``version == 0``: no head stored yet)."""
+    """What a conversation's head says (``version == 0``: no head stored yet).
+
+    ``total_messages`` is ``None`` on heads written before message counts were
+    kept (the operations recount it from the turns when a limit needs it).
+    """
 
     next_turn_id: int = 0
     total_tokens: int = 0
     turn_count: int = 0
     summary: str | None = None
     version: int = 0
+    total_messages: int | None = None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a conversation is held to (see :class:`~firefly_orm.ConversationMemory`).
+
+    Attributes:
+        max_tokens: Token budget.
+        summarize_threshold: Token eviction starts only above this total.
+        max_messages: At most this many model messages (``None``: no limit).
+        pin_count: The oldest turns that are never evicted.
+        recent_count: When eviction starts, every unpinned turn but the newest
+            ``recent_count`` is evicted at once (``0``: only as many as needed).
+    """
+
+    max_tokens: int
+    summarize_threshold: int = 0
+    max_messages: int | None = None
+    pin_count: int = 0
+    recent_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -54,6 +80,9 @@ class AppendPlan:
         turn_count: Its number of turns after the plan.
         next_turn_id: The next turn id after the plan.
         expected_version: The head version the plan was made on.
+        total_messages: Its number of model messages after the plan.
+        reason: What started the eviction (``"max_tokens"`` or
+            ``"max_messages"``), ``None`` when nothing was evicted.
     """
 
     turn: ConversationTurn
@@ -64,6 +93,8 @@ class AppendPlan:
     turn_count: int
     next_turn_id: int
     expected_version: int
+    total_messages: int = 0
+    reason: str | None = None
 
 
 #: The stored turns oldest first: a sequence, or ``n -> the n oldest turns``.
@@ -74,17 +105,20 @@ def plan_append(
     head: HeadState,
     new_turn: ConversationTurn,
     oldest_turns: OldestTurns,
-    max_tokens: int,
-    summarize_threshold: int,
+    max_tokens: int | Limits,
+    summarize_threshold: int = 0,
     *,
     has_summarizer: bool = False,
 ) -> AppendPlan:
     """Plan adding ``new_turn`` to a conversation (pure: no I/O of its own).
 
-    The new turn gets ``turn_id = head.next_turn_id``.  After adding it, if the
-    total exceeds ``summarize_threshold`` AND ``max_tokens``, the oldest stored
-    turns are evicted (FIFO) while the total exceeds ``max_tokens`` and more than
-    one turn remains; the new turn is never evicted.
+    The new turn gets ``turn_id = head.next_turn_id``.  Eviction starts when,
+    with the new turn, the token total exceeds both ``summarize_threshold`` and
+    ``max_tokens``, or the message count exceeds ``max_messages``.  It then
+    removes the oldest unpinned turns (all but the newest ``recent_count``
+    unpinned ones at once when ``recent_count`` is set), and goes on while the
+    total exceeds ``max_tokens`` or the count ``max_messages``.  The first
+    ``pin_count`` stored turns and the new turn are never evicted.
 
     Args:
         head: The conversation's head before the turn.
@@ -92,28 +126,45 @@ def plan_append(
         oldest_turns: The stored turns oldest first, either as a sequence or as a
             callable ``n -> the n oldest turns (fewer if there are fewer)``; the
             callable is asked only when eviction is needed, for growing ``n``.
-        max_tokens: The budget.
-        summarize_threshold: Eviction happens only above this total.
+        max_tokens: The token budget, or every limit as a :class:`Limits`.
+        summarize_threshold: Token eviction happens only above this total
+            (ignored when ``max_tokens`` is a :class:`Limits`).
         has_summarizer: Whether evicted turns are to be summarised.
     """
+    limits = (
+        max_tokens
+        if isinstance(max_tokens, Limits)
+        else Limits(max_tokens=max_tokens, summarize_threshold=summarize_threshold)
+    )
     turn = new_turn.model_copy(update={"turn_id": head.next_turn_id})
     total = head.total_tokens + turn.token_estimate
+    messages = (head.total_messages or 0) + turn.message_count
     count = head.turn_count + 1
+
+    def over() -> str | None:
+        if total > limits.max_tokens:
+            return "max_tokens"
+        if limits.max_messages is not None and messages > limits.max_messages:
+            return "max_messages"
+        return None
+
+    tokens_triggered = total > limits.summarize_threshold and total > limits.max_tokens
+    reason = "max_tokens" if tokens_triggered else None
+    if reason is None and limits.max_messages is not None and messages > limits.max_messages:
+        reason = "max_messages"
     evicted: list[ConversationTurn] = []
-    if total > summarize_threshold and total > max_tokens:
-        fetch: Callable[[int], Sequence[ConversationTurn]]
-        if callable(oldest_turns):
-            fetch = oldest_turns
-        else:
-            stored = list(oldest_turns)
-
-            def fetch(n: int) -> Sequence[ConversationTurn]:
-                return stored[:n]
-
-        wanted = FIRST_BATCH
+    if reason is not None:
+        pinned = min(limits.pin_count, head.turn_count)
+        evictable = head.turn_count - pinned
+        # All unpinned turns but the newest recent_count (the new turn among them).
+        batch_out = 0
+        if limits.recent_count:
+            batch_out = min(evictable, evictable + 1 - limits.recent_count)
+        fetch = _fetcher(oldest_turns)
+        wanted = max(FIRST_BATCH, pinned + max(batch_out, 1))
         batch = list(fetch(wanted))
-        index = 0
-        while total > max_tokens and count > 1:
+        while len(evicted) < evictable and (len(evicted) < batch_out or over() is not None):
+            index = pinned + len(evicted)
             if index >= len(batch):
                 if len(batch) < wanted:
                     break  # the store holds fewer turns than the head says
@@ -122,9 +173,9 @@ def plan_append(
                 if index >= len(batch):
                     break
             oldest = batch[index]
-            index += 1
             evicted.append(oldest)
             total -= oldest.token_estimate
+            messages -= oldest.message_count
             count -= 1
     return AppendPlan(
         turn=turn,
@@ -135,7 +186,20 @@ def plan_append(
         turn_count=count,
         next_turn_id=turn.turn_id + 1,
         expected_version=head.version,
+        total_messages=max(messages, 0),
+        reason=reason if evicted else None,
     )
+
+
+def _fetcher(oldest_turns: OldestTurns) -> Callable[[int], Sequence[ConversationTurn]]:
+    if callable(oldest_turns):
+        return oldest_turns
+    stored = list(oldest_turns)
+
+    def fetch(n: int) -> Sequence[ConversationTurn]:
+        return stored[:n]
+
+    return fetch
 
 
 def summary_input(

@@ -6,11 +6,15 @@ Every row is a :class:`~firefly_orm.entry.MemoryEntry` with scope
 * namespace ``conversation:<id>`` (:func:`conversation_namespace`)
 
   - the *head* (key ``"head"``, id ``derived_entry_id(ns, "head")``), content
-    ``{"conversation_id", "next_turn_id", "total_tokens", "turn_count", "summary"}``.
+    ``{"conversation_id", "next_turn_id", "total_tokens", "turn_count", "summary",
+    "total_messages"}`` (heads written before 0.3 have no ``total_messages``).
     Its store-maintained ``version`` is the optimistic-concurrency token.
   - one row per turn (key ``"turn:<turn_id as 12 digits>"``, derived id), content
     = the turn's fields, ``token_estimate`` included (it is never recomputed on
-    read) and ``raw_messages`` in portable JSON (:mod:`firefly_orm.conversation.codec`).
+    read) and ``raw_messages`` in portable JSON (:mod:`firefly_orm.conversation.codec`),
+    ``message_count`` and, when it has raw messages, ``message_tokens`` (one
+    estimate per message, so a window may cut inside the turn; rows written
+    before 0.3 have neither and are cut only at their start).
 
 * namespace ``conversation-archive:<id>``: evicted turns when ``keep_evicted=True``.
 * namespace ``conversation-index``: one row per conversation (key = the id).
@@ -18,11 +22,12 @@ Every row is a :class:`~firefly_orm.entry.MemoryEntry` with scope
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from firefly_orm.conversation.codec import decode_raw_messages
+from firefly_orm.conversation.messages import encoded_message_count
 from firefly_orm.conversation.model import ConversationTurn
 from firefly_orm.conversation.plan import HeadState
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
@@ -38,10 +43,12 @@ __all__ = [
     "head_entry",
     "head_from_entry",
     "index_entry",
+    "stored_message_tokens",
     "stored_raw",
     "turn_entry",
     "turn_from_entry",
     "turn_key",
+    "turn_message_count",
 ]
 
 #: Namespace holding one index row per conversation.
@@ -79,12 +86,14 @@ def head_from_entry(entry: MemoryEntry | None) -> HeadState:
     content = entry.content
     try:
         summary = content.get("summary")
+        messages = content.get("total_messages")
         return HeadState(
             next_turn_id=int(content["next_turn_id"]),
             total_tokens=int(content["total_tokens"]),
             turn_count=int(content["turn_count"]),
             summary=summary if isinstance(summary, str) else None,
             version=entry.version,
+            total_messages=None if messages is None else int(messages),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise StoreCorruptedError(
@@ -100,16 +109,19 @@ def head_entry(
     total_tokens: int,
     turn_count: int,
     summary: str | None,
+    total_messages: int | None = None,
 ) -> MemoryEntry:
     """The head row to store (a copy of ``previous`` with new content, when there is one)."""
     namespace = conversation_namespace(conversation_id)
-    content = {
+    content: dict[str, Any] = {
         "conversation_id": conversation_id,
         "next_turn_id": next_turn_id,
         "total_tokens": total_tokens,
         "turn_count": turn_count,
         "summary": summary,
     }
+    if total_messages is not None:
+        content["total_messages"] = total_messages
     if previous is not None:
         return previous.copy_entry(content=content)
     return _row(namespace, HEAD_KEY, content, metadata={"conversation_id": conversation_id})
@@ -124,22 +136,40 @@ def index_entry(conversation_id: str) -> MemoryEntry:
 
 
 def turn_entry(
-    namespace: str, turn: ConversationTurn, encoded_raw: dict[str, Any] | None
+    namespace: str,
+    turn: ConversationTurn,
+    encoded_raw: dict[str, Any] | None,
+    message_tokens: Sequence[int] | None = None,
 ) -> MemoryEntry:
     """The row of ``turn`` in ``namespace``, its raw messages already encoded."""
-    return _row(
-        namespace,
-        turn_key(turn.turn_id),
-        {
-            "turn_id": turn.turn_id,
-            "user_prompt": turn.user_prompt,
-            "assistant_response": turn.assistant_response,
-            "raw_messages": encoded_raw,
-            "timestamp": turn.timestamp.isoformat(),
-            "token_estimate": turn.token_estimate,
-            "metadata": turn.metadata,
-        },
-    )
+    content: dict[str, Any] = {
+        "turn_id": turn.turn_id,
+        "user_prompt": turn.user_prompt,
+        "assistant_response": turn.assistant_response,
+        "raw_messages": encoded_raw,
+        "timestamp": turn.timestamp.isoformat(),
+        "token_estimate": turn.token_estimate,
+        "metadata": turn.metadata,
+        "message_count": turn.message_count,
+    }
+    if message_tokens is not None:
+        content["message_tokens"] = list(message_tokens)
+    return _row(namespace, turn_key(turn.turn_id), content)
+
+
+def turn_message_count(content: Mapping[str, Any]) -> int:
+    """How many model messages a stored turn's content stands for."""
+    count = content.get("message_count")
+    if isinstance(count, int) and not isinstance(count, bool) and count > 0:
+        return count
+    return encoded_message_count(content.get("raw_messages"))
+
+
+def stored_message_tokens(entry: MemoryEntry) -> list[int] | None:
+    """A turn row's per-message token estimates (``None`` when it has none)."""
+    content = entry.content
+    tokens = content.get("message_tokens") if isinstance(content, Mapping) else None
+    return list(tokens) if isinstance(tokens, list) else None
 
 
 def turn_from_entry(entry: MemoryEntry, *, with_raw: bool = True) -> ConversationTurn:
@@ -154,6 +184,7 @@ def turn_from_entry(entry: MemoryEntry, *, with_raw: bool = True) -> Conversatio
             timestamp=datetime.fromisoformat(content["timestamp"]),
             token_estimate=content["token_estimate"],
             metadata=content.get("metadata") or {},
+            message_count=turn_message_count(content),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreCorruptedError(

@@ -14,6 +14,7 @@ from firefly_orm.conversation import (
     plan_append,
     summary_input,
 )
+from firefly_orm.conversation.plan import Limits
 
 
 def turn(turn_id: int, tokens: int) -> ConversationTurn:
@@ -161,3 +162,61 @@ def test_history_suffix_is_contiguous_newest_run() -> None:
     assert [t.turn_id for t in history_suffix(turns, 100)] == [0, 1, 2, 3, 4]
     assert history_suffix(turns, 3) == []  # oversize newest turn -> []
     assert history_suffix([], 10) == []
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def with_messages(head: HeadState, turns: list[ConversationTurn]) -> HeadState:
+    return HeadState(
+        next_turn_id=head.next_turn_id,
+        total_tokens=head.total_tokens,
+        turn_count=head.turn_count,
+        version=head.version,
+        total_messages=sum(t.message_count for t in turns),
+    )
+
+
+def test_max_messages_evicts_whole_turns_alongside_the_token_budget() -> None:
+    existing = stored(1, 1, 1, 1)  # plain turns: two messages each
+    head = with_messages(head_for(existing), existing)
+    plan = plan_append(head, turn(0, 1), existing, Limits(max_tokens=100, max_messages=5))
+    assert plan.evicted_turn_ids == (0, 1, 2)  # 5 turns = 10 messages -> 2 turns = 4
+    assert (plan.turn_count, plan.total_messages, plan.reason) == (2, 4, "max_messages")
+    # The token budget still applies when messages are within their limit.
+    plan = plan_append(head, turn(0, 99), existing, Limits(max_tokens=100, max_messages=50))
+    assert plan.evicted_turn_ids == (0, 1, 2) and plan.reason == "max_tokens"  # 1 + 99 fit
+
+
+def test_pinned_turns_stay_and_the_oldest_unpinned_go() -> None:
+    existing = stored(10, 10, 10, 10, 10)
+    head = with_messages(head_for(existing), existing)
+    plan = plan_append(head, turn(0, 10), existing, Limits(max_tokens=40, pin_count=2))
+    assert plan.evicted_turn_ids == (2, 3)
+    assert (plan.turn_count, plan.total_tokens) == (4, 40)
+
+
+def test_recent_count_evicts_the_whole_middle_at_once() -> None:
+    existing = stored(10, 10, 10, 10, 10, 10)
+    head = with_messages(head_for(existing), existing)
+    limits = Limits(max_tokens=65, pin_count=1, recent_count=2)
+    plan = plan_append(head, turn(0, 10), existing, limits, has_summarizer=True)
+    # Pinned turn 0 and the newest two (stored 5 and the new one) stay.
+    assert plan.evicted_turn_ids == (1, 2, 3, 4) and plan.summarize
+    assert plan.turn_count == 3
+    # Below the budget nothing moves, whatever recent_count says.
+    plan = plan_append(head, turn(0, 1), existing, Limits(max_tokens=100, recent_count=1))
+    assert plan.evicted_turn_ids == ()
+
+
+def test_pinned_turns_are_kept_even_over_budget_but_the_new_turn_is_never_evicted() -> None:
+    existing = stored(50, 50)
+    head = with_messages(head_for(existing), existing)
+    plan = plan_append(head, turn(0, 50), existing, Limits(max_tokens=60, pin_count=2))
+    assert plan.evicted_turn_ids == () and plan.total_tokens == 150
+
+
+def test_message_count_of_a_turn() -> None:
+    assert ConversationTurn().message_count == 2
+    assert ConversationTurn(raw_messages=[{"a": 1}] * 3).message_count == 3
+    assert ConversationTurn(message_count=7).message_count == 7

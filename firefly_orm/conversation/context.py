@@ -1,0 +1,196 @@
+"""Choosing what of a conversation a model gets, from stored turn contents (no I/O).
+
+Two reads use this:
+
+* the *history* (:meth:`~firefly_orm.ConversationMemory.get_message_history`):
+  the raw messages of the newest whole turns fitting the limits, as before;
+* the *context* (:meth:`~firefly_orm.ConversationMemory.get_context`): the
+  rolling summary first, then the pinned turns, then the newest messages, all
+  within the limits; it may start inside a turn, at a message a history may
+  open with, and turns stored without raw messages become a prompt and an
+  answer message.
+
+Both cut through :func:`~firefly_orm.conversation.window.window_start`, so no
+window opens with a tool result whose call was cut or splits a call from its
+result.  Token estimates are the stored ones: per message when the row has
+``message_tokens``, else the turn's estimate on its first message (such a turn
+is cut only at its start).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from firefly_orm.conversation.codec import decode_raw_messages, pydantic_ai_messages
+from firefly_orm.conversation.messages import MESSAGES_PER_PLAIN_TURN, inspect_encoded
+from firefly_orm.conversation.window import Slot, closed_prefix, window_start
+
+__all__ = [
+    "SUMMARY_CONTEXT_PREFIX",
+    "ContextWindow",
+    "history_messages",
+    "slots_of",
+    "summary_message",
+    "turn_messages",
+]
+
+#: What precedes the rolling summary in the message that carries it.
+SUMMARY_CONTEXT_PREFIX = "Summary of the earlier conversation:\n"
+
+#: A turn row's content (a mapping from the store).
+Content = Mapping[str, Any]
+
+
+def slots_of(content: Content, *, whole_turn: bool) -> list[Slot]:
+    """The :class:`Slot` of each model message of a stored turn.
+
+    ``whole_turn``: only the turn's first message may open a window (the
+    history read keeps whole turns).
+    """
+    raw = content.get("raw_messages")
+    infos = inspect_encoded(raw)
+    estimate = int(content.get("token_estimate") or 0)
+    if not infos:
+        return [Slot(estimate, True)] + [Slot(0, False)] * (MESSAGES_PER_PLAIN_TURN - 1)
+    stored = content.get("message_tokens")
+    split = (
+        isinstance(stored, list)
+        and len(stored) == len(infos)
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in stored)
+    )
+    costs = list(stored) if split and isinstance(stored, list) else [estimate] + [0] * len(infos)
+    return [
+        Slot(
+            costs[i],
+            info.opens and (i == 0 or (split and not whole_turn)),
+            info.calls,
+            info.results,
+        )
+        for i, info in enumerate(infos)
+    ]
+
+
+@dataclass(frozen=True)
+class ContextWindow:
+    """Where a window over some turns starts.
+
+    Attributes:
+        turn: Index of the first (partly) included turn; ``len(turns)``: none.
+        offset: Messages of that turn left out.
+        reached_oldest: The window would go on into older turns if it had them
+            (the caller then reads more turns and asks again).
+    """
+
+    turn: int
+    offset: int
+    reached_oldest: bool
+
+
+def place_window(
+    turns: Sequence[Content],
+    *,
+    max_tokens: int | None,
+    max_messages: int | None,
+    whole_turns: bool,
+) -> ContextWindow:
+    """The newest valid window over ``turns`` (chronological) within the limits."""
+    slots: list[Slot] = []
+    owner: list[tuple[int, int]] = []
+    for turn_index, content in enumerate(turns):
+        for message_index, slot in enumerate(slots_of(content, whole_turn=whole_turns)):
+            slots.append(slot)
+            owner.append((turn_index, message_index))
+    start = window_start(slots, max_tokens=max_tokens, max_messages=max_messages)
+    if start >= len(slots):
+        return ContextWindow(len(turns), 0, False)
+    turn_index, offset = owner[start]
+    used_tokens = sum(s.tokens for s in slots[start:])
+    used_messages = len(slots) - start
+    room = (max_tokens is None or used_tokens < max_tokens) and (
+        max_messages is None or used_messages < max_messages
+    )
+    return ContextWindow(turn_index, offset, start == 0 and room)
+
+
+def history_messages(
+    turns: Sequence[Content], window: ContextWindow, *, synthesize: bool
+) -> list[Any]:
+    """The messages of ``turns`` from ``window`` on (decoded), oldest first.
+
+    ``synthesize``: turns without raw messages give a prompt and an answer
+    message (else nothing, as the history read always did).
+    """
+    chosen = list(turns[window.turn :])
+    style = _style(chosen)
+    messages: list[Any] = []
+    for index, content in enumerate(chosen):
+        skip = window.offset if index == 0 else 0
+        messages.extend(turn_messages(content, style if synthesize else None)[skip:])
+    return messages
+
+
+def pinned_part(
+    turns: Sequence[Content], *, max_tokens: int | None, max_messages: int | None
+) -> tuple[int, int, int]:
+    """How many pinned turns fit (whole, every tool call answered): count, tokens, messages."""
+    used_tokens = used_messages = 0
+    kept: list[Slot] = []
+    bounds: list[int] = []
+    for content in turns:
+        slots = slots_of(content, whole_turn=True)
+        cost = sum(s.tokens for s in slots)
+        if (max_tokens is not None and used_tokens + cost > max_tokens) or (
+            max_messages is not None and used_messages + len(slots) > max_messages
+        ):
+            break
+        used_tokens += cost
+        used_messages += len(slots)
+        kept.extend(slots)
+        bounds.append(len(kept))
+    closed = closed_prefix(kept)
+    count = sum(1 for bound in bounds if bound <= closed)
+    used = kept[: bounds[count - 1]] if count else []
+    return count, sum(s.tokens for s in used), len(used)
+
+
+def turn_messages(content: Content, style: str | None) -> list[Any]:
+    """A stored turn's messages: its raw messages, else (``style`` given) prompt and answer."""
+    raw = content.get("raw_messages")
+    if raw:
+        return decode_raw_messages(raw)
+    if style is None:
+        return []
+    prompt = str(content.get("user_prompt", ""))
+    answer = str(content.get("assistant_response", ""))
+    if style == "pydantic-ai":
+        messages = pydantic_ai_messages()
+        return [
+            messages.ModelRequest(parts=[messages.UserPromptPart(content=prompt)]),
+            messages.ModelResponse(parts=[messages.TextPart(content=answer)]),
+        ]
+    return [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
+
+
+def summary_message(summary: str, style: str) -> Any:
+    """The message carrying the rolling summary, in the window's message style."""
+    text = f"{SUMMARY_CONTEXT_PREFIX}{summary}"
+    if style == "pydantic-ai":
+        messages = pydantic_ai_messages()
+        return messages.ModelRequest(parts=[messages.SystemPromptPart(content=text)])
+    return {"role": "system", "content": text}
+
+
+def message_style(turns: Sequence[Content]) -> str:
+    """``"pydantic-ai"`` when some turn holds pydantic-ai messages (and it is installed)."""
+    return _style(turns)
+
+
+def _style(turns: Sequence[Content]) -> str:
+    for content in turns:
+        raw = content.get("raw_messages")
+        pydantic = isinstance(raw, Mapping) and raw.get("format") == "pydantic-ai"
+        if pydantic and pydantic_ai_messages() is not None:
+            return "pydantic-ai"
+    return "dict"
