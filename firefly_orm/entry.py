@@ -51,6 +51,7 @@ __all__ = [
     "JSON_WRAPPER_KEY",
     "MAX_ENTRY_VERSION",
     "MAX_JSON_DEPTH",
+    "MAX_USER_ID_LENGTH",
     "check_json_structure",
     "TABLE_NAME",
     "MemoryEntry",
@@ -66,6 +67,7 @@ __all__ = [
     "validate_json_value",
     "validate_key",
     "validate_namespace",
+    "validate_user_id",
     "wrap_json_for_storage",
 ]
 
@@ -74,6 +76,8 @@ TABLE_NAME = "memory_entries"
 #: The largest ``version`` a store accepts: the range of the ``version`` column
 #: (``INTEGER``, 32-bit signed on PostgreSQL, the narrowest backend).
 MAX_ENTRY_VERSION = 2**31 - 1
+#: Longest accepted ``user_id``.
+MAX_USER_ID_LENGTH = 255
 
 #: The library's own MetaData (with a naming convention so Alembic names match).
 metadata = sa.MetaData(
@@ -239,6 +243,8 @@ class MemoryEntry(_Base, table=True):
         expires_at: Optional timezone-aware expiry; expired entries are never returned.
         importance: 0.0-1.0 (validated, and a CHECK constraint in SQL).
         version: Incremented by the store on every write (optimistic concurrency).
+        user_id: The user the entry belongs to (``None``: nobody in particular);
+            indexed, so a user's entries are found without a scan.
     """
 
     __tablename__ = TABLE_NAME
@@ -256,6 +262,15 @@ class MemoryEntry(_Base, table=True):
             "entry_id",
             postgresql_where=sa.text("key IS NOT NULL"),
             sqlite_where=sa.text("key IS NOT NULL"),
+        ),
+        sa.Index(
+            "ix_memory_entries_user",
+            "user_id",
+            "namespace",
+            "created_at",
+            "entry_id",
+            postgresql_where=sa.text("user_id IS NOT NULL"),
+            sqlite_where=sa.text("user_id IS NOT NULL"),
         ),
         sa.Index(
             "ix_memory_entries_expires_at",
@@ -295,6 +310,7 @@ class MemoryEntry(_Base, table=True):
     expires_at: datetime | None = Field(default=None, sa_type=UTCDateTime(), nullable=True)
     importance: float = Field(default=0.5, sa_type=sa.Float(), nullable=False)
     version: int = Field(default=1, sa_type=sa.Integer(), nullable=False)
+    user_id: str | None = Field(default=None, sa_type=sa.String(), nullable=True)
 
     # ``metadata`` on the class is the SQLAlchemy MetaData (the declarative API
     # requires it); on an instance it is the entry's metadata dict.  The
@@ -332,6 +348,7 @@ class MemoryEntry(_Base, table=True):
             "expires_at": self.expires_at,
             "importance": self.importance,
             "version": self.version,
+            "user_id": self.user_id,
         }
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -400,6 +417,7 @@ _DEFAULTS: dict[str, Any] = {
     "expires_at": None,
     "importance": 0.5,
     "version": 1,
+    "user_id": None,
 }
 _fast_path_ready = False
 
@@ -428,20 +446,7 @@ class _MetadataDescriptor:
 
 type.__setattr__(MemoryEntry, "metadata", _MetadataDescriptor())
 
-_FIELD_NAMES = frozenset(
-    {
-        "entry_id",
-        "namespace",
-        "scope",
-        "key",
-        "content",
-        "metadata_",
-        "created_at",
-        "expires_at",
-        "importance",
-        "version",
-    }
-)
+_FIELD_NAMES = frozenset(MemoryEntry.model_fields)
 
 
 # --------------------------------------------------------------------------- validation
@@ -464,6 +469,16 @@ def validate_namespace(namespace: Any) -> str:
         raise EntryValidationError("namespace", "must be a non-empty string")
     _check_text("namespace", namespace)
     return namespace
+
+
+def validate_user_id(user_id: Any) -> str:
+    """Return ``user_id`` if it is a usable user id (a non-empty string), else raise."""
+    if not isinstance(user_id, str) or not user_id:
+        raise EntryValidationError("user_id", "must be a non-empty string")
+    if len(user_id) > MAX_USER_ID_LENGTH:
+        raise EntryValidationError("user_id", f"must be at most {MAX_USER_ID_LENGTH} characters")
+    _check_text("user_id", user_id)
+    return user_id
 
 
 def validate_key(key: Any) -> str:
@@ -533,6 +548,8 @@ def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
         ) from None
     if entry.key is not None:
         validate_key(entry.key)
+    if entry.user_id is not None:
+        validate_user_id(entry.user_id)
     importance = entry.importance
     if (
         isinstance(importance, bool)

@@ -48,6 +48,7 @@ __all__ = [
     "MemoryStore",
     "StagedBackend",
     "StoreLifecycle",
+    "StoreMaintenance",
     "UnitOfWork",
     "UnitOfWorkStore",
 ]
@@ -128,11 +129,13 @@ class ListOptions(TypedDict, total=False):
             entry, ordered by ``(created_at, entry_id)``.
         limit: At most this many entries, taken after ordering (``None``: all).
         newest_first: Reverse the order (default ``False``).
+        user_id: Only entries of this user (``None``, the default: every entry).
     """
 
     key_prefix: str | None
     limit: int | None
     newest_first: bool
+    user_id: str | None
 
 
 @runtime_checkable
@@ -163,7 +166,8 @@ class EntryRepository(Protocol):
         """Entries of ``namespace`` in the order described on the class.
 
         ``options`` are the keyword arguments of :class:`ListOptions`:
-        ``key_prefix=None``, ``limit=None``, ``newest_first=False``.
+        ``key_prefix=None``, ``limit=None``, ``newest_first=False``,
+        ``user_id=None``.
         """
         ...
 
@@ -339,4 +343,32 @@ class StoreLifecycle(Protocol):
 
     async def async_close(self) -> None:
         """Async form of :meth:`close`."""
+        ...
+
+
+# --------------------------------------------------------------------------- maintenance
+
+
+@runtime_checkable
+class StoreMaintenance(Protocol):
+    """An optional capability: a store whose database keeps query-planner statistics.
+
+    After a bulk write (importing conversations) the memory layers call
+    :meth:`analyze` when the store has it, once the write is committed and
+    outside any unit of work, so the database plans the next reads with the
+    new rows counted (PostgreSQL otherwise waits for autovacuum).  A store
+    without such statistics simply does not implement this.
+    """
+
+    def analyze(self) -> bool:
+        """Refresh the planner statistics of the store's tables.
+
+        Returns ``True`` when the database refreshed them, ``False`` when there
+        was nothing to do or the database declined (e.g. the role does not own
+        the table); declining is logged, never raised.
+        """
+        ...
+
+    async def async_analyze(self) -> bool:
+        """Async form of :meth:`analyze`."""
         ...

@@ -47,7 +47,13 @@ from dataclasses import dataclass, field
 from typing import Any, Self, TypeGuard, Unpack
 
 from firefly_orm.bridges.twins import SyncBackedAsyncUnitOfWork
-from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
+from firefly_orm.entry import (
+    MemoryEntry,
+    validate_entry,
+    validate_key,
+    validate_namespace,
+    validate_user_id,
+)
 from firefly_orm.errors import ConcurrencyError
 from firefly_orm.protocols import (
     AsyncUnitOfWork,
@@ -102,13 +108,15 @@ def select_entries(
     key_prefix: str | None = None,
     limit: int | None = None,
     newest_first: bool = False,
+    user_id: str | None = None,
 ) -> list[MemoryEntry]:
     """The live entries a ``list`` read returns, in its order (no copies made).
 
-    Drops expired entries and, with ``key_prefix``, entries whose key does not
-    start with it; orders by ``(key, created_at, entry_id)`` when a prefix is
-    given, else by ``(created_at, entry_id)``; ``newest_first`` reverses;
-    ``limit`` keeps the first ``limit`` (selected without sorting the rest).
+    Drops expired entries, entries of other users when ``user_id`` is given
+    and, with ``key_prefix``, entries whose key does not start with it; orders
+    by ``(key, created_at, entry_id)`` when a prefix is given, else by
+    ``(created_at, entry_id)``; ``newest_first`` reverses; ``limit`` keeps
+    the first ``limit`` (selected without sorting the rest).
     """
     if key_prefix is None:
         live = (e for e in entries if not e.is_expired)
@@ -118,6 +126,8 @@ def select_entries(
             for e in entries
             if e.key is not None and e.key.startswith(key_prefix) and not e.is_expired
         )
+    if user_id is not None:
+        live = (e for e in live if e.user_id == user_id)
     order = _by_time if key_prefix is None else _by_key
     if limit is None:
         return sorted(live, key=order, reverse=newest_first)
@@ -217,21 +227,31 @@ class _StagedRepository:
         key_prefix: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        user_id: str | None = None,
     ) -> list[MemoryEntry]:
         validate_namespace(namespace)
+        if user_id is not None:
+            validate_user_id(user_id)
         overlay = self._overlay(namespace)
         stored: list[MemoryEntry] = []
         if not overlay.cleared:
             # Each staged write can hide at most one stored row of the window,
             # so this many rows always leave ``limit`` once the overlay is applied.
             window = None if limit is None else max(limit, 0) + len(self._uow.changes.writes)
-            stored = self._uow.backend.read_list(
-                namespace, key_prefix=key_prefix, limit=window, newest_first=newest_first
-            )
-        staged = select_entries(overlay.staged, key_prefix=key_prefix)
+            options: ListOptions = {
+                "key_prefix": key_prefix,
+                "limit": window,
+                "newest_first": newest_first,
+            }
+            if user_id is not None:
+                options["user_id"] = user_id
+            stored = self._uow.backend.read_list(namespace, **options)
+        staged = select_entries(overlay.staged, key_prefix=key_prefix, user_id=user_id)
         merged = [e for e in stored if e.entry_id not in overlay.hidden]
         merged.extend(e.copy_entry() for e in staged)
-        return select_entries(merged, key_prefix=key_prefix, limit=limit, newest_first=newest_first)
+        return select_entries(
+            merged, key_prefix=key_prefix, limit=limit, newest_first=newest_first, user_id=user_id
+        )
 
     def list_contents(
         self,
@@ -240,9 +260,16 @@ class _StagedRepository:
         key_prefix: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        user_id: str | None = None,
     ) -> builtins.list[Any]:
         """Like :meth:`list` but only each entry's ``content``."""
-        rows = self.list(namespace, key_prefix=key_prefix, limit=limit, newest_first=newest_first)
+        rows = self.list(
+            namespace,
+            key_prefix=key_prefix,
+            limit=limit,
+            newest_first=newest_first,
+            user_id=user_id,
+        )
         return [e.content for e in rows]
 
     def save(

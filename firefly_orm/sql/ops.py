@@ -25,6 +25,7 @@ from firefly_orm.entry import (
     validate_entry,
     validate_key,
     validate_namespace,
+    validate_user_id,
 )
 from firefly_orm.errors import ConcurrencyError
 from firefly_orm.sql import statements as st
@@ -139,10 +140,12 @@ def list_entries(
     key_prefix: str | None,
     limit: int | None,
     newest_first: bool,
+    user_id: str | None = None,
 ) -> list[MemoryEntry]:
     """Live entries, ordered and limited as :func:`~firefly_orm.sql.statements.list_statement`."""
-    params: dict[str, Any] = {"ns": namespace, "now": utcnow()}
-    stmt = st.list_statement(st.prefix_mode(key_prefix, params), limit, newest_first)
+    params: dict[str, Any] = {"ns": namespace, "now": utcnow(), "uid": user_id}
+    mode = st.prefix_mode(key_prefix, params)
+    stmt = st.list_statement(mode, limit, newest_first, user_id is not None)
     return [st.row_to_entry(row) for row in _execute(target, stmt, params)]
 
 
@@ -152,10 +155,12 @@ def list_contents(
     key_prefix: str | None,
     limit: int | None,
     newest_first: bool,
+    user_id: str | None = None,
 ) -> list[Any]:
     """Like :func:`list_entries`, but only each entry's ``content`` (a cheaper read)."""
-    params: dict[str, Any] = {"ns": namespace, "now": utcnow()}
-    stmt = st.list_contents_statement(st.prefix_mode(key_prefix, params), limit, newest_first)
+    params: dict[str, Any] = {"ns": namespace, "now": utcnow(), "uid": user_id}
+    mode = st.prefix_mode(key_prefix, params)
+    stmt = st.list_contents_statement(mode, limit, newest_first, user_id is not None)
     return list(_execute(target, stmt, params).scalars())
 
 
@@ -208,10 +213,13 @@ class SQLEntryRepository:
         key_prefix: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        user_id: str | None = None,
     ) -> builtins.list[MemoryEntry]:
         """Live entries of ``namespace`` (see :class:`~firefly_orm.protocols.EntryRepository`)."""
         validate_namespace(namespace)
-        return list_entries(self.session, namespace, key_prefix, limit, newest_first)
+        if user_id is not None:
+            validate_user_id(user_id)
+        return list_entries(self.session, namespace, key_prefix, limit, newest_first, user_id)
 
     def list_contents(
         self,
@@ -220,10 +228,13 @@ class SQLEntryRepository:
         key_prefix: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        user_id: str | None = None,
     ) -> builtins.list[Any]:
         """Like :meth:`list` but only each entry's ``content`` (a cheaper read)."""
         validate_namespace(namespace)
-        return list_contents(self.session, namespace, key_prefix, limit, newest_first)
+        if user_id is not None:
+            validate_user_id(user_id)
+        return list_contents(self.session, namespace, key_prefix, limit, newest_first, user_id)
 
     def save(
         self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None

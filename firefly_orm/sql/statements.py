@@ -53,6 +53,7 @@ COLUMNS = (
     _C.expires_at,
     _C.importance,
     _C.version,
+    _C.user_id,
 )
 
 # --------------------------------------------------------------------------- row mapping
@@ -74,6 +75,7 @@ def row_to_entry(row: Any) -> MemoryEntry:
             "expires_at": row[7],
             "importance": row[8],
             "version": row[9],
+            "user_id": row[10],
         }
     )
 
@@ -91,6 +93,7 @@ def entry_values(namespace: str, entry: MemoryEntry) -> dict[str, Any]:
         "expires_at": entry.expires_at,
         "importance": float(entry.importance),
         "version": max(entry.version, 1),
+        "user_id": entry.user_id,
     }
 
 
@@ -171,10 +174,15 @@ def prefix_mode(key_prefix: str | None, params: dict[str, Any]) -> PrefixMode:
 
 
 @functools.lru_cache(maxsize=128)
-def list_statement(mode: PrefixMode, limit: int | None, newest_first: bool) -> Any:
+def list_statement(
+    mode: PrefixMode, limit: int | None, newest_first: bool, by_user: bool = False
+) -> Any:
     """Live entries of ``ns``, by ``(key, created_at, entry_id)`` under a key filter
-    else by ``(created_at, entry_id)``; ``newest_first`` reverses; ``limit`` last."""
+    else by ``(created_at, entry_id)``; ``newest_first`` reverses; ``limit`` last;
+    ``by_user``: only those of user ``uid``."""
     stmt = _SELECT.where(_C.namespace == _P("ns"), _LIVE)
+    if by_user:
+        stmt = stmt.where(_C.user_id == _P("uid"))
     if mode == "range":
         stmt = stmt.where(_C.key >= _P("lo"), _C.key < _P("hi"))
     elif mode == "from":
@@ -193,7 +201,9 @@ def list_statement(mode: PrefixMode, limit: int | None, newest_first: bool) -> A
 
 
 @functools.lru_cache(maxsize=128)
-def list_contents_statement(mode: PrefixMode, limit: int | None, newest_first: bool) -> Any:
+def list_contents_statement(
+    mode: PrefixMode, limit: int | None, newest_first: bool, by_user: bool = False
+) -> Any:
     """:func:`list_statement` selecting only the ``content`` column."""
-    full = list_statement(mode, limit, newest_first)
+    full = list_statement(mode, limit, newest_first, by_user)
     return full.with_only_columns(_C.content, maintain_column_froms=True)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from firefly_orm.entry import utcnow
-from firefly_orm.errors import ConcurrencyError
+from firefly_orm.errors import ConcurrencyError, EntryValidationError
 from firefly_orm.protocols import ListOptions
 from firefly_orm.testing.drivers import StoreDriver
 from firefly_orm.testing.samples import ids_of, in_past, make_entry, to_ms
@@ -195,6 +195,46 @@ class UnitOfWorkContract:
                 "stored 1",
                 "stored 2",
             ]
+
+    async def test_uow_list_by_user(self, contract: StoreDriver) -> None:
+        ns = contract.ns()
+        base = to_ms(utcnow() - timedelta(minutes=10))
+        owners = ["ann", "bob", None, "ann", "ann"]
+        entries = [
+            make_entry(
+                key=f"c:{i}", content=i, user_id=owner, created_at=base + timedelta(seconds=i)
+            )
+            for i, owner in enumerate(owners)
+        ]
+        for entry in entries:
+            await contract.save(ns, entry)
+        [loaded] = [e for e in await contract.load(ns) if e.entry_id == entries[1].entry_id]
+        assert loaded.user_id == "bob"
+        async with contract.unit_of_work() as uow:
+            assert await uow.list_contents(ns, user_id="ann") == [0, 3, 4]
+            assert await uow.list_contents(ns, user_id="ann", newest_first=True, limit=2) == [4, 3]
+            assert await uow.list_contents(ns, user_id="ann", key_prefix="c:", limit=1) == [0]
+            assert await uow.list_contents(ns, user_id="nobody") == []
+            # Staged writes are filtered too: a new entry of ann, one moved to bob.
+            await uow.save(ns, make_entry(key="c:5", content=5, user_id="ann"))
+            await uow.save(ns, entries[3].copy_entry(user_id="bob"))
+            assert await uow.list_contents(ns, user_id="ann") == [0, 4, 5]
+            assert ids_of(await uow.list(ns, user_id="bob")) == [
+                entries[1].entry_id,
+                entries[3].entry_id,
+            ]
+            await uow.commit()
+        async with contract.unit_of_work() as uow:
+            assert await uow.list_contents(ns, user_id="ann") == [0, 4, 5]
+
+    @pytest.mark.parametrize("user_id", ["", "a\x00b", "x" * 256, 7])
+    async def test_bad_user_id_is_refused_and_nothing_written(
+        self, contract: StoreDriver, user_id: Any
+    ) -> None:
+        ns = contract.ns()
+        with pytest.raises(EntryValidationError, match="user_id"):
+            await contract.save(ns, make_entry(user_id=user_id))
+        assert await contract.load(ns) == []
 
     @pytest.mark.parametrize(
         ("prefix", "expected"),

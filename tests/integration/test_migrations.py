@@ -107,14 +107,19 @@ def test_data_survives_every_upgrade_step(sqlite_url: str) -> None:
     """A database created at the first revision keeps its rows through each upgrade."""
     from firefly_orm.entry import MemoryEntry
     from firefly_orm.sql import SQLAlchemyStore
+    from firefly_orm.sql.statements import TABLE, entry_values
 
     revisions = _all_revisions()
     migrate.upgrade(sqlite_url, revision=revisions[0])
     engine = sa.create_engine(sqlite_url)
-    store = SQLAlchemyStore(engine=engine)
-    store._initialized = True  # the schema is deliberately old: skip the automatic upgrade
-    store.save("ns", MemoryEntry(key="k", content={"kept": True}))
-    store.close()
+    # Write the row as the first revision's table holds it: only its columns.
+    present = {col["name"] for col in sa.inspect(engine).get_columns(TABLE_NAME)}
+    old_table = sa.Table(
+        TABLE_NAME, sa.MetaData(), *[c._copy() for c in TABLE.columns if c.name in present]
+    )
+    values = entry_values("ns", MemoryEntry(key="k", content={"kept": True}))
+    with engine.begin() as conn:
+        conn.execute(old_table.insert().values({k: v for k, v in values.items() if k in present}))
     for revision in revisions[1:]:
         migrate.upgrade(sqlite_url, revision=revision)
         assert migrate.current(sqlite_url) == revision
