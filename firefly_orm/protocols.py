@@ -197,6 +197,13 @@ class EntryRepository(Protocol):
         """Remove every entry of ``namespace``."""
         ...
 
+    def erase_user(self, user_id: str) -> None:
+        """Remove every entry of ``user_id``, in every namespace (expired ones too).
+
+        Writes made later in the same unit of work are kept.
+        """
+        ...
+
 
 class UnitOfWork(Protocol):
     """A sync unit of work; use as a context manager, call :meth:`commit`.
@@ -310,6 +317,9 @@ class StagedBackend(Protocol):
 
     def apply_changes(self, changes: StagedChanges) -> None:
         """Check the version preconditions, then apply ``changes`` atomically.
+
+        Order: ``erased_users`` (every entry of those users, in every
+        namespace), then ``cleared`` namespaces, then ``writes``.
 
         A failed precondition raises :class:`~firefly_orm.errors.ConcurrencyError`
         and applies nothing.

@@ -148,6 +148,10 @@ class InMemoryStore(AsyncTwins):
                 return self._data[ns][entry_id] if ns is not None else None
 
             check_preconditions(changes, current)
+            for user_id in changes.erased_users:
+                for namespace, entries in list(self._data.items()):
+                    for entry_id in [i for i, e in entries.items() if e.user_id == user_id]:
+                        self.delete(namespace, entry_id)
             for namespace in changes.cleared:
                 self.clear(namespace)
             for (namespace, entry_id), entry in changes.writes.items():

@@ -54,7 +54,7 @@ from firefly_orm.entry import (
     validate_namespace,
     validate_user_id,
 )
-from firefly_orm.errors import ConcurrencyError
+from firefly_orm.errors import ConcurrencyError, StoreError
 from firefly_orm.protocols import (
     AsyncUnitOfWork,
     AsyncUnitOfWorkStore,
@@ -155,6 +155,8 @@ class StagedChanges:
     """What a staged unit of work will apply on commit, in order."""
 
     cleared: set[str] = field(default_factory=set)
+    #: users whose entries are erased from every namespace (applied first)
+    erased_users: set[str] = field(default_factory=set)
     #: (namespace, entry_id) -> entry to write, or None to delete
     writes: dict[tuple[str, str], MemoryEntry | None] = field(default_factory=dict)
     preconditions: list[_Precondition] = field(default_factory=list)
@@ -173,6 +175,8 @@ class _Overlay:
     cleared: bool
     #: ids whose stored row is replaced, deleted or moved away by a staged write
     hidden: set[str]
+    #: users whose stored rows are erased
+    erased: set[str]
     #: entries staged into the namespace (not copies; copy before handing out)
     staged: list[MemoryEntry]
 
@@ -194,7 +198,17 @@ class _StagedRepository:
                     staged.append(entry)
             elif entry is not None:
                 hidden.add(entry_id)  # saved into another namespace here: it moved
-        return _Overlay(namespace in changes.cleared, hidden, staged)
+        return _Overlay(
+            cleared=namespace in changes.cleared,
+            hidden=hidden,
+            erased=changes.erased_users,
+            staged=staged,
+        )
+
+    @staticmethod
+    def _visible(entry: MemoryEntry, overlay: _Overlay) -> bool:
+        """Whether a stored row survives the staged writes."""
+        return entry.entry_id not in overlay.hidden and entry.user_id not in overlay.erased
 
     def get(self, namespace: str, entry_id: str) -> MemoryEntry | None:
         validate_namespace(namespace)
@@ -204,7 +218,8 @@ class _StagedRepository:
                 return None if entry.is_expired else entry.copy_entry()
         if overlay.cleared or entry_id in overlay.hidden:
             return None
-        return self._uow.backend.read_entry(namespace, entry_id)
+        stored = self._uow.backend.read_entry(namespace, entry_id)
+        return stored if stored is not None and self._visible(stored, overlay) else None
 
     def get_by_key(
         self, namespace: str, key: str, *, for_update: bool = False
@@ -213,7 +228,7 @@ class _StagedRepository:
         validate_key(key)
         overlay = self._overlay(namespace)
         stored = [] if overlay.cleared else self._uow.backend.read_by_key(namespace, key)
-        candidates = [e for e in stored if e.entry_id not in overlay.hidden]
+        candidates = [e for e in stored if self._visible(e, overlay)]
         candidates.extend(e for e in overlay.staged if e.key == key)
         newest = _newest(candidates)
         if newest is not None and any(newest is e for e in overlay.staged):
@@ -238,6 +253,8 @@ class _StagedRepository:
             # Each staged write can hide at most one stored row of the window,
             # so this many rows always leave ``limit`` once the overlay is applied.
             window = None if limit is None else max(limit, 0) + len(self._uow.changes.writes)
+            if overlay.erased:
+                window = None  # an erased user may hide any number of stored rows
             options: ListOptions = {
                 "key_prefix": key_prefix,
                 "limit": window,
@@ -247,7 +264,7 @@ class _StagedRepository:
                 options["user_id"] = user_id
             stored = self._uow.backend.read_list(namespace, **options)
         staged = select_entries(overlay.staged, key_prefix=key_prefix, user_id=user_id)
-        merged = [e for e in stored if e.entry_id not in overlay.hidden]
+        merged = [e for e in stored if self._visible(e, overlay)]
         merged.extend(e.copy_entry() for e in staged)
         return select_entries(
             merged, key_prefix=key_prefix, limit=limit, newest_first=newest_first, user_id=user_id
@@ -297,6 +314,14 @@ class _StagedRepository:
         changes.cleared.add(namespace)
         for key in [k for k in changes.writes if k[0] == namespace]:
             del changes.writes[key]
+
+    def erase_user(self, user_id: str) -> None:
+        validate_user_id(user_id)
+        changes = self._uow.changes
+        changes.erased_users.add(user_id)
+        for key, entry in changes.writes.items():
+            if entry is not None and entry.user_id == user_id:
+                changes.writes[key] = None
 
 
 class StagedUnitOfWork:
@@ -384,6 +409,11 @@ class _LoadingBackend:
                 cache[namespace] = {e.entry_id: e for e in self.store.load(namespace)}
             return cache[namespace].get(entry_id)
 
+        if changes.erased_users:
+            raise StoreError(
+                f"{type(self.store).__name__} cannot erase a user's entries: it cannot list "
+                "its namespaces (implement StagedBackend or unit_of_work(); nothing was written)"
+            )
         check_preconditions(changes, current)
         for namespace in sorted(changes.cleared):
             self.store.clear(namespace)

@@ -256,3 +256,8 @@ class SQLEntryRepository:
         """Delete every entry of ``namespace``."""
         validate_namespace(namespace)
         clear(self.session, namespace)
+
+    def erase_user(self, user_id: str) -> None:
+        """Delete every entry of ``user_id`` in every namespace (one indexed statement)."""
+        validate_user_id(user_id)
+        _execute(self.session, st.ERASE_USER, {"uid": user_id})

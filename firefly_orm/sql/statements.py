@@ -25,6 +25,7 @@ __all__ = [
     "CLEAR",
     "COLUMNS",
     "DELETE",
+    "ERASE_USER",
     "GET",
     "LOAD",
     "TABLE",
@@ -117,6 +118,8 @@ DELETE = sa.delete(TABLE).where(
     _C.namespace == _P("ns"), _C.entry_id.in_(_P("eids", expanding=True))
 )
 CLEAR = sa.delete(TABLE).where(_C.namespace == _P("ns"))
+#: Every row of user ``uid``, in every namespace.
+ERASE_USER = sa.delete(TABLE).where(_C.user_id == _P("uid"))
 CLEANUP = sa.delete(TABLE).where(_C.expires_at <= _P("now"))
 #: Compare-and-set on the version (``w_*`` parameters name the row and its expected version).
 UPDATE_VERSIONED = sa.update(TABLE).where(

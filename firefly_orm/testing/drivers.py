@@ -117,6 +117,10 @@ class UnitOfWorkDriver:
         """``uow.entries.clear``."""
         await self._run(lambda u: u.entries.clear(namespace))
 
+    async def erase_user(self, user_id: str) -> None:
+        """``uow.entries.erase_user``."""
+        await self._run(lambda u: u.entries.erase_user(user_id))
+
     async def commit(self) -> None:
         """Commit the unit of work."""
         if self._async is not None:
@@ -194,6 +198,10 @@ class StoreDriver:
             self._sync_store().clear(namespace)
         else:
             await self._async_store().async_clear(namespace)
+
+    def can_erase_users(self) -> bool:
+        """Whether the store's units of work can erase a user (not a plain five-method store)."""
+        return hasattr(self.store, "unit_of_work") or hasattr(self.store, "async_unit_of_work")
 
     def has_cleanup_expired(self) -> bool:
         """Whether the store offers ``cleanup_expired`` in this mode."""
