@@ -25,6 +25,7 @@ __all__ = [
     "FireflyOrmError",
     "MigrationRequiredError",
     "MissingExtraError",
+    "NotFoundError",
     "StoreError",
     "StoreCorruptedError",
     "redact_url",
@@ -47,6 +48,10 @@ class EntryValidationError(FireflyOrmError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         self.field = field
         super().__init__(f"{field}: {message}")
+
+
+class NotFoundError(FireflyOrmError, LookupError):
+    """What an operation names does not exist (e.g. a conversation turn); nothing was written."""
 
 
 class StoreError(FireflyOrmError):

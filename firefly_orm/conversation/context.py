@@ -31,6 +31,9 @@ __all__ = [
     "SUMMARY_CONTEXT_PREFIX",
     "ContextWindow",
     "history_messages",
+    "message_style",
+    "pinned_part",
+    "place_window",
     "slots_of",
     "summary_message",
     "turn_messages",
@@ -115,19 +118,18 @@ def place_window(
 
 
 def history_messages(
-    turns: Sequence[Content], window: ContextWindow, *, synthesize: bool
+    turns: Sequence[Content], window: ContextWindow, style: str | None
 ) -> list[Any]:
     """The messages of ``turns`` from ``window`` on (decoded), oldest first.
 
-    ``synthesize``: turns without raw messages give a prompt and an answer
-    message (else nothing, as the history read always did).
+    ``style`` (``"pydantic-ai"`` or ``"dict"``): turns without raw messages give
+    a prompt and an answer message in that style; ``None``: they give nothing
+    (as the history read always did).
     """
-    chosen = list(turns[window.turn :])
-    style = _style(chosen)
     messages: list[Any] = []
-    for index, content in enumerate(chosen):
+    for index, content in enumerate(turns[window.turn :]):
         skip = window.offset if index == 0 else 0
-        messages.extend(turn_messages(content, style if synthesize else None)[skip:])
+        messages.extend(turn_messages(content, style)[skip:])
     return messages
 
 
@@ -184,10 +186,6 @@ def summary_message(summary: str, style: str) -> Any:
 
 def message_style(turns: Sequence[Content]) -> str:
     """``"pydantic-ai"`` when some turn holds pydantic-ai messages (and it is installed)."""
-    return _style(turns)
-
-
-def _style(turns: Sequence[Content]) -> str:
     for content in turns:
         raw = content.get("raw_messages")
         pydantic = isinstance(raw, Mapping) and raw.get("format") == "pydantic-ai"

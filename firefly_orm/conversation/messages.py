@@ -27,12 +27,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 __all__ = [
     "MESSAGES_PER_PLAIN_TURN",
+    "Estimator",
     "MessageInfo",
     "encoded_message_count",
+    "estimate_turn",
     "inspect_encoded",
 ]
 
@@ -63,6 +65,28 @@ class MessageInfo:
     opens: bool
     calls: tuple[str, ...] = ()
     results: tuple[str, ...] = ()
+
+
+class Estimator(Protocol):
+    """Anything with ``estimate(text) -> int`` (:class:`~firefly_orm.tokens.TokenEstimator`)."""
+
+    def estimate(self, text: str) -> int: ...
+
+
+def estimate_turn(
+    estimator: Estimator, user_prompt: str, assistant_response: str, encoded: Any
+) -> tuple[int, list[int] | None]:
+    """A turn's token estimate, and one estimate per raw message (``None`` without them).
+
+    With raw messages the estimate covers what the model reads of them (see
+    :class:`MessageInfo`): the sum of one estimate per message.  Without, it is
+    the estimate of ``"{user_prompt}\\n{assistant_response}"``.
+    """
+    infos = inspect_encoded(encoded)
+    if not infos:
+        return int(estimator.estimate(f"{user_prompt}\n{assistant_response}")), None
+    per_message = [int(estimator.estimate(info.text)) for info in infos]
+    return sum(per_message), per_message
 
 
 def encoded_message_count(encoded: Any) -> int:

@@ -110,8 +110,12 @@ def head_entry(
     turn_count: int,
     summary: str | None,
     total_messages: int | None = None,
+    user_id: str | None = None,
 ) -> MemoryEntry:
-    """The head row to store (a copy of ``previous`` with new content, when there is one)."""
+    """The head row to store (a copy of ``previous`` with new content, when there is one).
+
+    A copy keeps ``previous``'s owner; a new head belongs to ``user_id``.
+    """
     namespace = conversation_namespace(conversation_id)
     content: dict[str, Any] = {
         "conversation_id": conversation_id,
@@ -124,15 +128,23 @@ def head_entry(
         content["total_messages"] = total_messages
     if previous is not None:
         return previous.copy_entry(content=content)
-    return _row(namespace, HEAD_KEY, content, metadata={"conversation_id": conversation_id})
+    return _row(
+        namespace,
+        HEAD_KEY,
+        content,
+        metadata={"conversation_id": conversation_id},
+        user_id=user_id,
+    )
 
 
 # --------------------------------------------------------------------------- index and turns
 
 
-def index_entry(conversation_id: str) -> MemoryEntry:
-    """The index row of a conversation."""
-    return _row(INDEX_NAMESPACE, conversation_id, {"conversation_id": conversation_id})
+def index_entry(conversation_id: str, user_id: str | None = None) -> MemoryEntry:
+    """The index row of a conversation (tagged with its owner, if any)."""
+    return _row(
+        INDEX_NAMESPACE, conversation_id, {"conversation_id": conversation_id}, user_id=user_id
+    )
 
 
 def turn_entry(
@@ -140,6 +152,7 @@ def turn_entry(
     turn: ConversationTurn,
     encoded_raw: dict[str, Any] | None,
     message_tokens: Sequence[int] | None = None,
+    user_id: str | None = None,
 ) -> MemoryEntry:
     """The row of ``turn`` in ``namespace``, its raw messages already encoded."""
     content: dict[str, Any] = {
@@ -154,7 +167,7 @@ def turn_entry(
     }
     if message_tokens is not None:
         content["message_tokens"] = list(message_tokens)
-    return _row(namespace, turn_key(turn.turn_id), content)
+    return _row(namespace, turn_key(turn.turn_id), content, user_id=user_id)
 
 
 def turn_message_count(content: Mapping[str, Any]) -> int:
@@ -199,7 +212,12 @@ def stored_raw(entry: MemoryEntry) -> Any:
 
 
 def _row(
-    namespace: str, key: str, content: Any, *, metadata: dict[str, Any] | None = None
+    namespace: str,
+    key: str,
+    content: Any,
+    *,
+    metadata: dict[str, Any] | None = None,
+    user_id: str | None = None,
 ) -> MemoryEntry:
     """A conversation row: scope ``CONVERSATION``, id derived from namespace and key."""
     return MemoryEntry.from_dict(
@@ -210,5 +228,6 @@ def _row(
             key=key,
             content=content,
             metadata=metadata if metadata is not None else {},
+            user_id=user_id,
         )
     )
