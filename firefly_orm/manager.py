@@ -214,6 +214,8 @@ class MemoryManager(MemoryLayer):
 
     _add_turn = delegate(ConversationMemory._add_turn, _conversation_of)
     _get_message_history = delegate(ConversationMemory._get_message_history, _conversation_of)
+    _verify_conversation = delegate(ConversationMemory._verify, _conversation_of)
+    _repair_conversation = delegate(ConversationMemory._repair, _conversation_of)
 
     def _clear_conversation(self, conversation_id: str) -> Operation[None]:
         """Remove one conversation (turns and summary)."""
@@ -246,6 +248,8 @@ class MemoryManager(MemoryLayer):
     add_turn = sync_method(_add_turn)
     get_message_history = sync_method(_get_message_history)
     clear_conversation = sync_method(_clear_conversation)
+    verify_conversation = sync_method(_verify_conversation)
+    repair_conversation = sync_method(_repair_conversation)
     set_fact = sync_method(_set_fact)
     get_fact = sync_method(_get_fact)
     get_working_context = sync_method(_get_working_context)
@@ -256,6 +260,8 @@ class MemoryManager(MemoryLayer):
     async_add_turn = async_method(_add_turn)
     async_get_message_history = async_method(_get_message_history)
     async_clear_conversation = async_method(_clear_conversation)
+    async_verify_conversation = async_method(_verify_conversation)
+    async_repair_conversation = async_method(_repair_conversation)
     async_set_fact = async_method(_set_fact)
     async_get_fact = async_method(_get_fact)
     async_get_working_context = async_method(_get_working_context)

@@ -13,7 +13,10 @@ conversation.  Where things are:
   (pydantic-ai ``ModelMessage`` lists or JSON);
 * :mod:`~firefly_orm.conversation.ops`: the transactions and operations
   (adding a turn is one unit of work; the summarizer runs outside it);
-* :mod:`~firefly_orm.conversation.transfer`: export and import;
+* :mod:`~firefly_orm.conversation.transfer`: export and import (and the
+  planner-statistics refresh after a large import);
+* :mod:`~firefly_orm.conversation.repair`: checking a conversation's head
+  against its stored turns and rebuilding it from them (:class:`Inconsistency`);
 * :mod:`~firefly_orm.conversation.memory`: the :class:`ConversationMemory` class.
 """
 
@@ -38,6 +41,7 @@ from firefly_orm.conversation.plan import (
     summary_input,
 )
 from firefly_orm.conversation.plan import OldestTurns as OldestTurns
+from firefly_orm.conversation.repair import Inconsistency
 from firefly_orm.conversation.rows import HEAD_KEY as HEAD_KEY
 from firefly_orm.conversation.rows import INDEX_NAMESPACE as INDEX_NAMESPACE
 from firefly_orm.conversation.rows import MAX_TURN_ID as MAX_TURN_ID
@@ -55,6 +59,7 @@ __all__ = [
     "ConversationMemory",
     "ConversationTurn",
     "HeadState",
+    "Inconsistency",
     "Summarizer",
     "SUMMARY_TURN_ID",
     "SUMMARY_TURN_PROMPT",

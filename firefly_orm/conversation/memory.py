@@ -34,6 +34,11 @@ from firefly_orm.conversation.model import (
     check_text,
 )
 from firefly_orm.conversation.plan import HeadState
+from firefly_orm.conversation.repair import (
+    Inconsistency,
+    repair_conversation,
+    verify_conversation,
+)
 from firefly_orm.conversation.rows import archive_namespace, conversation_namespace
 from firefly_orm.conversation.transfer import (
     import_conversations,
@@ -72,7 +77,9 @@ class ConversationMemory(MemoryLayer):
     evictions; :meth:`clear` forgets the conversation, so ids restart at 0.
     If the summarizer raises, :meth:`add_turn` raises that error and nothing is
     written (the turn is not added).  A new ``ConversationMemory`` over the same
-    store resumes every conversation.
+    store resumes every conversation.  :meth:`verify` and :meth:`repair` check
+    and rebuild a conversation's head from its stored turns (a safety net for
+    stores whose writes are not atomic).
     """
 
     def __init__(
@@ -241,10 +248,12 @@ class ConversationMemory(MemoryLayer):
         are not strictly increasing non-negative integers are renumbered
         0, 1, ... (a warning is logged).  A ``token_estimate <= 0`` is
         re-estimated.  No eviction happens on import; the next :meth:`add_turn`
-        trims the conversation to the budget.
+        trims the conversation to the budget.  A large import refreshes the
+        store's planner statistics once committed (as :meth:`import_conversations`).
         """
-        cid, turns, summary = parse_import(data, conversation_id, self._estimate)
-        return ops.import_conversation(cid, turns, summary)
+        parsed = parse_import(data, conversation_id, self._estimate)
+        (cid,) = yield from import_conversations([parsed])
+        return cid
 
     def _import_conversations(
         self, items: Sequence[Mapping[str, Any]], *, conversation_id: str | None = None
@@ -255,7 +264,11 @@ class ConversationMemory(MemoryLayer):
         anything is written, then all are written in one unit of work: a bad
         item or a failed write leaves every conversation as it was.
         ``conversation_id`` needs exactly one item; two items with the same id
-        are refused.
+        are refused.  Once committed, an import of at least
+        :data:`~firefly_orm.conversation.transfer.ANALYZE_AFTER_ROWS` turns asks
+        a SQL store to refresh its planner statistics (PostgreSQL ``ANALYZE``,
+        see :meth:`SQLAlchemyStore.analyze <firefly_orm.sql.SQLAlchemyStore.analyze>`);
+        that step never fails the import (a failure is logged as a warning).
 
         Returns:
             The conversation ids, in the order of ``items``.
@@ -265,6 +278,55 @@ class ConversationMemory(MemoryLayer):
         """
         parsed = parse_imports(list(items), conversation_id, self._estimate)
         return (yield from import_conversations(parsed))
+
+    def _verify(self, conversation_id: str) -> Operation[list[Inconsistency]]:
+        """Check a conversation's head against its stored turns; write nothing.
+
+        Compares what the head caches (``turn_count``, ``total_tokens``,
+        ``total_messages`` when it has one, a ``next_turn_id`` above every
+        stored or archived turn id, its conversation id, a string-or-none
+        summary) and the conversation's index row with the turns actually
+        stored.  The head is read under the lock a writer takes, so on the SQL
+        stores a concurrent :meth:`add_turn` is never reported; elsewhere a
+        write in progress can show up (:meth:`repair` re-checks it safely).
+
+        Returns:
+            One :class:`~firefly_orm.conversation.repair.Inconsistency` per
+            difference (``field``, ``found``, ``expected``); empty when the
+            conversation is consistent.
+
+        Raises:
+            EntryValidationError: A bad id.
+            NotFoundError: No such conversation in the store.
+            StoreCorruptedError: A stored turn is unreadable.
+        """
+        return (yield from verify_conversation(check_conversation_id(conversation_id)))
+
+    def _repair(self, conversation_id: str) -> Operation[list[Inconsistency]]:
+        """Rebuild a conversation's head from its stored turns; return what changed.
+
+        One unit of work: the head is recomputed from the turns (the summary
+        text and a higher ``next_turn_id`` are kept, turn ids are never reused)
+        and saved at the version read, like every writer (retried on a lost
+        race), so it never overwrites a newer head; a missing index row is
+        added (rebuilt rows keep the conversation's owner).  A consistent
+        conversation is not written at all.  A change is logged at WARNING.
+        On a store whose units of work are not atomic (MongoDB without
+        transactions, a five-method store) run it while nobody writes to the
+        conversation: a turn written there ahead of its head looks the same as
+        a crash's leftover.
+
+        Returns:
+            The inconsistencies that were fixed (what :meth:`verify` reported);
+            empty when nothing was changed.
+
+        Raises:
+            EntryValidationError: A bad id.
+            NotFoundError: No such conversation in the store.
+            StoreCorruptedError: A stored turn is unreadable (turns are never changed).
+            ConcurrencyError: Too much contention on this conversation.
+        """
+        return (yield from repair_conversation(check_conversation_id(conversation_id)))
 
     def _head(self, conversation_id: str) -> Operation[HeadState]:
         return (yield from Transaction.read(ops.read_head, check_conversation_id(conversation_id)))
@@ -285,6 +347,8 @@ class ConversationMemory(MemoryLayer):
     export_conversation = sync_method(_export_conversation)
     import_conversation = sync_method(_import_conversation)
     import_conversations = sync_method(_import_conversations)
+    verify = sync_method(_verify)
+    repair = sync_method(_repair)
 
     async_new_conversation = async_method(_new_conversation)
     async_add_turn = async_method(_add_turn)
@@ -298,6 +362,8 @@ class ConversationMemory(MemoryLayer):
     async_export_conversation = async_method(_export_conversation)
     async_import_conversation = async_method(_import_conversation)
     async_import_conversations = async_method(_import_conversations)
+    async_verify = async_method(_verify)
+    async_repair = async_method(_repair)
 
     @property
     def conversation_ids(self) -> list[str]:

@@ -21,7 +21,9 @@ from typing import Any, Self
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
+from sqlalchemy.schema import ExecutableDDLElement
 
 from firefly_orm import migrate
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
@@ -35,6 +37,7 @@ from firefly_orm.errors import (
 from firefly_orm.sql import ops
 from firefly_orm.sql.engines import Engines, is_memory_sqlite
 from firefly_orm.sql.runners import EngineRunner, Runner
+from firefly_orm.sql.statements import TABLE
 from firefly_orm.sql.uow import AsyncSQLUnitOfWork, SQLUnitOfWork
 
 __all__ = ["SQLAlchemyStore", "SessionBoundStore"]
@@ -89,6 +92,46 @@ def _require_head(target: Engine | Connection, schema: str | None) -> None:
     migrate.require_head(target, schema_name=schema)
 
 
+# --------------------------------------------------------------------------- statistics
+
+
+class _Analyze(ExecutableDDLElement):
+    """``ANALYZE <table>``; the table name follows the store's schema translation."""
+
+    def __init__(self, table: sa.Table) -> None:
+        self.table = table
+
+
+@compiles(_Analyze)
+def _compile_analyze(element: _Analyze, compiler: Any, **kw: Any) -> str:
+    return f"ANALYZE {compiler.preparer.format_table(element.table)}"
+
+
+def _analyze_table(conn: Connection) -> list[str]:
+    """Run ``ANALYZE`` on our table; return the warnings the server sent meanwhile.
+
+    PostgreSQL does not fail an ``ANALYZE`` by a role that does not own the
+    table: it skips the table with a WARNING, which psycopg hands to notice
+    handlers (other drivers drop it, and then nothing is reported).
+    """
+    warnings: list[str] = []
+    driver = conn.connection.driver_connection
+
+    def collect(diagnostic: Any) -> None:
+        if getattr(diagnostic, "severity_nonlocalized", None) == "WARNING":
+            warnings.append(str(diagnostic.message_primary))
+
+    hooked = callable(getattr(driver, "add_notice_handler", None))
+    if hooked:
+        driver.add_notice_handler(collect)  # type: ignore[union-attr]
+    try:
+        conn.execute(_Analyze(TABLE))
+    finally:
+        if hooked:
+            driver.remove_notice_handler(collect)  # type: ignore[union-attr]
+    return warnings
+
+
 # --------------------------------------------------------------------------- operations
 
 
@@ -101,6 +144,14 @@ class _StoreOperations:
     """
 
     _runner: Runner
+
+    @property
+    def locks_rows(self) -> bool:
+        """True on PostgreSQL: ``for_update`` reads lock one row, not the database.
+
+        (See :func:`firefly_orm.bridges.steps.locks_rows`.)
+        """
+        return self._runner.engines.dialect_name == "postgresql"
 
     def save(self, namespace: str, entry: MemoryEntry) -> None:
         """Upsert ``entry`` into ``namespace`` (validated first)."""
@@ -390,6 +441,56 @@ class SQLAlchemyStore(_StoreOperations):
     async def __aexit__(self, *exc: object) -> None:
         await self.async_close()
 
+    # ------------------------------------------------------------------ statistics
+    def analyze(self) -> bool:
+        """Refresh the query planner's statistics of our table, in a transaction of its own.
+
+        PostgreSQL: ``ANALYZE <schema>.memory_entries``.  Until a table is
+        analyzed the planner guesses how many rows a conversation has; after
+        a bulk import it guesses far too few and reads the whole conversation
+        and sorts it instead of walking the index (autovacuum analyzes the
+        table only later).  :meth:`ConversationMemory.import_conversations
+        <firefly_orm.conversation.ConversationMemory.import_conversations>`
+        calls this after its commit when it wrote many turns
+        (:data:`~firefly_orm.conversation.transfer.ANALYZE_AFTER_ROWS`).
+
+        SQLite: nothing (returns ``False``).  Its planner already serves every
+        read of ours from our indexes without statistics, and ``ANALYZE`` there
+        changed no history read's plan (it only made the head lookup sort its
+        one row).
+
+        A role that may not analyze the table (not its owner: the README's
+        DML-only application role) gets a logged WARNING, not an error; the
+        statistics then wait for autovacuum.
+
+        Returns:
+            ``True`` when the database refreshed the statistics.
+
+        Raises:
+            StoreError: The database failed (e.g. the connection was lost).
+        """
+        if self._engines.dialect_name != "postgresql":
+            return False
+        return self._analyzed(self._runner.call("analyze", _analyze_table, write=True))
+
+    async def async_analyze(self) -> bool:
+        """Async twin of :meth:`analyze` (runs on the native async driver)."""
+        if self._engines.dialect_name != "postgresql":
+            return False
+        return self._analyzed(await self._runner.acall("analyze", _analyze_table, write=True))
+
+    def _analyzed(self, warnings: list[str]) -> bool:
+        for warning in warnings:
+            logger.warning(
+                "ANALYZE of the memory table on %s was skipped by the server: %s "
+                "(its planner statistics wait for autovacuum)",
+                self._where(),
+                warning,
+            )
+        if not warnings:
+            logger.debug("analyzed the memory table on %s", self._where())
+        return not warnings
+
     # ------------------------------------------------------------------ embedding
     def bind_session(self, session: Session | AsyncSession) -> SessionBoundStore:
         """A view of this store whose every write joins ``session``'s transaction.
@@ -421,6 +522,10 @@ class SessionBoundStore(_StoreOperations):
     store, run by a runner that opens a SAVEPOINT of the caller's transaction
     for each of them (and for each unit of work), so nothing is committed until
     the caller commits.  ``read_only`` is accepted and changes nothing.
+
+    It has no :meth:`SQLAlchemyStore.analyze`: rows written in the caller's
+    transaction are not committed yet, so imports through it skip the
+    statistics refresh; call ``store.analyze()`` after your commit instead.
     """
 
     def __init__(self, store: SQLAlchemyStore, session: Session | AsyncSession) -> None:
