@@ -42,6 +42,7 @@ from typing import Any, TextIO
 
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy.engine import URL
 
 from firefly_orm import migrate
@@ -645,6 +646,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"firefly-orm: {_one_line(exc, args)}", file=sys.stderr)
         return EXIT_NOT_AT_HEAD
     except EntryValidationError as exc:
+        print(f"firefly-orm: {_one_line(exc, args)}", file=sys.stderr)
+        return EXIT_USAGE
+    except CommandError as exc:  # Alembic: a revision it cannot find or cannot go to
         print(f"firefly-orm: {_one_line(exc, args)}", file=sys.stderr)
         return EXIT_USAGE
     except (FireflyOrmError, ImportError, OSError, sa.exc.SQLAlchemyError) as exc:

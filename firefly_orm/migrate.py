@@ -16,10 +16,30 @@ Use from code::
     migrate.upgrade("postgresql+psycopg://app@db/app", schema_name="firefly_memory")
     migrate.check(engine, schema_name="firefly_memory")   # [] when at head
 
-On PostgreSQL, :func:`upgrade` holds a transaction-level advisory lock, so
-several workers starting together migrate exactly once; the others wait and
-then find the schema at head.  A database already at head is left alone (no
-DDL, no lock), so a least-privilege role may call ``initialize()`` too.
+Every entry point — :func:`upgrade`, :func:`downgrade`, :func:`stamp`, a
+store's ``initialize()``, ``firefly-orm migrate`` and ``alembic upgrade head``
+through our ``env.py`` (:func:`run_environment`) — runs the migration the same
+way: in ONE database transaction that first takes the database's migration
+lock, then reads the current revision, then runs every revision's DDL and the
+version-table update, and commits once.
+
+* PostgreSQL: a transaction-level advisory lock (``pg_advisory_xact_lock``,
+  one key per schema name).
+* SQLite: the database's own write lock, ``BEGIN IMMEDIATE``, taken before
+  anything is read; it works across processes, and a migrator waits for it
+  :data:`firefly_orm.migration_lock.SQLITE_LOCK_TIMEOUT` seconds (30).
+  SQLite's DDL is transactional, and the transaction is begun by us, so
+  pysqlite never commits between statements; Alembic's batch copies
+  (``_alembic_tmp_*``) run inside it too.
+
+So several workers starting together migrate exactly once (the others wait,
+re-read the revision and find the schema at head), and a process killed at any
+point leaves the database at its previous revision, never half-migrated: the
+next migration simply runs again.  A database already at head is left alone
+(no DDL, no lock), so a least-privilege role may call ``initialize()`` too.
+Inside a caller's own transaction (a :class:`~sqlalchemy.engine.Connection`
+already in one) the migration runs in a SAVEPOINT of it and the caller's
+commit decides; on SQLite the caller's BEGIN is then the lock.
 
 Inside a host application's Alembic (two ways, see the README):
 
@@ -37,7 +57,6 @@ Inside a host application's Alembic (two ways, see the README):
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Iterator
@@ -63,6 +82,7 @@ from firefly_orm.errors import (
     scrub_secret,
     url_secrets,
 )
+from firefly_orm.migration_lock import migration_transaction
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -200,11 +220,6 @@ def _own_include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     return True
 
 
-def _lock_key(schema_name: str | None) -> int:
-    digest = hashlib.sha256(f"firefly_orm:{schema_name or ''}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
-
-
 def make_config(
     connection: Connection | None = None,
     *,
@@ -302,16 +317,12 @@ def _end(conn: Connection, caller_tx: bool, *, commit: bool) -> None:
         conn.rollback()
 
 
-def _run(target: Target, schema_name: str | None, fn: Any, *args: Any) -> Any:
-    with _connect(target) as (conn, caller_tx):
+def _run(target: Target, schema_name: str | None, fn: Any, *args: Any) -> None:
+    """Run the Alembic command ``fn(config, *args)`` in one locked migration transaction."""
+    with _connect(target) as (conn, _caller_tx):
         schema = _schema_for(conn, schema_name)
-        cfg = make_config(conn, schema_name=schema)
-        if caller_tx:
-            with conn.begin_nested():
-                return fn(cfg, *args)
-        result = fn(cfg, *args)
-        _end(conn, caller_tx, commit=True)
-        return result
+        with migration_transaction(conn, schema):
+            fn(make_config(conn, schema_name=schema), *args)
 
 
 def _is_permission_error(exc: sa.exc.DBAPIError) -> bool:
@@ -325,46 +336,34 @@ def _is_permission_error(exc: sa.exc.DBAPIError) -> bool:
 def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "head") -> None:
     """Upgrade our tables to ``revision`` (default: head); creates the schema if needed.
 
-    A database already at head is left untouched (no DDL, no lock).  On
-    PostgreSQL the upgrade holds an advisory lock (per schema name) for its
-    whole transaction, so concurrent callers migrate once and the rest wait.
+    A database already at head is left untouched (no DDL, no lock).  Otherwise
+    the whole upgrade runs in one transaction holding the migration lock
+    (PostgreSQL advisory lock per schema name, SQLite ``BEGIN IMMEDIATE``; see
+    the module docstring): concurrent callers migrate once, the rest wait and
+    find the schema at head; a crash leaves the previous revision.
 
     Raises:
         MigrationRequiredError: the role may not create the schema or tables
             (migrate as an admin, then use ``initialize(migrate=False)``), or the
             database is managed by a host's Alembic (mode (b)) and not at head.
+        sqlalchemy.exc.OperationalError: the lock was not granted in time
+            (SQLite: ``database is locked`` after
+            :data:`firefly_orm.migration_lock.SQLITE_LOCK_TIMEOUT` seconds).
     """
     with _connect(target) as (conn, caller_tx):
         schema = _schema_for(conn, schema_name)
-        at, managed_by = _read_state(conn, caller_tx, schema)
-        if managed_by == HOST_VERSION_TABLE:
-            if at == head() and revision in ("head", "heads", head()):
-                return
-            raise MigrationRequiredError(
-                f"database not at head: firefly_orm's revisions are recorded in the host's "
-                f"{HOST_VERSION_TABLE} table (at {at}); run the host's "
-                "`alembic upgrade firefly_orm@head`"
-            )
-        if revision in ("head", "heads") and at == head():
-            logger.debug("firefly_orm schema %s already at head", schema or "(default)")
+        # A first look without the lock: a database at head needs no lock at all.
+        if not _upgrade_needed(*_read_state(conn, caller_tx, schema), schema, revision):
             return
-        _refuse_unknown(at)
         try:
-            if caller_tx:
-                # The caller's transaction stays the caller's: migrate inside a
-                # SAVEPOINT (the advisory lock is then held until the caller ends it).
-                with conn.begin_nested():
-                    _locked_upgrade(conn, schema, revision)
-            elif conn.dialect.name == "postgresql":
-                with conn.begin():
-                    _locked_upgrade(conn, schema, revision)
-            else:
-                _locked_upgrade(conn, schema, revision)
-                _end(conn, caller_tx, commit=True)
+            with migration_transaction(conn, schema):
+                # Read again under the lock: a migrator that waited finds it done.
+                if not _upgrade_needed(*_state(conn, schema), schema, revision):
+                    return
+                command.upgrade(make_config(conn, schema_name=schema), revision)
         except (sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
             if not _is_permission_error(exc):
                 raise
-            _end(conn, caller_tx, commit=False)
             reason = str(exc.orig).strip().splitlines()[0]
             raise MigrationRequiredError(
                 f"database not at head and this role may not migrate it "
@@ -374,19 +373,43 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
     logger.info("firefly_orm schema %s upgraded to %s", schema or "(default)", revision)
 
 
-def _locked_upgrade(conn: Connection, schema: str | None, revision: str) -> None:
-    if conn.dialect.name == "postgresql":
-        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(schema))))
-    command.upgrade(make_config(conn, schema_name=schema), revision)
+def _upgrade_needed(
+    at: str | None, managed_by: str | None, schema: str | None, revision: str
+) -> bool:
+    """Whether an upgrade to ``revision`` has work to do on a database at ``at``.
+
+    Raises:
+        MigrationRequiredError: a host's Alembic manages our revisions (mode (b))
+            and the database is not at head, or ``at`` is a revision we do not know.
+    """
+    if managed_by == HOST_VERSION_TABLE:
+        if at == head() and revision in ("head", "heads", head()):
+            return False
+        raise MigrationRequiredError(
+            f"database not at head: firefly_orm's revisions are recorded in the host's "
+            f"{HOST_VERSION_TABLE} table (at {at}); run the host's "
+            "`alembic upgrade firefly_orm@head`"
+        )
+    if revision in ("head", "heads") and at == head():
+        logger.debug("firefly_orm schema %s already at head", schema or "(default)")
+        return False
+    _refuse_unknown(at)
+    return True
 
 
 def downgrade(target: Target, revision: str, *, schema_name: str | None = None) -> None:
-    """Downgrade our tables to ``revision`` (``"base"`` drops them)."""
+    """Downgrade our tables to ``revision`` (``"base"`` drops them).
+
+    Runs in one transaction holding the migration lock, like :func:`upgrade`.
+    """
     _run(target, schema_name, command.downgrade, revision)
 
 
 def stamp(target: Target, revision: str = "head", *, schema_name: str | None = None) -> None:
-    """Record ``revision`` in our version table without running migrations."""
+    """Record ``revision`` in our version table without running migrations.
+
+    Runs in one transaction holding the migration lock, like :func:`upgrade`.
+    """
     _run(target, schema_name, command.stamp, revision)
 
 
@@ -514,6 +537,20 @@ def _configure(context: Any, schema: str | None, **options: Any) -> None:
 
 
 def _configure_and_run(context: Any, connection: Connection, schema: str | None) -> None:
+    """Run the migrations on ``connection`` in the migration transaction (:func:`upgrade`'s).
+
+    A connection already in a transaction is in ours (lock taken by
+    :func:`upgrade` / :func:`downgrade` / :func:`stamp`) or in its owner's, who
+    commits it; any other gets one locked transaction here (``alembic upgrade``).
+    """
+    if connection.in_transaction():
+        _run_migrations(context, connection, schema)
+        return
+    with migration_transaction(connection, schema):
+        _run_migrations(context, connection, schema)
+
+
+def _run_migrations(context: Any, connection: Connection, schema: str | None) -> None:
     is_sqlite = connection.dialect.name == "sqlite"
     if schema is not None:
         # CREATE SCHEMA needs the CREATE right on the database even with IF NOT
@@ -530,6 +567,8 @@ def _configure_and_run(context: Any, connection: Connection, schema: str | None)
         compare_type=True,
         transaction_per_migration=False,
     )
+    # In a transaction already, so Alembic begins and commits nothing itself
+    # (on SQLite it would otherwise commit after each revision).
     with context.begin_transaction():
         context.run_migrations()
 
@@ -578,14 +617,6 @@ def run_environment(context: Any) -> None:
     engine = sa.create_engine(normalize_url(url), poolclass=sa.pool.NullPool)
     try:
         with _open(engine) as conn:
-            schema = url_schema(conn.dialect.name)
-            if conn.dialect.name != "sqlite":
-                with conn.begin():
-                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_lock_key(schema))))
-                    _configure_and_run(context, conn, schema)
-            else:
-                _configure_and_run(context, conn, None)
-                if conn.in_transaction():
-                    conn.commit()
+            _configure_and_run(context, conn, url_schema(conn.dialect.name))
     finally:
         engine.dispose()

@@ -1,0 +1,130 @@
+"""Fork server for the migration crash tests: run a migration, kill -9 it after SQL statement k.
+
+Run as ``python tests/faults/migration_crash.py``.  The process imports
+firefly_orm, SQLAlchemy and Alembic once, then reads one JSON request per line
+on stdin::
+
+    {"entry": "cli", "action": "upgrade", "url": "sqlite:///x.db", "schema": null,
+     "kill_after": 7}
+
+and answers each with one JSON line on stdout::
+
+    {"killed": true, "exit_code": null, "statements": 7, "error": null}
+
+For each request it forks a child (single-threaded parent, so fork is safe)
+that counts every statement SQLAlchemy sends to a DBAPI cursor (an
+``after_cursor_execute`` listener on every engine) and, when ``kill_after`` is
+k > 0, sends itself SIGKILL right after the k-th one: the database sees exactly
+what a process killed at that moment leaves behind.  With ``kill_after`` 0 the
+child runs to the end and reports how many statements the migration took.
+
+Entries (``entry``), each the way a user reaches the migrations:
+
+* ``cli``: ``firefly-orm migrate`` / ``firefly-orm downgrade base`` (``firefly_orm.cli.main``);
+* ``library``: ``migrate.upgrade(url)`` / ``migrate.downgrade(url, "base")``;
+* ``alembic``: ``alembic.command.upgrade`` / ``downgrade`` on a config with a URL only
+  (our ``env.py`` connects by itself, as ``alembic upgrade head`` does);
+* ``store``: ``SQLiteStore`` / ``PostgreSQLStore`` ``.initialize()`` (upgrade only).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import traceback
+from typing import Any
+
+from alembic import command
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from firefly_orm import cli, migrate
+from firefly_orm.sql import PostgreSQLStore, SQLiteStore
+
+
+def _run(entry: str, action: str, url: str, schema: str | None) -> None:
+    """Run one migration the way ``entry`` does; raise on failure."""
+    if entry == "cli":
+        where = ["--url", url, *(["--schema", schema] if schema else [])]
+        args = ["migrate", *where] if action == "upgrade" else ["downgrade", "base", *where]
+        code = cli.main(args)
+        if code != 0:
+            raise RuntimeError(f"firefly-orm exited with {code}")
+    elif entry == "library":
+        if action == "upgrade":
+            migrate.upgrade(url, schema_name=schema)
+        else:
+            migrate.downgrade(url, "base", schema_name=schema)
+    elif entry == "alembic":
+        cfg = migrate.make_config(url=url, schema_name=schema)
+        if action == "upgrade":
+            command.upgrade(cfg, "head")
+        else:
+            command.downgrade(cfg, "base")
+    elif entry == "store" and action == "upgrade":
+        store: Any
+        if url.startswith("sqlite"):
+            store = SQLiteStore(url.removeprefix("sqlite:///"))
+        else:
+            store = PostgreSQLStore(url, schema_name=schema, pool_min_size=0)
+        try:
+            store.initialize()
+        finally:
+            store.close()
+    else:
+        raise ValueError(f"unknown entry/action {entry!r}/{action!r}")
+
+
+def _child(request: dict[str, Any], write_fd: int) -> None:
+    """In the forked child: count statements, die after the k-th, report the count."""
+    kill_after = int(request["kill_after"])
+    count = 0
+
+    def after_execute(*_args: Any) -> None:
+        nonlocal count
+        count += 1
+        if count == kill_after:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    event.listen(Engine, "after_cursor_execute", after_execute)
+    error: str | None = None
+    try:
+        _run(request["entry"], request["action"], request["url"], request.get("schema"))
+    except BaseException as exc:  # reported to the test, which fails on it
+        error = f"{type(exc).__name__}: {exc}"
+        traceback.print_exc()
+    with os.fdopen(write_fd, "w") as out:
+        out.write(json.dumps({"statements": count, "error": error}))
+
+
+def serve() -> None:
+    """Answer requests from stdin until it closes."""
+    for line in sys.stdin:
+        request = json.loads(line)
+        read_fd, write_fd = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child never returns
+            os.close(read_fd)
+            os.dup2(2, 1)  # the child's prints must not mix with our answers
+            try:
+                _child(request, write_fd)
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        with os.fdopen(read_fd) as pipe:
+            reported = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        answer: dict[str, Any] = json.loads(reported) if reported else {}
+        answer.setdefault("statements", None)
+        answer.setdefault("error", None)
+        answer["killed"] = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+        answer["exit_code"] = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+        print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    serve()
