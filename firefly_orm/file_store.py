@@ -1,4 +1,4 @@
-"""A durable store that keeps one JSON file per namespace: :class:`FileStore`.
+"""A durable store that keeps one append-only JSON-lines file per namespace: :class:`FileStore`.
 
 It honours the same contract as :class:`~firefly_orm.store.InMemoryStore` (upsert
 on ``entry_id``, ``(created_at, entry_id)`` order, newest match for
@@ -7,61 +7,87 @@ copies in and out), with one documented difference: an ``entry_id`` is unique
 *within a namespace*, not across the whole store (see :class:`FileStore`).
 
 File layout
-    ``base_dir/<prefix>-<hash>.json`` holds a JSON object mapping each
-    ``entry_id`` to :meth:`MemoryEntry.to_json_dict` output (which includes the
-    entry's namespace).  ``<hash>`` is the first 32 hex digits (128 bits) of the
-    SHA-256 of the namespace's UTF-8 bytes, so distinct namespaces get distinct
-    files (``a/b``, ``a_b`` and ``a:b`` included, and names that differ only in
-    case, which matters on case-insensitive file systems).  ``<prefix>`` is only
-    for humans: the first 48 characters of the namespace with everything outside
-    ``A-Z a-z 0-9 _ -`` replaced by ``_``.  A file name therefore never contains a
-    path separator, ``..`` or a leading dot, and cannot leave ``base_dir``
-    whatever the namespace (``../x``, ``/abs``, very long or non-ASCII names are
-    all accepted and stored inside ``base_dir``).  Every entry read back must
-    carry the namespace the file was opened for, so even a hash collision would
+    ``base_dir/<prefix>-<hash>.json`` holds one namespace.  ``<hash>`` is the
+    first 32 hex digits (128 bits) of the SHA-256 of the namespace's UTF-8
+    bytes, so distinct namespaces get distinct files (``a/b``, ``a_b`` and
+    ``a:b`` included, and names that differ only in case, which matters on
+    case-insensitive file systems).  ``<prefix>`` is only for humans: the first
+    48 characters of the namespace with everything outside ``A-Z a-z 0-9 _ -``
+    replaced by ``_``.  A file name therefore never contains a path separator,
+    ``..`` or a leading dot, and cannot leave ``base_dir`` whatever the
+    namespace.  The file is a log of JSON lines, a header naming the namespace
+    then one record per commit (entries put as
+    :meth:`MemoryEntry.to_json_dict` output, ids deleted); the format is
+    described in :mod:`firefly_orm.file_log`.  Every entry read back must carry
+    the namespace the file was opened for, so even a hash collision would
     surface as :class:`~firefly_orm.errors.StoreCorruptedError` rather than
-    mixing two namespaces.  A namespace whose last entry is deleted has its file
-    removed.
+    mixing two namespaces.  A namespace whose last entry is deleted has its
+    file removed.  ``<file>.lock`` beside each file is its lock;
+    ``base_dir/.journal/`` holds the journals of commits in flight.  Files of
+    earlier versions (one JSON object mapping ``entry_id`` to the entry) are
+    read, and converted by their first write.
 
 Writes
-    Each change is a read-modify-write of the namespace file under a lock: a
-    per-file ``threading`` lock (shared by every ``FileStore`` in the process)
-    plus a :class:`filelock.FileLock` on ``<file>.lock`` beside it, so neither
-    threads nor processes lose updates.  The new content goes to a temporary
-    file in ``base_dir`` that is flushed and fsync'ed, then moved over the old
-    file with :func:`os.replace`: readers see the old file or the new one, never
-    a torn one.  Reads take the same lock, so a unit of work spanning several
-    namespaces is observed all-or-nothing by other threads and processes.
-    Lock files are empty and stay in place after the namespace is cleared
-    (deleting a lock file that another process may be waiting on would break
-    mutual exclusion); reads of a namespace that has no file create nothing.
+    Every change happens under the file's lock: a per-file ``threading`` lock
+    (shared by every ``FileStore`` in the process) plus a
+    :class:`filelock.FileLock` on ``<file>.lock``, so neither threads nor
+    processes lose updates.  A commit appends one line to each file it changes
+    and fsyncs it; a new file is written whole to a temporary file, fsynced and
+    moved into place with :func:`os.replace`.  A file whose dead records
+    outweigh its live entries is compacted the same way.  Reads take the lock
+    too, and each process keeps every namespace it has read parsed in memory
+    (:class:`~firefly_orm.file_log.NamespaceLog`): a read or a write parses only
+    the lines appended since this process last looked, so the cost of an
+    operation follows its change, not the size of the namespace.
+
+Crashes
+    A commit over one file is one appended line: a process killed half-way
+    leaves a torn last line, which readers ignore and the next writer cuts off
+    (that commit was never acknowledged).  A commit over several files (an
+    evicted turn moved to the archive, say) first writes a commit journal
+    naming every file and its exact line (:mod:`firefly_orm.file_journal`),
+    then appends, then removes the journal.  Whoever next locks one of those
+    files (or opens the store) finds the journal of the dead writer, takes
+    every lock it names and completes the commit; each step is idempotent, so
+    a crash during the recovery is harmless too.  Other threads and processes
+    therefore see all of a commit or none of it, also across a kill -9.
+    Temporary files of dead writers are removed when the store is opened and
+    after a recovery.
 
 Corruption
     A file that cannot be read or parsed raises
     :class:`~firefly_orm.errors.StoreCorruptedError` naming the file, for reads
     and writes alike; the file is never reset or overwritten (only an explicit
-    :meth:`FileStore.clear` removes it).
+    :meth:`FileStore.clear` removes it).  A lock file that is not a regular file
+    (a planted symbolic link, say) raises :class:`~firefly_orm.errors.StoreError`
+    naming it, and nothing is written.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
-import re
-import tempfile
+import stat
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Unpack
+from typing import Unpack
 
 import filelock
 
+from firefly_orm import file_journal
 from firefly_orm.bridges.twins import AsyncTwins
-from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
-from firefly_orm.errors import StoreCorruptedError, StoreError
+from firefly_orm.entry import MemoryEntry, validate_entry, validate_key
+from firefly_orm.errors import StoreError
+from firefly_orm.file_commit import (
+    commit,
+    load_state,
+    remove_file,
+    remove_orphans,
+    roll_forward,
+)
+from firefly_orm.file_log import DATA_FILE, Edit, namespace_file_name
 from firefly_orm.protocols import ListOptions
 from firefly_orm.uow import (
     StagedChanges,
@@ -69,39 +95,13 @@ from firefly_orm.uow import (
     apply_version,
     check_preconditions,
     select_entries,
-    sort_entries,
 )
 
 __all__ = ["FileStore", "namespace_file_name"]
 
 logger = logging.getLogger("firefly_orm")
 
-_PREFIX_CHARS = 48
-_HASH_HEX = 32
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-_DATA_FILE = re.compile(r"[A-Za-z0-9_-]{1,48}-[0-9a-f]{32}\.json")
 _LOCK_SUFFIX = ".lock"
-
-
-def namespace_file_name(namespace: str) -> str:
-    """The file name (no directory) that holds ``namespace``.
-
-    Args:
-        namespace: Any namespace :func:`~firefly_orm.entry.validate_namespace`
-            accepts.
-
-    Returns:
-        ``<prefix>-<hash>.json`` as described in the module docstring.
-
-    Raises:
-        EntryValidationError: If ``namespace`` is not a valid namespace.
-    """
-    validate_namespace(namespace)
-    digest = hashlib.sha256(namespace.encode("utf-8")).hexdigest()
-    prefix = _UNSAFE.sub("_", namespace[:_PREFIX_CHARS])
-    if prefix.startswith("-"):  # keep names from looking like command-line options
-        prefix = "_" + prefix[1:]
-    return f"{prefix}-{digest[:_HASH_HEX]}.json"
 
 
 class _ThreadLocks:
@@ -146,12 +146,12 @@ if hasattr(os, "register_at_fork"):
 
 
 class FileStore(AsyncTwins):
-    """A store that persists each namespace as one JSON file in ``base_dir``.
+    """A store that persists each namespace as one append-only JSON-lines file in ``base_dir``.
 
     Safe to share between threads, and between processes that point at the same
     directory (on a local file system: the inter-process lock is ``flock``).
-    See the module docstring for the file layout, the locking and the
-    corruption policy.
+    See the module docstring for the file layout, the locking, crash recovery
+    and the corruption policy.
 
     Entry ids are unique per namespace: saving an entry whose ``entry_id``
     already exists in *another* namespace does **not** move it (finding it
@@ -164,11 +164,19 @@ class FileStore(AsyncTwins):
     of work, saving an id under a second namespace does drop the write staged
     under the first (as on every store).
 
-    A commit that touches several namespaces holds all their locks and replaces
-    every file atomically, so other users of the store see all of it or none of
-    it; a crash of the machine half-way through the final renames can still
-    leave only some of the files updated (a single-namespace change is always
-    all-or-nothing).
+    A commit that touches several namespaces holds all their locks and goes
+    through a commit journal, so other users of the store see all of it or none
+    of it, also when the writing process is killed half-way (the next user of
+    any of those namespaces completes it).
+
+    Each process keeps the namespaces it uses parsed in memory, so an
+    operation reads only what other processes appended since.  The memory is
+    bounded by :data:`~firefly_orm.file_commit.CACHE_MAX_ENTRIES` entries
+    (100,000 by default) over all namespaces; a namespace dropped from it is
+    parsed again in full when next used.  Files written by earlier versions
+    are read and converted on their first write; earlier versions cannot read
+    the new files (they report them as corrupt and leave them alone), so
+    upgrade every process sharing a directory together.
 
     The ``async_*`` methods are derived from the sync ones
     (:class:`~firefly_orm.bridges.twins.AsyncTwins`) and run in a worker
@@ -183,6 +191,8 @@ class FileStore(AsyncTwins):
 
     Raises:
         StoreError: If ``base_dir`` cannot be created.
+        StoreCorruptedError: If a commit journal left by a dead writer cannot
+            be read or names a corrupt file.
     """
 
     def __init__(
@@ -197,6 +207,12 @@ class FileStore(AsyncTwins):
             self._base_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create the FileStore directory {self._base_dir}") from exc
+        remove_orphans(self._base_dir)
+        for path in file_journal.pending(self._base_dir):
+            journal = file_journal.read(path)
+            if journal is not None:  # taking its files' locks completes it
+                with self._locked(self._base_dir / step.name for step in journal.steps):
+                    pass
 
     # ------------------------------------------------------------------ protocol
     def save(self, namespace: str, entry: MemoryEntry) -> None:
@@ -218,20 +234,9 @@ class FileStore(AsyncTwins):
             StoreError: If the file cannot be written.
         """
         validate_entry(entry, namespace)
-        copy = entry.copy_entry(namespace=namespace)
-        path = self.path_for(namespace)
-        with self._locked([path]):
-            entries = self._read(path, namespace)
-            apply_version(copy, entries.get(copy.entry_id))
-            entries[copy.entry_id] = copy
-            self._write_files({path: entries})
-        logger.debug(
-            "FileStore: saved %s in %r (version %d, %s)",
-            copy.entry_id,
-            namespace,
-            copy.version,
-            path.name,
-        )
+        changes = StagedChanges()
+        changes.writes[(namespace, entry.entry_id)] = entry
+        self.apply_changes(changes)
 
     def load(self, namespace: str) -> list[MemoryEntry]:
         """Non-expired entries of ``namespace`` in ``(created_at, entry_id)`` order.
@@ -278,15 +283,11 @@ class FileStore(AsyncTwins):
                 untouched).
             StoreError: If the file cannot be written.
         """
-        path = self.path_for(namespace)
-        if not os.path.lexists(path):
+        if not self._may_exist(self.path_for(namespace)):
             return
-        with self._locked([path]):
-            entries = self._read(path, namespace)
-            if entries.pop(entry_id, None) is None:
-                return
-            self._write_files({path: entries})
-        logger.debug("FileStore: deleted %s from %r", entry_id, namespace)
+        changes = StagedChanges()
+        changes.writes[(namespace, entry_id)] = None
+        self.apply_changes(changes)
 
     def clear(self, namespace: str) -> None:
         """Remove every entry of ``namespace`` (its file is deleted).
@@ -302,10 +303,10 @@ class FileStore(AsyncTwins):
             StoreError: If the file cannot be removed.
         """
         path = self.path_for(namespace)
-        if not os.path.lexists(path):
+        if not self._may_exist(path):
             return
         with self._locked([path]):
-            self._write_files({path: {}})
+            remove_file(path)
         logger.debug("FileStore: cleared %r (%s)", namespace, path.name)
 
     # ------------------------------------------------------------------ extras
@@ -341,9 +342,9 @@ class FileStore(AsyncTwins):
         found: list[str] = []
         for path in self._data_files():
             with self._locked([path]):
-                namespace, entries = self._read_any(path)
-            if namespace is not None and entries:
-                found.append(namespace)
+                state = load_state(path, None)
+                if state is not None and state.namespace is not None and len(state.index):
+                    found.append(state.namespace)
         return sorted(found)
 
     def cleanup_expired(self) -> int:
@@ -360,13 +361,12 @@ class FileStore(AsyncTwins):
         removed = 0
         for path in self._data_files():
             with self._locked([path]):
-                _, entries = self._read_any(path)
-                expired = [entry_id for entry_id, e in entries.items() if e.is_expired]
-                if not expired:
+                state = load_state(path, None)
+                if state is None or state.namespace is None:
                     continue
-                for entry_id in expired:
-                    del entries[entry_id]
-                self._write_files({path: entries})
+                expired = [e.entry_id for e in state.index.values() if e.is_expired]
+                if expired:
+                    commit(self._base_dir, {state.namespace: (path, state, Edit(deletes=expired))})
             removed += len(expired)
         logger.debug("FileStore: cleanup_expired removed %d entries", removed)
         return removed
@@ -377,9 +377,10 @@ class FileStore(AsyncTwins):
         Version preconditions are checked at commit while every touched
         namespace is locked; a failed precondition raises
         :class:`~firefly_orm.errors.ConcurrencyError` and writes nothing.
-        Reads inside it read the namespace file (under its lock) and return
-        only the entries asked for.  ``read_only`` is accepted for the common
-        signature; it changes nothing here.
+        Reads inside it read the namespace file (under its lock, only what was
+        appended since this process last read it) and return only the entries
+        asked for.  ``read_only`` is accepted for the common signature; it
+        changes nothing here.
         """
         return StagedUnitOfWork(self)
 
@@ -388,17 +389,22 @@ class FileStore(AsyncTwins):
 
     # ------------------------------------------------------------------ staged backend
     def read_entry(self, namespace: str, entry_id: str) -> MemoryEntry | None:
-        """The live entry with this id in ``namespace``, or ``None``.
+        """The live entry with this id in ``namespace`` (a copy), or ``None``.
 
         Raises:
             EntryValidationError: If ``namespace`` is invalid.
             StoreCorruptedError: If the namespace file is corrupt or unreadable.
         """
-        entry = self._read_locked(self.path_for(namespace), namespace).get(entry_id)
-        return None if entry is None or entry.is_expired else entry
+        path = self.path_for(namespace)
+        if not self._may_exist(path):
+            return None
+        with self._locked([path]):
+            state = load_state(path, namespace)
+            entry = None if state is None else state.index.get(entry_id)
+            return None if entry is None or entry.is_expired else entry.copy_entry()
 
     def read_by_key(self, namespace: str, key: str) -> list[MemoryEntry]:
-        """Every live entry of ``namespace`` with ``key``.
+        """Every live entry of ``namespace`` with ``key`` (copies).
 
         Raises:
             EntryValidationError: If ``namespace`` or ``key`` is invalid.
@@ -406,25 +412,36 @@ class FileStore(AsyncTwins):
         """
         path = self.path_for(namespace)
         validate_key(key)
-        entries = self._read_locked(path, namespace).values()
-        return [e for e in entries if e.key == key and not e.is_expired]
+        if not self._may_exist(path):
+            return []
+        with self._locked([path]):
+            state = load_state(path, namespace)
+            return [] if state is None else [e.copy_entry() for e in state.index.with_key(key)]
 
     def read_list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
         """Live entries of ``namespace``, ordered and limited (see :class:`ListOptions`).
 
         Ordered by ``(key, created_at, entry_id)`` with ``key_prefix`` (only
         keys starting with it), else by ``(created_at, entry_id)``;
-        ``newest_first`` reverses; ``limit`` applies after ordering.
+        ``newest_first`` reverses; ``limit`` applies after ordering.  Only the
+        entries returned are visited (and copied), plus expired ones on the way.
 
         Raises:
             EntryValidationError: If ``namespace`` is invalid.
             StoreCorruptedError: If the namespace file is corrupt or unreadable.
         """
-        entries = self._read_locked(self.path_for(namespace), namespace).values()
-        return select_entries(entries, **options)
+        path = self.path_for(namespace)
+        if not self._may_exist(path):
+            return []
+        with self._locked([path]):
+            state = load_state(path, namespace)
+            return [] if state is None else [e.copy_entry() for e in state.index.select(**options)]
 
     def apply_changes(self, changes: StagedChanges) -> None:
         """Check the preconditions and apply ``changes`` holding every touched file's lock.
+
+        Order: the entries of ``erased_users`` (in every namespace file, all
+        locked), then the cleared namespaces, then the writes.
 
         Raises:
             ConcurrencyError: A version precondition failed (nothing is written).
@@ -433,49 +450,127 @@ class FileStore(AsyncTwins):
         """
         namespaces = sorted(changes.namespaces())
         paths = {ns: self.path_for(ns) for ns in namespaces}
-        with self._locked([paths[ns] for ns in namespaces]):
-            state = {ns: self._read(paths[ns], ns) for ns in namespaces}
-
-            def current(namespace: str, entry_id: str) -> MemoryEntry | None:
-                return state[namespace].get(entry_id)
-
-            check_preconditions(changes, current)
-            dirty: set[str] = set()
-            for ns in changes.cleared:
-                if state[ns]:
-                    state[ns] = {}
-                    dirty.add(ns)
-            for (ns, entry_id), entry in changes.writes.items():
-                if entry is None:
-                    if state[ns].pop(entry_id, None) is not None:
-                        dirty.add(ns)
-                else:
-                    copy = entry.copy_entry(namespace=ns)
-                    state[ns][entry_id] = apply_version(copy, state[ns].get(entry_id))
-                    dirty.add(ns)
-            self._write_files({paths[ns]: state[ns] for ns in sorted(dirty)})
+        every = self._data_files() if changes.erased_users else []
+        while True:
+            with self._locked([*paths.values(), *every]):
+                if changes.erased_users and set(self._data_files()) - set(every):
+                    every = self._data_files()  # a namespace appeared: lock it too
+                    continue
+                written = self._apply_locked(changes, paths, every)
+                break
         logger.debug(
-            "FileStore: committed a unit of work over %d namespace(s), %d written",
+            "FileStore: committed a unit of work over %d namespace(s), %d file(s) written",
             len(namespaces),
-            len(dirty),
+            written,
         )
 
     # ------------------------------------------------------------------ internals
+    def _apply_locked(
+        self, changes: StagedChanges, paths: dict[str, Path], every: list[Path]
+    ) -> int:
+        paths = dict(paths)
+        states = {ns: load_state(path, ns) for ns, path in paths.items()}
+        for path in every:
+            state = load_state(path, None)
+            if state is not None and state.namespace is not None:
+                states.setdefault(state.namespace, state)
+                paths.setdefault(state.namespace, path)
+
+        def current(namespace: str, entry_id: str) -> MemoryEntry | None:
+            state = states.get(namespace)
+            return None if state is None else state.index.get(entry_id)
+
+        check_preconditions(changes, current)
+        edits: dict[str, Edit] = {}
+        gone: dict[str, set[str]] = {}
+        for ns, state in states.items():
+            if state is None:
+                continue
+            if ns in changes.cleared and len(state.index):
+                edits[ns] = Edit(clear=True)
+                gone[ns] = set(state.index.ids())
+            elif changes.erased_users:
+                erased = [
+                    e.entry_id for e in state.index.values() if e.user_id in changes.erased_users
+                ]
+                if erased:
+                    edits[ns] = Edit(deletes=erased)
+                    gone[ns] = set(erased)
+        for (ns, entry_id), entry in changes.writes.items():
+            state = states[ns]
+            previous = None
+            if state is not None and entry_id not in gone.get(ns, ()):
+                previous = state.index.get(entry_id)
+            if entry is None:
+                if previous is not None:
+                    edits.setdefault(ns, Edit()).deletes.append(entry_id)
+            else:
+                copy = apply_version(entry.copy_entry(namespace=ns), previous)
+                edits.setdefault(ns, Edit()).puts.append(copy)
+        return commit(
+            self._base_dir, {ns: (paths[ns], states[ns], edit) for ns, edit in edits.items()}
+        )
+
     @contextlib.contextmanager
     def _locked(self, paths: Iterable[Path]) -> Iterator[None]:
-        """Hold the thread lock and the file lock of each path, in the given order."""
+        """Hold the thread lock and the file lock of each path, in path order.
+
+        Before handing over, complete any commit journal of a dead writer that
+        names one of the files (taking the locks of all its files first).
+        """
+        wanted = {str(path) for path in paths}
+        while True:
+            with contextlib.ExitStack() as stack:
+                for key in sorted(wanted):
+                    self._lock(stack, key + _LOCK_SUFFIX)
+                missing = self._recover(wanted)
+                if not missing:
+                    yield
+                    return
+            wanted |= missing
+
+    def _lock(self, stack: contextlib.ExitStack, lock_path: str) -> None:
         timeout = -1.0 if self._lock_timeout is None else self._lock_timeout
-        with contextlib.ExitStack() as stack:
-            for path in paths:
-                lock_path = str(path) + _LOCK_SUFFIX
-                stack.enter_context(_thread_locks.hold(lock_path, timeout))
-                try:
-                    stack.enter_context(filelock.FileLock(lock_path, timeout=timeout))
-                except filelock.Timeout as exc:
-                    raise StoreError(
-                        f"timed out after {timeout}s waiting for the file lock {lock_path}"
-                    ) from exc
-            yield
+        try:
+            mode = os.lstat(lock_path).st_mode
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise StoreError(f"cannot use the lock file {lock_path}: {exc}") from exc
+        else:
+            if not stat.S_ISREG(mode):
+                kind = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+                raise StoreError(
+                    f"the lock file {lock_path} is {kind}; refusing to use it (nothing was "
+                    "written; remove it and FileStore recreates it)"
+                )
+        stack.enter_context(_thread_locks.hold(lock_path, timeout))
+        try:
+            stack.enter_context(filelock.FileLock(lock_path, timeout=timeout))
+        except filelock.Timeout as exc:
+            raise StoreError(
+                f"timed out after {timeout}s waiting for the file lock {lock_path}"
+            ) from exc
+        except OSError as exc:
+            raise StoreError(f"cannot take the file lock {lock_path}: {exc}") from exc
+
+    def _recover(self, held: set[str]) -> set[str]:
+        """Complete the journals naming a held file; return the files still to lock first."""
+        for path in file_journal.pending(self._base_dir):
+            journal = file_journal.read(path)
+            if journal is None:
+                continue
+            files = {str(self._base_dir / step.name) for step in journal.steps}
+            if files.isdisjoint(held):
+                continue  # another commit, in flight or waiting for its own files' users
+            if not files <= held:
+                return files - held
+            roll_forward(self._base_dir, path, journal)
+        return set()
+
+    def _may_exist(self, path: Path) -> bool:
+        """Whether ``path`` exists or may be created by completing a dead writer's commit."""
+        return os.path.lexists(path) or bool(file_journal.pending(self._base_dir))
 
     def _data_files(self) -> list[Path]:
         try:
@@ -484,127 +579,4 @@ class FileStore(AsyncTwins):
             return []
         except OSError as exc:
             raise StoreError(f"cannot list the FileStore directory {self._base_dir}") from exc
-        return [self._base_dir / name for name in names if _DATA_FILE.fullmatch(name)]
-
-    def _read_locked(self, path: Path, namespace: str) -> dict[str, MemoryEntry]:
-        """Read under the lock; a missing file needs no lock (a rename is atomic).
-
-        Skipping the lock for namespaces that were never written also keeps
-        reads of unknown namespaces from leaving lock files behind.
-        """
-        if not os.path.lexists(path):
-            return {}
-        with self._locked([path]):
-            return self._read(path, namespace)
-
-    def _read(self, path: Path, namespace: str) -> dict[str, MemoryEntry]:
-        return self._parse(path, namespace)[1]
-
-    def _read_any(self, path: Path) -> tuple[str | None, dict[str, MemoryEntry]]:
-        return self._parse(path, None)
-
-    def _parse(
-        self, path: Path, namespace: str | None
-    ) -> tuple[str | None, dict[str, MemoryEntry]]:
-        """Read and check one namespace file; a missing file is an empty namespace."""
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            return namespace, {}
-        except OSError as exc:
-            raise StoreCorruptedError(f"cannot read memory file {path}: {exc}") from exc
-        try:
-            data: Any = json.loads(raw.decode("utf-8"))
-            if not isinstance(data, dict):
-                raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-            entries: dict[str, MemoryEntry] = {}
-            for entry_id, item in data.items():
-                if not isinstance(item, dict):
-                    raise ValueError(f"entry {entry_id!r} is not a JSON object")
-                entry = MemoryEntry.from_dict(item)
-                validate_entry(entry, entry.namespace)
-                if entry.entry_id != entry_id:
-                    raise ValueError(f"entry {entry_id!r} has entry_id {entry.entry_id!r}")
-                if namespace is None:
-                    namespace = entry.namespace
-                    if namespace_file_name(namespace) != path.name:
-                        raise ValueError(f"namespace {namespace!r} does not belong in this file")
-                elif entry.namespace != namespace:
-                    raise ValueError(
-                        f"entry {entry_id!r} belongs to namespace {entry.namespace!r}, "
-                        f"not {namespace!r}"
-                    )
-                entries[entry_id] = entry
-        except Exception as exc:
-            raise StoreCorruptedError(f"corrupt memory file {path}: {exc}") from exc
-        return namespace, entries
-
-    def _write_files(self, contents: dict[Path, dict[str, MemoryEntry]]) -> None:
-        """Replace each file with its entries (an empty dict removes the file).
-
-        Every new file is fully written and fsync'ed before the first rename, so
-        a failure while preparing leaves every file as it was.
-        """
-        prepared: list[tuple[Path, Path | None]] = []
-        try:
-            for path, entries in contents.items():
-                prepared.append((path, self._write_temp(path, entries) if entries else None))
-        except BaseException:
-            for _, tmp in prepared:
-                if tmp is not None:
-                    with contextlib.suppress(OSError):
-                        tmp.unlink()
-            raise
-        try:
-            for index, (path, tmp) in enumerate(prepared):
-                if tmp is None:
-                    path.unlink(missing_ok=True)
-                else:
-                    os.replace(tmp, path)
-                    prepared[index] = (path, None)
-        except OSError as exc:
-            for _, tmp in prepared:
-                if tmp is not None:
-                    with contextlib.suppress(OSError):
-                        tmp.unlink()
-            raise StoreError(f"cannot update memory files in {self._base_dir}: {exc}") from exc
-        if contents:
-            self._fsync_dir()
-
-    def _write_temp(self, path: Path, entries: dict[str, MemoryEntry]) -> Path:
-        payload = {e.entry_id: e.to_json_dict() for e in sort_entries(entries.values())}
-        text = json.dumps(payload, indent=2, ensure_ascii=True, allow_nan=False)
-        try:
-            fd, tmp_name = tempfile.mkstemp(
-                dir=self._base_dir, prefix=f".{path.name}.", suffix=".tmp"
-            )
-        except OSError as exc:
-            raise StoreError(f"cannot create a temporary file for {path}: {exc}") from exc
-        tmp = Path(tmp_name)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(text.encode("ascii"))
-                handle.flush()
-                os.fsync(handle.fileno())
-        except BaseException as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            if isinstance(exc, OSError):
-                raise StoreError(f"cannot write memory file {path}: {exc}") from exc
-            raise
-        return tmp
-
-    def _fsync_dir(self) -> None:
-        """Make the renames durable (POSIX; a no-op where directories cannot be opened)."""
-        if os.name != "posix":
-            return
-        try:
-            fd = os.open(self._base_dir, os.O_RDONLY)
-        except OSError:
-            return
-        try:
-            os.fsync(fd)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        return [self._base_dir / name for name in names if DATA_FILE.fullmatch(name)]

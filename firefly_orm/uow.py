@@ -160,6 +160,8 @@ class StagedChanges:
     #: (namespace, entry_id) -> entry to write, or None to delete
     writes: dict[tuple[str, str], MemoryEntry | None] = field(default_factory=dict)
     preconditions: list[_Precondition] = field(default_factory=list)
+    #: entry_id -> namespaces a save staged it in (so a save finds a move in O(1))
+    saved_in: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)
 
     def namespaces(self) -> set[str]:
         """Every namespace the changes touch (cleared, written or checked)."""
@@ -298,8 +300,11 @@ class _StagedRepository:
         if expected_version is not None:
             changes.preconditions.append(_Precondition(namespace, entry.entry_id, expected_version))
         # A move between namespaces deletes the old row (entry_id is global).
-        for ns_id in [k for k in changes.writes if k[1] == entry.entry_id and k[0] != namespace]:
-            changes.writes[ns_id] = None
+        saved_in = changes.saved_in.setdefault(entry.entry_id, set())
+        for other in saved_in - {namespace}:
+            if (other, entry.entry_id) in changes.writes:
+                changes.writes[(other, entry.entry_id)] = None
+        saved_in.add(namespace)
         changes.writes[(namespace, entry.entry_id)] = copy
 
     def delete(self, namespace: str, entry_ids: str | Iterable[str]) -> None:

@@ -107,15 +107,6 @@ def test_base_dir_that_is_a_file_raises_store_error(tmp_path: Path) -> None:
         FileStore(blocker)
 
 
-def test_file_content_is_entry_id_to_json_dict(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-    e = entry("k", {"a": [1, 2]}, metadata_={"m": True}, expires_at=FUTURE, importance=0.25)
-    store.save("ns", e)
-    data = json.loads(store.path_for("ns").read_text())
-    stored = e.copy_entry(namespace="ns")
-    assert data == {e.entry_id: stored.to_json_dict()}
-
-
 def test_persistence_across_instances(tmp_path: Path) -> None:
     first = FileStore(tmp_path / "mem")
     e1 = entry("k1", {"nested": {"x": [1, "two", None]}}, metadata_={"src": "test"})
@@ -359,11 +350,11 @@ def test_corrupt_file_raises_and_is_never_overwritten(tmp_path: Path, kind: str)
 
 
 def test_corrupt_entries_are_detected(tmp_path: Path) -> None:
+    # Files of earlier versions (one JSON object, entry_id -> entry) are checked entry by entry.
     store = FileStore(tmp_path)
     good = entry("k")
-    store.save("ns", good)
     path = store.path_for("ns")
-    valid = json.loads(path.read_text())
+    valid = {good.entry_id: good.copy_entry(namespace="ns").to_json_dict()}
 
     def write(data: dict[str, Any]) -> None:
         path.write_text(json.dumps(data))
@@ -459,7 +450,26 @@ def test_failed_write_keeps_old_file_and_no_temp(
     assert [e.key for e in store.load("ns")] == ["keep"]
 
 
-def test_failed_rename_keeps_old_file_and_no_temp(
+def test_failed_append_keeps_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = FileStore(tmp_path)
+    store.save("ns", entry("keep"))
+    path = store.path_for("ns")
+    before = path.read_bytes()
+    real_write = os.write
+
+    def half_then_full_disk(fd: int, data: Any) -> int:
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full_disk)
+    with pytest.raises(StoreError, match="cannot write"):
+        store.save("ns", entry("lost"))
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert [e.key for e in FileStore(tmp_path).load("ns")] == ["keep"]
+
+
+def test_failed_rename_of_a_new_file_leaves_no_file_and_no_temp(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = FileStore(tmp_path)
@@ -472,10 +482,13 @@ def test_failed_rename_keeps_old_file_and_no_temp(
 
     monkeypatch.setattr(os, "replace", broken_replace)
     with pytest.raises(StoreError):
-        store.save("ns", entry("lost"))
+        store.save("new", entry("lost"))
     monkeypatch.undo()
     assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name, path.name + ".lock"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [path.name, path.name + ".lock", store.path_for("new").name + ".lock"]
+    )
+    assert store.load("new") == []
 
 
 def test_lock_timeout_raises_store_error(tmp_path: Path) -> None:

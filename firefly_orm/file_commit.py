@@ -1,0 +1,340 @@
+"""How :class:`~firefly_orm.FileStore` changes its files: parsed states, commits, recovery.
+
+Every function here runs with the locks of the files it touches held by the
+caller (:class:`~firefly_orm.file_store.FileStore` takes them).
+
+* :func:`load_state`: a namespace file's parsed state, from the process-wide
+  cache, brought up to date with what was appended since (see
+  :func:`~firefly_orm.file_log.read_state`).
+* :func:`commit`: one commit's edits.  A single file gets one appended line (a
+  new file is written whole); several files go through a commit journal
+  (:mod:`firefly_orm.file_journal`): journal written, files changed, journal
+  removed.  If a change fails half-way the files are put back and the journal
+  dropped; if even that fails, the journal stays and the next user completes
+  the commit.  A file whose dead records outweigh the live ones is compacted
+  just before its line is appended (a failed compaction is only logged), so a
+  process that had read the file up to there adopts the new file as is.
+* :func:`roll_forward`: complete the journal of a writer that is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from firefly_orm import file_journal
+from firefly_orm.errors import StoreCorruptedError, StoreError
+from firefly_orm.file_journal import JOURNAL_DIR, Journal, Step
+from firefly_orm.file_log import (
+    Edit,
+    NamespaceLog,
+    create_log,
+    decode_record,
+    encode_record,
+    fsync_dir,
+    new_id,
+    orphan_temps,
+    read_state,
+)
+
+__all__ = [
+    "CACHE_MAX_ENTRIES",
+    "commit",
+    "forget",
+    "load_state",
+    "remove_file",
+    "remove_orphans",
+    "roll_forward",
+]
+
+logger = logging.getLogger("firefly_orm")
+
+#: Parsed entries a process keeps in memory over all namespaces (about 7 KB each
+#: for a conversation turn of 1 KB of JSON).  Beyond it the least recently used
+#: namespaces are dropped, and parsed again in full when next used; the namespace
+#: just used is always kept, whatever its size.  Read at every use: assign to
+#: change it.
+CACHE_MAX_ENTRIES = 100_000
+
+
+class _StateCache:
+    """Process-wide parsed namespace files by path; a state is used under its file's lock."""
+
+    def __init__(self, max_entries: int | None = None) -> None:
+        self._guard = threading.Lock()
+        self._states: OrderedDict[str, tuple[NamespaceLog, int]] = OrderedDict()
+        self._total = 0
+        self._max_entries = max_entries
+
+    def get(self, key: str) -> NamespaceLog | None:
+        with self._guard:
+            item = self._states.get(key)
+            if item is None:
+                return None
+            self._states.move_to_end(key)
+            return item[0]
+
+    def put(self, key: str, state: NamespaceLog) -> None:
+        size = len(state.index)
+        with self._guard:
+            old = self._states.pop(key, None)
+            self._total += size - (0 if old is None else old[1])
+            self._states[key] = (state, size)
+            limit = CACHE_MAX_ENTRIES if self._max_entries is None else self._max_entries
+            while self._total > limit and len(self._states) > 1:
+                _, (_, dropped) = self._states.popitem(last=False)
+                self._total -= dropped
+
+    def discard(self, key: str) -> None:
+        with self._guard:
+            old = self._states.pop(key, None)
+            if old is not None:
+                self._total -= old[1]
+
+
+_cache = _StateCache()
+
+
+def _reset_after_fork() -> None:
+    # A forked child must not use states a thread of the parent was changing.
+    global _cache
+    _cache = _StateCache()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
+
+
+@dataclass
+class _Plan:
+    """One file of a commit: its state before, and the change (``line`` None: remove it)."""
+
+    path: Path
+    namespace: str
+    state: NamespaceLog | None
+    line: bytes | None
+
+
+# --------------------------------------------------------------------------- states
+
+
+def load_state(path: Path, namespace: str | None) -> NamespaceLog | None:
+    """The up-to-date state of a namespace file (``None``: there is none).
+
+    Raises:
+        StoreCorruptedError: The file is unreadable or corrupt.
+    """
+    key = str(path)
+    try:
+        state = read_state(path, namespace, _cache.get(key))
+    except BaseException:
+        _cache.discard(key)
+        raise
+    if state is None:
+        _cache.discard(key)
+    else:
+        _cache.put(key, state)
+    return state
+
+
+def forget(path: Path) -> None:
+    """Drop the cached state of ``path`` (the next use parses the file again)."""
+    _cache.discard(str(path))
+
+
+def remove_file(path: Path) -> None:
+    """Remove a namespace file (no error if it is gone), durably.
+
+    Raises:
+        StoreError: It could not be removed.
+    """
+    forget(path)
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot remove memory file {path}: {exc}") from exc
+    fsync_dir(path.parent)
+
+
+def remove_orphans(base_dir: Path) -> None:
+    """Remove the temporary files of writers that are gone."""
+    for directory in (base_dir, base_dir / JOURNAL_DIR):
+        for orphan in orphan_temps(directory):
+            with contextlib.suppress(OSError):
+                orphan.unlink()
+                logger.info("FileStore: removed %s, left by a writer that stopped", orphan)
+
+
+# --------------------------------------------------------------------------- commits
+
+
+def commit(base_dir: Path, edits: dict[str, tuple[Path, NamespaceLog | None, Edit]]) -> int:
+    """Write ``edits`` (namespace -> file, its state, its edit); return how many files changed.
+
+    A file left without entries is removed.  Nothing is changed if an error is
+    raised, unless the log says the commit could not be undone (it is then
+    completed by the next user of those files).
+
+    Raises:
+        StoreError: A file could not be written.
+    """
+    commit_id = new_id()
+    plans: list[_Plan] = []
+    for namespace in sorted(edits):
+        path, state, edit = edits[namespace]
+        remaining = len(edit.puts) if state is None else state.remaining_after(edit)
+        if remaining == 0:
+            if state is not None:
+                plans.append(_Plan(path, namespace, state, None))
+            continue
+        if state is not None and state.legacy:
+            state.rewrite()  # converted first (same entries): a journal pins log files
+            _cache.put(str(path), state)
+        elif state is not None and state.needs_compaction():
+            _compact(state)  # before the append: a reader that saw the file so far adopts it
+        plans.append(_Plan(path, namespace, state, encode_record(commit_id, edit)))
+    plans.sort(key=lambda plan: plan.line is None)  # removals last: the rest can be undone
+    if len(plans) == 1:
+        _run(plans[0])
+    elif plans:
+        _run_journaled(base_dir, commit_id, plans)
+    return len(plans)
+
+
+def _run(plan: _Plan) -> None:
+    """Apply one file's change: append its line, create it, or remove it."""
+    key = str(plan.path)
+    try:
+        if plan.line is None:
+            remove_file(plan.path)
+        elif plan.state is None:
+            create_log(plan.path, plan.namespace, plan.line)
+            load_state(plan.path, plan.namespace)
+        else:
+            if plan.state.legacy:  # only when completing a journal over an old version's file
+                plan.state.rewrite()
+            plan.state.append(plan.line)
+            _cache.put(key, plan.state)
+    except BaseException:
+        _cache.discard(key)
+        raise
+
+
+def _run_journaled(base_dir: Path, commit_id: str, plans: list[_Plan]) -> None:
+    """Apply a commit over several files through a commit journal."""
+    steps = tuple(
+        Step(
+            plan.path.name,
+            plan.namespace,
+            plan.line,
+            None if plan.state is None else plan.state.generation,
+            0 if plan.state is None else plan.state.offset,
+        )
+        for plan in plans
+    )
+    journal = file_journal.write(base_dir, Journal(commit_id, steps))
+    done: list[tuple[_Plan, Step]] = []
+    try:
+        for plan, step in zip(plans, steps, strict=True):
+            _run(plan)
+            done.append((plan, step))
+    except BaseException:
+        for plan in plans:
+            _cache.discard(str(plan.path))
+        if _undo(done):
+            with contextlib.suppress(StoreError):
+                file_journal.remove(journal)
+        if journal.exists():
+            logger.error(
+                "FileStore: commit %s failed half-way and could not be undone; it will be "
+                "completed by the next access to %s",
+                commit_id,
+                ", ".join(plan.path.name for plan in plans),
+            )
+        raise
+    try:
+        file_journal.remove(journal)
+    except StoreError as exc:  # the commit is complete; completing it again changes nothing
+        logger.warning("FileStore: %s", exc)
+
+
+def _undo(done: list[tuple[_Plan, Step]]) -> bool:
+    """Put the files of a failed journaled commit back as they were, if possible."""
+    try:
+        for plan, step in reversed(done):
+            if plan.line is None:
+                return False  # a removed file cannot be put back (removals come last)
+            if step.generation is None:
+                os.unlink(plan.path)
+            else:
+                fd = os.open(plan.path, os.O_WRONLY)
+                try:
+                    os.ftruncate(fd, step.offset)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _compact(state: NamespaceLog) -> None:
+    try:
+        state.rewrite()
+    except StoreError as exc:  # the old file stays (just longer than needed)
+        logger.warning("FileStore: could not compact %s: %s", state.path, exc)
+    else:
+        logger.debug("FileStore: compacted %s (%d entries)", state.path.name, len(state.index))
+
+
+# --------------------------------------------------------------------------- recovery
+
+
+def roll_forward(base_dir: Path, path: Path, journal: Journal) -> None:
+    """Complete the commit of a dead writer (the caller holds the lock of every file it names).
+
+    Raises:
+        StoreCorruptedError: The journal holds a bad line, or a file it names is
+            corrupt or shorter than the journal records (nothing is changed by
+            the check of the lines).
+        StoreError: A file could not be written (the journal stays).
+    """
+    for step in journal.steps:
+        if step.line is not None:
+            try:
+                decode_record(json.loads(step.line), step.namespace)
+            except Exception as exc:
+                raise StoreCorruptedError(
+                    f"corrupt commit journal {path}: bad line for {step.name}: {exc}"
+                ) from exc
+    for step in journal.steps:
+        target = base_dir / step.name
+        state = load_state(target, step.namespace)
+        if _step_pending(path, step, state):
+            _run(_Plan(target, step.namespace, state, step.line))
+    file_journal.remove(path)
+    remove_orphans(base_dir)
+    logger.warning(
+        "FileStore: completed commit %s over %d file(s), interrupted when its writer stopped",
+        journal.commit_id,
+        len(journal.steps),
+    )
+
+
+def _step_pending(path: Path, step: Step, state: NamespaceLog | None) -> bool:
+    """Whether a journal step still has to be applied to the file in ``state``."""
+    if step.generation is None:
+        return state is None and step.line is not None
+    if state is None or state.generation != step.generation:
+        return False  # removed or rewritten since: the step was applied
+    if state.offset < step.offset:
+        raise StoreCorruptedError(
+            f"memory file {state.path} is shorter than the commit journal {path} records"
+        )
+    return state.offset == step.offset
