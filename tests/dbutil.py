@@ -29,3 +29,25 @@ def drop_mongo_database(url: str, name: str) -> None:
         client.drop_database(name)
     finally:
         client.close()
+
+
+def plan_nodes(engine: sa.Engine, statement: str, parameters: Any) -> list[dict[str, Any]]:
+    """Every node of PostgreSQL's ``EXPLAIN`` plan of a statement, outermost first."""
+    with engine.connect() as conn:
+        plan = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, parameters).scalar_one()
+    nodes: list[dict[str, Any]] = []
+    pending = [plan[0]["Plan"]]
+    while pending:
+        node = pending.pop(0)
+        nodes.append(node)
+        pending.extend(node.get("Plans", []))
+    return nodes
+
+
+def describe_plan(nodes: list[dict[str, Any]]) -> str:
+    """A one-line summary of :func:`plan_nodes` (node types, index names, row estimates)."""
+    return " > ".join(
+        f"{n['Node Type']}{'(' + n['Index Name'] + ')' if 'Index Name' in n else ''}"
+        f"[rows={n['Plan Rows']}]"
+        for n in nodes
+    )

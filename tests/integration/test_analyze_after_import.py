@@ -33,7 +33,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from dbutil import describe_plan as _describe
 from dbutil import drop_schema
+from dbutil import plan_nodes as _plan_nodes
 from sqlalchemy.orm import Session
 
 from firefly_orm.conversation import ConversationMemory
@@ -151,19 +153,6 @@ def _captured_reads(engine: sa.Engine, table: str) -> Iterator[list[tuple[str, A
         sa.event.remove(engine, "before_cursor_execute", record)
 
 
-def _plan_nodes(admin: sa.Engine, statement: str, parameters: Any) -> list[dict[str, Any]]:
-    """Every node of ``EXPLAIN``'s plan of the statement, outermost first."""
-    with admin.connect() as conn:
-        plan = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, parameters).scalar_one()
-    nodes: list[dict[str, Any]] = []
-    pending = [plan[0]["Plan"]]
-    while pending:
-        node = pending.pop(0)
-        nodes.append(node)
-        pending.extend(node.get("Plans", []))
-    return nodes
-
-
 def _history_plan(
     admin: sa.Engine, engine: sa.Engine, schema: str, read: Any
 ) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -172,14 +161,6 @@ def _history_plan(
     assert reads, "the history read ran no SELECT of turn contents"
     statement, parameters = reads[0]
     return _plan_nodes(admin, statement, parameters), history
-
-
-def _describe(nodes: list[dict[str, Any]]) -> str:
-    return " > ".join(
-        f"{n['Node Type']}{'(' + n['Index Name'] + ')' if 'Index Name' in n else ''}"
-        f"[rows={n['Plan Rows']}]"
-        for n in nodes
-    )
 
 
 # --------------------------------------------------------------------------- tests
