@@ -7,7 +7,13 @@
   shared loop thread of :mod:`firefly_orm.bridges.loop_thread` and whose units
   of work read by id, by key and by key-prefix range with a limit;
 * :mod:`firefly_orm.mongo.commit`: how a unit of work's staged changes are
-  committed (preconditions, conditional writes, one ordered bulk write).
+  committed (preconditions, conditional writes, one ordered bulk write), in a
+  transaction or, without transactions, through
+* :mod:`firefly_orm.mongo.journal`: namespace locks and a commit journal that
+  make a commit all or nothing once recovered (whoever next touches its
+  namespaces, or ``initialize()``, completes or undoes it), with
+  :mod:`firefly_orm.mongo.owner` telling a running writer from a dead one and
+  :mod:`firefly_orm.mongo.reads` the reads of a unit of work.
 
 Requires the ``mongo`` extra (``pip install 'firefly-orm[mongo]'``).
 """

@@ -1,57 +1,63 @@
 """Committing a staged unit of work's changes to a MongoDB collection.
 
-:func:`apply_changes` runs inside a multi-document transaction when given a
-session (replica sets and sharded clusters), else on its own; see
-:meth:`firefly_orm.mongo.MongoDBStore.unit_of_work` for what each mode
-guarantees.  Order of work: every version precondition is checked against the
-stored documents first; then the writes that carry a precondition are applied as
-conditional updates (atomic per document, so a writer slipping in after the
-check is still caught); then everything else as one ordered bulk write.
+Two ways, chosen by the store (see
+:meth:`firefly_orm.mongo.MongoDBStore.unit_of_work` for what each guarantees):
+
+* :func:`apply_changes` inside a multi-document transaction (replica sets and
+  sharded clusters): every version precondition is checked against the stored
+  documents; the writes that carry a precondition are applied as conditional
+  updates (atomic per document, so a writer slipping in after the check is
+  still caught); everything else follows as one ordered bulk write.
+* :func:`apply_journaled` without transactions: the same writes, under
+  namespace locks and a commit journal (:mod:`firefly_orm.mongo.journal`), so a
+  crash half-way is completed or undone by whoever next touches the
+  namespaces.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.errors import ConcurrencyError, MissingExtraError
 from firefly_orm.mongo.document import entry_to_document, upsert_pipeline
+from firefly_orm.mongo.journal import CommitPlan, Journal, conditional_write
+from firefly_orm.mongo.owner import IN_FLIGHT
 from firefly_orm.uow import StagedChanges
 
 try:
     from pymongo import DeleteMany, DeleteOne, UpdateOne
     from pymongo.asynchronous.client_session import AsyncClientSession
     from pymongo.asynchronous.collection import AsyncCollection
-    from pymongo.errors import DuplicateKeyError
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("MongoDBStore", "mongo", exc.name) from exc
 
-__all__ = ["apply_changes"]
+__all__ = ["apply_changes", "apply_journaled"]
+
+logger = logging.getLogger("firefly_orm.mongo")
 
 #: The pymongo collection of a store's entries.
 Collection = AsyncCollection[dict[str, Any]]
 
+_Conditional = tuple[str, MemoryEntry, int]
+_Ordered = tuple[tuple[str, str], MemoryEntry | None]
 
-async def apply_changes(
-    col: Collection, changes: StagedChanges, session: AsyncClientSession | None
-) -> None:
-    """Apply staged changes (inside a transaction when ``session`` is given).
 
-    Raises:
-        ConcurrencyError: A version precondition does not hold.
+def _split(changes: StagedChanges) -> tuple[list[_Conditional], list[_Ordered]]:
+    """(conditional writes, the other writes in staging order).
+
+    A write is conditional when it carries a precondition, its namespace is
+    not cleared and its entry is not moved in this unit of work.
     """
-    await _check_preconditions(col, changes, session)
     expected: dict[tuple[str, str], int] = {}
     for pre in changes.preconditions:
         expected.setdefault((pre.namespace, pre.entry_id), pre.expected_version)
-
-    # Conditional writes (a precondition, no clear of the namespace, no move in
-    # this unit of work) first: each is atomic on its document.
     id_counts: dict[str, int] = {}
     for _, entry_id in changes.writes:
         id_counts[entry_id] = id_counts.get(entry_id, 0) + 1
-    conditional: list[tuple[str, MemoryEntry, int]] = []
-    ordered: list[tuple[tuple[str, str], MemoryEntry | None]] = []
+    conditional: list[_Conditional] = []
+    ordered: list[_Ordered] = []
     for (namespace, entry_id), entry in changes.writes.items():
         version = expected.get((namespace, entry_id))
         if (
@@ -63,38 +69,125 @@ async def apply_changes(
             conditional.append((namespace, entry, version))
         else:
             ordered.append(((namespace, entry_id), entry))
+    return conditional, ordered
+
+
+async def apply_changes(
+    col: Collection, changes: StagedChanges, session: AsyncClientSession | None
+) -> None:
+    """Apply staged changes (inside a transaction when ``session`` is given).
+
+    Raises:
+        ConcurrencyError: A version precondition does not hold.
+    """
+    await _check_preconditions(col, changes, session)
+    conditional, ordered = _split(changes)
     for namespace, entry, version in conditional:
         await _conditional_write(col, namespace, entry, version, session)
-
-    # Everything else, in staging order, as one ordered bulk write.
     ops: list[DeleteMany | DeleteOne | UpdateOne] = [
         DeleteMany({"namespace": ns}) for ns in sorted(changes.cleared)
     ]
-    for (namespace, entry_id), entry in ordered:
-        if entry is None:
+    for (namespace, entry_id), staged in ordered:
+        if staged is None:
             ops.append(DeleteOne({"namespace": namespace, "entry_id": entry_id}))
         else:
-            doc = entry_to_document(entry, namespace)
+            doc = entry_to_document(staged, namespace)
             ops.append(UpdateOne({"entry_id": entry_id}, upsert_pipeline(doc), upsert=True))
     if ops:
         await col.bulk_write(ops, ordered=True, session=session)
 
 
-async def _check_preconditions(
-    col: Collection, changes: StagedChanges, session: AsyncClientSession | None
-) -> None:
-    """Every precondition against the state before this commit (one indexed query)."""
-    if not changes.preconditions:
+async def apply_journaled(col: Collection, changes: StagedChanges, journal: Journal) -> None:
+    """Apply staged changes without a transaction, all or nothing once recovered.
+
+    Raises:
+        ConcurrencyError: A version precondition does not hold (nothing is
+            left written).
+    """
+    conditional, ordered = _split(changes)
+    specs: list[dict[str, Any]] = [{"clear": ns} for ns in sorted(changes.cleared)]
+    for (namespace, entry_id), staged in ordered:
+        if staged is None:
+            specs.append({"delete": namespace, "id": entry_id})
+        else:
+            specs.append({"upsert": entry_to_document(staged, namespace)})
+    if not conditional and not specs:
+        await _check_preconditions(col, changes, None)
         return
-    ids = sorted({p.entry_id for p in changes.preconditions})
-    stored = {
-        d["entry_id"]: d
-        async for d in col.find(
-            {"entry_id": {"$in": ids}},
-            {"entry_id": 1, "namespace": 1, "version": 1},
-            session=session,
+    plan = CommitPlan(
+        namespaces=sorted(changes.namespaces()),
+        cond=[
+            {"doc": entry_to_document(entry, ns), "expected": version}
+            for ns, entry, version in conditional
+        ],
+        ops=specs,
+    )
+    checked = {(ns, entry.entry_id) for ns, entry, _ in conditional}
+    loose = any((p.namespace, p.entry_id) not in checked for p in changes.preconditions)
+    IN_FLIGHT.add(plan.commit)
+    try:
+        await journal.acquire(plan)
+        applied: list[dict[str, Any]] = []
+        before: dict[str, Any] | None = None
+        try:
+            if loose or len(conditional) > 1:
+                # Under the locks no other commit changes these any more.
+                before = await _check_preconditions(col, changes, None, full=True)
+                if len(conditional) > 1:
+                    await journal.write_before(plan, before)
+            for (namespace, entry, version), spec in zip(conditional, plan.cond, strict=True):
+                await _conditional_write(col, namespace, entry, version, None, plan.commit)
+                applied.append(spec)
+        except ConcurrencyError:
+            await journal.abandon(plan, applied, before)
+            raise
+        await journal.finish(plan)
+    except ConcurrencyError:
+        raise
+    except Exception as failure:
+        if await _recovered_after(journal, plan, failure):
+            return
+        raise
+    finally:
+        IN_FLIGHT.discard(plan.commit)
+
+
+async def _recovered_after(journal: Journal, plan: CommitPlan, failure: Exception) -> bool:
+    """Finish or undo ``plan`` after ``failure``; True if it ended applied."""
+    try:
+        outcome = await journal.recover_own(plan)
+    except Exception as exc:
+        logger.warning(
+            "MongoDB commit %s failed (%s) and could not be recovered now (%s); the next "
+            "access to its namespaces or MongoDBStore.initialize() will",
+            plan.commit,
+            failure,
+            exc,
         )
-    }
+        return False
+    logger.warning("MongoDB commit %s failed (%s); recovery: %s", plan.commit, failure, outcome)
+    return outcome == "forward"
+
+
+async def _check_preconditions(
+    col: Collection,
+    changes: StagedChanges,
+    session: AsyncClientSession | None,
+    *,
+    full: bool = False,
+) -> dict[str, Any]:
+    """Check every precondition against the stored documents (one indexed query).
+
+    Returns the stored documents of the checked entries by id (``None`` for
+    the missing ones; only id, namespace and version unless ``full``).
+    """
+    if not changes.preconditions:
+        return {}
+    ids = sorted({p.entry_id for p in changes.preconditions})
+    stored: dict[str, Any] = dict.fromkeys(ids)
+    projection = None if full else {"entry_id": 1, "namespace": 1, "version": 1}
+    async for d in col.find({"entry_id": {"$in": ids}}, projection, session=session):
+        stored[d["entry_id"]] = d
     for pre in changes.preconditions:
         doc = stored.get(pre.entry_id)
         actual = 0 if doc is None or doc.get("namespace") != pre.namespace else doc["version"]
@@ -103,6 +196,7 @@ async def _check_preconditions(
                 f"entry {pre.entry_id!r} in {pre.namespace!r} is at version {actual}, "
                 f"expected {pre.expected_version}"
             )
+    return stored
 
 
 async def _conditional_write(
@@ -111,31 +205,12 @@ async def _conditional_write(
     entry: MemoryEntry,
     expected_version: int,
     session: AsyncClientSession | None,
+    commit: str | None = None,
 ) -> None:
+    """Write ``entry`` only if it is at ``expected_version`` (marked with ``commit`` if given)."""
     doc = entry_to_document(entry, namespace)
-    pipeline = upsert_pipeline(doc)
-    conflict = ConcurrencyError(
-        f"entry {entry.entry_id!r} in {namespace!r} changed concurrently "
-        f"(expected version {expected_version})"
-    )
-    if expected_version == 0:
-        # Must not exist in this namespace: an upsert that can only match a copy
-        # in another namespace (a move); an existing one here makes the insert
-        # fail on the unique entry_id index.
-        try:
-            await col.update_one(
-                {"entry_id": entry.entry_id, "namespace": {"$ne": namespace}},
-                pipeline,
-                upsert=True,
-                session=session,
-            )
-        except DuplicateKeyError:
-            raise conflict from None
-        return
-    result = await col.update_one(
-        {"entry_id": entry.entry_id, "namespace": namespace, "version": expected_version},
-        pipeline,
-        session=session,
-    )
-    if result.matched_count != 1:
-        raise conflict
+    if not await conditional_write(col, doc, expected_version, session, commit):
+        raise ConcurrencyError(
+            f"entry {entry.entry_id!r} in {namespace!r} changed concurrently "
+            f"(expected version {expected_version})"
+        )

@@ -10,6 +10,13 @@ Storage layout (one document per :class:`~firefly_orm.entry.MemoryEntry`):
   created within one millisecond keep their order;
 * ``key`` and ``expires_at`` are *omitted* (not ``null``) when unset, so the
   partial indexes (``{$exists: true}``) only hold entries that have them;
+* a document written by a non-transactional unit of work also holds
+  ``_firefly_commit``: the id of that commit (:data:`COMMIT_FIELD`), which makes
+  its writes idempotent for a roll-forward; reads ignore it;
+* the commit journal of non-transactional units of work lives in the same
+  collection, as documents with NO ``namespace`` field and an ``entry_id``
+  starting with NUL (which no entry id or namespace may contain), so no query
+  of entries ever matches them (:mod:`firefly_orm.mongo.journal`);
 * JSON values that BSON or MongoDB field-name rules cannot hold as they are
   (keys starting with ``$``, containing ``.`` or NUL, empty keys, integers
   outside 64 bits) are stored as ``{"__firefly_orm_json__": "<JSON text>"}``
@@ -53,6 +60,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise MissingExtraError("MongoDBStore", "mongo", exc.name) from exc
 
 __all__ = [
+    "COMMIT_FIELD",
     "JSON_WRAPPER_KEY",
     "MemoryDocument",
     "MemoryDocumentFields",
@@ -269,13 +277,22 @@ BY_KEY = [("key", 1), *BY_TIME]
 
 _OPTIONAL_FIELDS = ("key", "expires_at", "expires_at_us")
 
+#: The field naming the journaled commit that last wrote a document (see
+#: :mod:`firefly_orm.mongo.journal`); not part of the entry.
+COMMIT_FIELD = "_firefly_commit"
 
-def upsert_pipeline(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+
+def upsert_pipeline(doc: Mapping[str, Any], commit: str | None = None) -> list[dict[str, Any]]:
     """An update pipeline writing ``doc`` and bumping the stored version.
 
     The version becomes the stored one plus one, or ``max(version, 1)`` on
     insert, in one atomic server-side step.  Every value is a ``$literal`` so
     strings that start with ``$`` are never read as field paths.
+
+    With ``commit`` (a journaled commit's id) the document is marked
+    :data:`COMMIT_FIELD` ``= commit`` and a document already carrying that mark
+    keeps its version: applying the pipeline twice leaves what applying it
+    once does (a roll-forward may repeat a write the crashed writer made).
     """
     first_version = max(int(doc["version"]), 1)
     values: dict[str, Any] = {
@@ -283,7 +300,12 @@ def upsert_pipeline(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
         for name, value in doc.items()
         if name not in ("entry_id", "version")
     }
-    values["version"] = {"$add": [{"$ifNull": ["$version", first_version - 1]}, 1]}
+    bumped: dict[str, Any] = {"$add": [{"$ifNull": ["$version", first_version - 1]}, 1]}
+    if commit is None:
+        values["version"] = bumped
+    else:
+        values["version"] = {"$cond": [{"$eq": [f"${COMMIT_FIELD}", commit]}, "$version", bumped]}
+        values[COMMIT_FIELD] = {"$literal": commit}
     pipeline: list[dict[str, Any]] = [{"$set": values}]
     absent = [name for name in _OPTIONAL_FIELDS if name not in doc]
     if absent:

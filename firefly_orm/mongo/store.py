@@ -31,6 +31,7 @@ from typing import Any, Self, TypeVar
 from firefly_orm.bridges.loop_thread import LoopThread, shared_loop
 from firefly_orm.entry import MemoryEntry, utcnow, validate_entry, validate_key, validate_namespace
 from firefly_orm.errors import (
+    ConcurrencyError,
     DatabaseConnectionError,
     EntryValidationError,
     MissingExtraError,
@@ -39,7 +40,7 @@ from firefly_orm.errors import (
     scrub_secret,
     url_secrets,
 )
-from firefly_orm.mongo.commit import Collection, apply_changes
+from firefly_orm.mongo.commit import Collection, apply_changes, apply_journaled
 from firefly_orm.mongo.document import (
     BY_KEY,
     BY_TIME,
@@ -56,6 +57,8 @@ from firefly_orm.mongo.document import (
     validate_collection_name,
     validate_database_name,
 )
+from firefly_orm.mongo.journal import MAX_SETTLE_ROUNDS, Journal
+from firefly_orm.mongo.reads import UnitOfWorkReads
 from firefly_orm.uow import StagedChanges, StagedUnitOfWork, SyncBackedAsyncUnitOfWork
 
 try:
@@ -90,6 +93,13 @@ class MongoDBStore:
             expired entries regardless.
         transactions: Use multi-document transactions in units of work.
             ``None`` (default) detects support (replica set or sharded cluster).
+            Without them, writes go through namespace locks and a commit
+            journal (see :meth:`unit_of_work`).
+        commit_lease: Without transactions: seconds a commit's locks are
+            trusted to belong to a running writer on ANOTHER machine; after
+            that they are taken over and the commit is completed or undone.
+            (A writer on the same machine is known dead at once when its
+            process is gone.)
 
     Every operation initialises the store on first use; ``initialize()`` does it
     eagerly (connect, ping, create the indexes) and is idempotent.  See the
@@ -109,6 +119,7 @@ class MongoDBStore:
         client: AsyncMongoClient[dict[str, Any]] | None = None,
         ttl_index: bool = True,
         transactions: bool | None = None,
+        commit_lease: float = 30.0,
     ) -> None:
         if url is None and client is None:
             raise EntryValidationError("url", "give a MongoDB URL or a client")
@@ -116,6 +127,12 @@ class MongoDBStore:
             raise EntryValidationError("url", "must be a non-empty string")
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise EntryValidationError("pool_size", "must be a positive integer")
+        if (
+            isinstance(commit_lease, bool)
+            or not isinstance(commit_lease, int | float)
+            or not 0 < commit_lease < 10**6
+        ):
+            raise EntryValidationError("commit_lease", "must be a number of seconds in (0, 1e6)")
         self._url = url
         self._secrets = url_secrets(url)
         self._database_name = validate_database_name(database)
@@ -126,6 +143,8 @@ class MongoDBStore:
         self._ttl_index = ttl_index
         self._transactions_option = transactions
         self._use_transactions = False
+        self._commit_lease = float(commit_lease)
+        self._journal: Journal | None = None
         self._model: type[MemoryDocument] | None = None
         self._collection: Collection | None = None
         #: The loop thread the client lives on (None until first use).
@@ -223,7 +242,7 @@ class MongoDBStore:
             EntryValidationError: The entry is invalid (nothing is written).
             StoreError: The database operation failed.
         """
-        self._call(self._save(self._prepare(namespace, entry)))
+        self._call(self._save(namespace, entry, self._prepare(namespace, entry)))
 
     def load(self, namespace: str) -> list[MemoryEntry]:
         """Non-expired entries of ``namespace`` ordered by ``(created_at, entry_id)``."""
@@ -248,7 +267,7 @@ class MongoDBStore:
     # ------------------------------------------------------------------ async twins
     async def async_save(self, namespace: str, entry: MemoryEntry) -> None:
         """Async twin of :meth:`save`."""
-        await self._acall(self._save(self._prepare(namespace, entry)))
+        await self._acall(self._save(namespace, entry, self._prepare(namespace, entry)))
 
     async def async_load(self, namespace: str) -> list[MemoryEntry]:
         """Async twin of :meth:`load`."""
@@ -286,19 +305,35 @@ class MongoDBStore:
           concurrent writer makes the commit fail with
           :class:`~firefly_orm.errors.ConcurrencyError` (MongoDB's write
           conflicts are retried by the driver and the preconditions re-checked);
-        * on a standalone server, without transactions: preconditions are
-          checked first and the writes that carry one are conditional updates
-          (``{entry_id, version: n}``; ``n == 0`` must insert), applied before
-          the other changes, so a conflict is detected before anything else is
-          written; the remaining changes follow as one ordered bulk write.  A
-          crash or a server error half-way through that bulk write can leave
-          part of it applied.
+        * on a standalone server, without transactions
+          (:mod:`firefly_orm.mongo.journal`): the commit first locks every
+          namespace it writes (one lock document per namespace, exclusive
+          through the unique ``entry_id`` index) and, when it has more than one
+          write, stores its journal (every write, with the expected versions)
+          in the same insert.  The writes carrying a precondition then run as
+          conditional updates (``{entry_id, version: n}``; ``n == 0`` must
+          insert), so a concurrent writer makes the commit fail with
+          :class:`~firefly_orm.errors.ConcurrencyError` and undo what it
+          wrote; the rest follows as one ordered bulk write that ends by
+          deleting the journal and the locks.  Commits on one namespace thus
+          run one after the other.  **All or nothing after a crash**: a commit
+          cut short (kill -9, a lost server) is completed (its conditional
+          writes were made) or undone (they were not, or conflict) by the
+          first read or write of one of its namespaces in any process, or by
+          :meth:`initialize`; readers wait while its writer still runs.  A
+          writer is known dead at once on the same machine (its process is
+          gone); on another machine after ``commit_lease`` seconds.  While a
+          commit runs, a read may see part of it (there is no snapshot), but a
+          unit of work never commits a plan made on such a read: it is
+          re-read once the commit is done, or the version preconditions fail.
+          Plain ``save``/``delete``/``clear`` are such commits too.  Every
+          store writing one collection must use the same mode.
 
         ``get_by_key(..., for_update=True)`` takes no lock; the version
         preconditions are what protect a read-modify-write.  ``read_only`` is
         accepted for the common signature and changes nothing here.
         """
-        return StagedUnitOfWork(self)
+        return StagedUnitOfWork(UnitOfWorkReads(self))
 
     def async_unit_of_work(self, *, read_only: bool = False) -> SyncBackedAsyncUnitOfWork:
         """Async form of :meth:`unit_of_work` (same guarantees)."""
@@ -309,15 +344,11 @@ class MongoDBStore:
     # ------------------------------------------------------------------ staged backend
     def read_entry(self, namespace: str, entry_id: str) -> MemoryEntry | None:
         """The live entry with ``entry_id`` in ``namespace``, or ``None`` (one indexed lookup)."""
-        validate_namespace(namespace)
-        found = self._call(self._find({"entry_id": entry_id, "namespace": namespace}, None, 1))
-        return found[0] if found else None
+        return self._read_entry(namespace, entry_id, None)
 
     def read_by_key(self, namespace: str, key: str) -> list[MemoryEntry]:
         """Every live entry of ``namespace`` with ``key`` (the ``(namespace, key)`` index)."""
-        validate_namespace(namespace)
-        validate_key(key)
-        return self._call(self._find({"namespace": namespace, "key": key}, BY_TIME))
+        return self._read_by_key(namespace, key, None)
 
     def read_list(
         self,
@@ -334,6 +365,34 @@ class MongoDBStore:
         ``(namespace, key, ...)`` index); else ``(created_at, entry_id)``
         order.  ``newest_first`` reverses; at most ``limit`` documents are read.
         """
+        return self._read_list(namespace, key_prefix, limit, newest_first, None)
+
+    def apply_changes(self, changes: StagedChanges) -> None:
+        """Check the version preconditions and apply ``changes`` (see :meth:`unit_of_work`)."""
+        self._call(self._apply_changes(changes))
+
+    def _read_entry(
+        self, namespace: str, entry_id: str, settled: set[str] | None
+    ) -> MemoryEntry | None:
+        validate_namespace(namespace)
+        query = {"entry_id": entry_id, "namespace": namespace}
+        found = self._call(self._find(query, None, 1, namespace=namespace, settled=settled))
+        return found[0] if found else None
+
+    def _read_by_key(self, namespace: str, key: str, settled: set[str] | None) -> list[MemoryEntry]:
+        validate_namespace(namespace)
+        validate_key(key)
+        query = {"namespace": namespace, "key": key}
+        return self._call(self._find(query, BY_TIME, namespace=namespace, settled=settled))
+
+    def _read_list(
+        self,
+        namespace: str,
+        key_prefix: str | None,
+        limit: int | None,
+        newest_first: bool,
+        settled: set[str] | None,
+    ) -> list[MemoryEntry]:
         validate_namespace(namespace)
         if limit is not None and limit <= 0:
             return []
@@ -344,11 +403,7 @@ class MongoDBStore:
             order = BY_KEY
         if newest_first:
             order = [(name, -1) for name, _ in order]
-        return self._call(self._find(query, order, limit))
-
-    def apply_changes(self, changes: StagedChanges) -> None:
-        """Check the version preconditions and apply ``changes`` (see :meth:`unit_of_work`)."""
-        self._call(self._apply_changes(changes))
+        return self._call(self._find(query, order, limit, namespace=namespace, settled=settled))
 
     # ------------------------------------------------------------------ loop plumbing
     def _loop(self) -> LoopThread:
@@ -361,6 +416,7 @@ class MongoDBStore:
                 if self._owns_client:
                     self._client = None
                 self._collection = None
+                self._journal = None
                 self._model = None
                 self._init_lock = None
                 self._loop_thread = loop
@@ -461,8 +517,14 @@ class MongoDBStore:
             self._use_transactions = self._transactions_option
         model = document_model_for(self._collection_name, ttl_index=self._ttl_index)
         await init_beanie(database=client[self._database_name], document_models=[model])
+        collection = model.get_pymongo_collection()
+        journal = Journal(collection, self._commit_lease)
+        # Commits of writers that died half-way (without transactions) are
+        # completed or undone before anyone uses the store.
+        await journal.sweep()
         self._model = model
-        self._collection = model.get_pymongo_collection()
+        self._journal = journal
+        self._collection = collection
         logger.debug(
             "MongoDBStore ready: %s.%s (transactions=%s)",
             self._database_name,
@@ -473,6 +535,7 @@ class MongoDBStore:
     async def _close_client(self) -> None:
         client = self._client
         self._collection = None
+        self._journal = None
         self._model = None
         if client is not None and self._owns_client:
             self._client = None
@@ -489,31 +552,76 @@ class MongoDBStore:
         order: list[tuple[str, int]] | None,
         limit: int | None = None,
         *,
+        namespace: str,
         action: str = "unit of work read",
+        settled: set[str] | None = None,
     ) -> list[MemoryEntry]:
-        """Live entries matching ``query``, in ``order``, at most ``limit``."""
+        """Live entries of ``namespace`` matching ``query``, in ``order``, at most ``limit``.
+
+        Without transactions the namespace is then checked for a commit in
+        progress (unless it is in ``settled``, the namespaces a unit of work
+        has already checked): its writer is waited for, or its commit
+        recovered, and the read is done again.
+        """
 
         async def op(col: Collection) -> list[MemoryEntry]:
-            now = utcnow()
-            wanted = limit
+            rounds = 0
             while True:
-                cursor = col.find({**query, **live_filter(now)})
-                if order is not None:
-                    cursor = cursor.sort(order)
-                if wanted is not None:
-                    cursor = cursor.limit(wanted)
-                found = [document_to_entry(d) async for d in cursor]
-                live = [e for e in found if is_live(e, now)]
-                if limit is None or wanted is None or len(found) < wanted or len(live) >= limit:
-                    return live if limit is None else live[:limit]
-                # Entries expiring within now's millisecond took places in the
-                # window: read a window that much larger (rare, and terminates).
-                wanted += limit - len(live)
+                found = await self._find_live(col, query, order, limit)
+                journal = self._journal
+                if journal is None or self._use_transactions:
+                    return found
+                if settled is not None and namespace in settled:
+                    return found
+                if not await journal.settle([namespace]):
+                    if settled is not None:
+                        settled.add(namespace)
+                    return found
+                rounds += 1
+                if rounds >= MAX_SETTLE_ROUNDS:
+                    raise ConcurrencyError(
+                        f"namespace {namespace!r} kept being written while it was read"
+                    )
 
         return await self._run(action, op)
 
-    async def _save(self, doc: dict[str, Any]) -> None:
+    async def _find_live(
+        self,
+        col: Collection,
+        query: dict[str, Any],
+        order: list[tuple[str, int]] | None,
+        limit: int | None,
+    ) -> list[MemoryEntry]:
+        now = utcnow()
+        wanted = limit
+        while True:
+            cursor = col.find({**query, **live_filter(now)})
+            if order is not None:
+                cursor = cursor.sort(order)
+            if wanted is not None:
+                cursor = cursor.limit(wanted)
+            found = [document_to_entry(d) async for d in cursor]
+            live = [e for e in found if is_live(e, now)]
+            if limit is None or wanted is None or len(found) < wanted or len(live) >= limit:
+                return live if limit is None else live[:limit]
+            # Entries expiring within now's millisecond took places in the
+            # window: read a window that much larger (rare, and terminates).
+            wanted += limit - len(live)
+
+    async def _journaled(self, col: Collection, changes: StagedChanges) -> bool:
+        """Apply ``changes`` through the journal when there are no transactions."""
+        if self._use_transactions:
+            return False
+        assert self._journal is not None
+        await apply_journaled(col, changes, self._journal)
+        return True
+
+    async def _save(self, namespace: str, entry: MemoryEntry, doc: dict[str, Any]) -> None:
         async def op(col: Collection) -> None:
+            if await self._journaled(
+                col, StagedChanges(writes={(namespace, entry.entry_id): entry})
+            ):
+                return
             pipeline = upsert_pipeline(doc)
             try:
                 await col.update_one({"entry_id": doc["entry_id"]}, pipeline, upsert=True)
@@ -525,22 +633,27 @@ class MongoDBStore:
         await self._run("save", op)
 
     async def _load(self, namespace: str) -> list[MemoryEntry]:
-        return await self._find({"namespace": namespace}, BY_TIME, action="load")
+        query = {"namespace": namespace}
+        return await self._find(query, BY_TIME, namespace=namespace, action="load")
 
     async def _load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
         query = {"namespace": namespace, "key": key}
-        found = await self._find(query, BY_TIME_NEWEST_FIRST, 1, action="load_by_key")
+        found = await self._find(
+            query, BY_TIME_NEWEST_FIRST, 1, namespace=namespace, action="load_by_key"
+        )
         return found[0] if found else None
 
     async def _delete(self, namespace: str, entry_id: str) -> None:
         async def op(col: Collection) -> None:
-            await col.delete_one({"namespace": namespace, "entry_id": entry_id})
+            if not await self._journaled(col, StagedChanges(writes={(namespace, entry_id): None})):
+                await col.delete_one({"namespace": namespace, "entry_id": entry_id})
 
         await self._run("delete", op)
 
     async def _clear(self, namespace: str) -> None:
         async def op(col: Collection) -> None:
-            await col.delete_many({"namespace": namespace})
+            if not await self._journaled(col, StagedChanges(cleared={namespace})):
+                await col.delete_many({"namespace": namespace})
 
         await self._run("clear", op)
 
@@ -553,8 +666,7 @@ class MongoDBStore:
 
     async def _apply_changes(self, changes: StagedChanges) -> None:
         async def op(col: Collection) -> None:
-            if not self._use_transactions:
-                await apply_changes(col, changes, None)
+            if await self._journaled(col, changes):
                 return
             assert self._client is not None
             async with self._client.start_session() as session:
