@@ -85,8 +85,9 @@ async def apply_changes(
     for namespace, entry, version in conditional:
         await _conditional_write(col, namespace, entry, version, session)
     ops: list[DeleteMany | DeleteOne | UpdateOne] = [
-        DeleteMany({"namespace": ns}) for ns in sorted(changes.cleared)
+        DeleteMany({"user_id": user_id}) for user_id in sorted(changes.erased_users)
     ]
+    ops.extend(DeleteMany({"namespace": ns}) for ns in sorted(changes.cleared))
     for (namespace, entry_id), staged in ordered:
         if staged is None:
             ops.append(DeleteOne({"namespace": namespace, "entry_id": entry_id}))
@@ -105,7 +106,12 @@ async def apply_journaled(col: Collection, changes: StagedChanges, journal: Jour
             left written).
     """
     conditional, ordered = _split(changes)
-    specs: list[dict[str, Any]] = [{"clear": ns} for ns in sorted(changes.cleared)]
+    specs: list[dict[str, Any]] = [{"erase": user_id} for user_id in sorted(changes.erased_users)]
+    specs.extend({"clear": ns} for ns in sorted(changes.cleared))
+    # An erased user's namespaces are locked like written ones.
+    erased_in: set[str] = set()
+    for user_id in changes.erased_users:
+        erased_in.update(await col.distinct("namespace", {"user_id": user_id}))
     for (namespace, entry_id), staged in ordered:
         if staged is None:
             specs.append({"delete": namespace, "id": entry_id})
@@ -115,7 +121,7 @@ async def apply_journaled(col: Collection, changes: StagedChanges, journal: Jour
         await _check_preconditions(col, changes, None)
         return
     plan = CommitPlan(
-        namespaces=sorted(changes.namespaces()),
+        namespaces=sorted(changes.namespaces() | erased_in),
         cond=[
             {"doc": entry_to_document(entry, ns), "expected": version}
             for ns, entry, version in conditional

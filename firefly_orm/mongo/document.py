@@ -94,6 +94,7 @@ class MemoryDocumentFields(BaseModel):
     expires_at_us: int | None = Field(default=None, ge=0, le=999)
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     version: int = Field(default=1, ge=0)
+    user_id: str | None = None
 
 
 class MemoryDocument(Document, MemoryDocumentFields):
@@ -137,6 +138,17 @@ def memory_indexes(*, ttl_index: bool = True) -> list[IndexModel]:
             ],
             name="ix_namespace_key_created",
             partialFilterExpression={"key": {"$exists": True}},
+        ),
+        IndexModel(
+            [
+                ("user_id", 1),
+                ("namespace", 1),
+                ("created_at", 1),
+                ("created_at_us", 1),
+                ("entry_id", 1),
+            ],
+            name="ix_user_namespace_created",
+            partialFilterExpression={"user_id": {"$exists": True}},
         ),
         IndexModel([("expires_at", 1)], **expires_options),
         IndexModel([("entry_id", 1)], name="ux_entry_id", unique=True),
@@ -208,7 +220,7 @@ def entry_to_document(entry: MemoryEntry, namespace: str) -> dict[str, Any]:
     """MemoryEntry -> the BSON-ready field dict stored in MongoDB (no ``_id``).
 
     The entry must have passed :func:`~firefly_orm.entry.validate_entry`.
-    ``key``/``expires_at`` are left out when unset.
+    ``key``/``expires_at``/``user_id`` are left out when unset.
     """
     created, created_us = _split_time(entry.created_at)
     doc: dict[str, Any] = {
@@ -224,6 +236,8 @@ def entry_to_document(entry: MemoryEntry, namespace: str) -> dict[str, Any]:
     }
     if entry.key is not None:
         doc["key"] = entry.key
+    if entry.user_id is not None:
+        doc["user_id"] = entry.user_id
     if entry.expires_at is not None:
         doc["expires_at"], doc["expires_at_us"] = _split_time(entry.expires_at)
     return doc
@@ -263,6 +277,7 @@ def document_to_entry(document: Mapping[str, Any]) -> MemoryEntry:
             ),
             "importance": fields.importance,
             "version": fields.version,
+            "user_id": fields.user_id,
         }
     )
 
@@ -275,7 +290,7 @@ BY_TIME_NEWEST_FIRST = [(name, -1) for name, _ in BY_TIME]
 #: ``(key, created_at, entry_id)`` order (the ``ix_namespace_key_created`` index).
 BY_KEY = [("key", 1), *BY_TIME]
 
-_OPTIONAL_FIELDS = ("key", "expires_at", "expires_at_us")
+_OPTIONAL_FIELDS = ("key", "expires_at", "expires_at_us", "user_id")
 
 #: The field naming the journaled commit that last wrote a document (see
 #: :mod:`firefly_orm.mongo.journal`); not part of the entry.

@@ -113,9 +113,11 @@ def _parts_range(commit: str) -> dict[str, str]:
 def to_write(spec: Mapping[str, Any], commit: str | None) -> Write:
     """One journal write spec -> the pymongo operation.
 
-    Specs: ``{"clear": ns}``, ``{"delete": ns, "id": entry_id}``,
-    ``{"upsert": document}``.
+    Specs: ``{"erase": user_id}`` (every entry of that user), ``{"clear": ns}``,
+    ``{"delete": ns, "id": entry_id}``, ``{"upsert": document}``.
     """
+    if "erase" in spec:
+        return DeleteMany({"user_id": spec["erase"]})
     if "clear" in spec:
         return DeleteMany({"namespace": spec["clear"]})
     if "delete" in spec:
@@ -196,8 +198,10 @@ class CommitPlan:
 
     @property
     def journaled(self) -> bool:
-        """Whether a crash could leave part of it: more than one write, or a clear."""
-        return len(self.cond) + len(self.ops) > 1 or any("clear" in s for s in self.ops)
+        """Whether a crash could leave part of it: more than one write, a clear or an erase."""
+        return len(self.cond) + len(self.ops) > 1 or any(
+            "clear" in s or "erase" in s for s in self.ops
+        )
 
 
 def _split(ops: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

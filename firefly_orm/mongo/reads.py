@@ -38,6 +38,7 @@ class _Reader(Protocol):
         limit: int | None,
         newest_first: bool,
         settled: set[str] | None,
+        user_id: str | None = None,
     ) -> list[MemoryEntry]: ...
 
     def apply_changes(self, changes: StagedChanges) -> None: ...
@@ -60,14 +61,13 @@ class UnitOfWorkReads:
 
     def read_list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
         """See :meth:`~firefly_orm.mongo.MongoDBStore.read_list`."""
-        if options.get("user_id") is not None:
-            raise TypeError("MongoDBStore.read_list does not filter by user_id")
         return self._store._read_list(
             namespace,
             options.get("key_prefix"),
             options.get("limit"),
             bool(options.get("newest_first", False)),
             self._settled,
+            options.get("user_id"),
         )
 
     def apply_changes(self, changes: StagedChanges) -> None:

@@ -29,7 +29,14 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 
 from firefly_orm.bridges.loop_thread import LoopThread, shared_loop
-from firefly_orm.entry import MemoryEntry, utcnow, validate_entry, validate_key, validate_namespace
+from firefly_orm.entry import (
+    MemoryEntry,
+    utcnow,
+    validate_entry,
+    validate_key,
+    validate_namespace,
+    validate_user_id,
+)
 from firefly_orm.errors import (
     ConcurrencyError,
     DatabaseConnectionError,
@@ -357,6 +364,7 @@ class MongoDBStore:
         key_prefix: str | None = None,
         limit: int | None = None,
         newest_first: bool = False,
+        user_id: str | None = None,
     ) -> list[MemoryEntry]:
         """Live entries of ``namespace``, ordered and limited by the server.
 
@@ -364,8 +372,10 @@ class MongoDBStore:
         ``(key, created_at, entry_id)`` order (one range of the
         ``(namespace, key, ...)`` index); else ``(created_at, entry_id)``
         order.  ``newest_first`` reverses; at most ``limit`` documents are read.
+        ``user_id``: only that user's entries (the ``(user_id, namespace, ...)``
+        index when no key prefix is given).
         """
-        return self._read_list(namespace, key_prefix, limit, newest_first, None)
+        return self._read_list(namespace, key_prefix, limit, newest_first, None, user_id)
 
     def apply_changes(self, changes: StagedChanges) -> None:
         """Check the version preconditions and apply ``changes`` (see :meth:`unit_of_work`)."""
@@ -392,11 +402,14 @@ class MongoDBStore:
         limit: int | None,
         newest_first: bool,
         settled: set[str] | None,
+        user_id: str | None = None,
     ) -> list[MemoryEntry]:
         validate_namespace(namespace)
         if limit is not None and limit <= 0:
             return []
         query: dict[str, Any] = {"namespace": namespace}
+        if user_id is not None:
+            query["user_id"] = validate_user_id(user_id)
         order = BY_TIME
         if key_prefix is not None:
             query.update(key_prefix_filter(key_prefix))

@@ -893,16 +893,6 @@ class TestStoreContractWithoutTransactions(StoreContract):
         yield s
         s.close()
 
-    @pytest.mark.skip(reason="MongoDBStore does not store user_id yet (fails in every mode)")
-    async def test_uow_list_by_user(self, contract: StoreDriver) -> None:
-        """Skipped."""
-
-    @pytest.mark.skip(reason="MongoDBStore does not erase by user yet (fails in every mode)")
-    async def test_uow_erase_user_removes_every_row_of_that_user_only(
-        self, contract: StoreDriver
-    ) -> None:
-        """Skipped."""
-
 
 def test_journaled_writes_leave_no_journal_and_plain_documents(
     mongo_test_url: str, db_name: str, raw_client: MongoClient[dict[str, Any]]
