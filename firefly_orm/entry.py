@@ -9,8 +9,9 @@ Validation happens in :func:`validate_entry`, which every store calls before it
 writes anything: importance in 0.0-1.0, JSON-serialisable content and metadata
 nested at most :data:`MAX_JSON_DEPTH` levels with no dict keys that collide as
 JSON strings, a version within the column's range (:data:`MAX_ENTRY_VERSION`),
-timezone-aware datetimes (naive ones are *rejected*), and no NUL characters in
-namespace or key.
+timezone-aware datetimes (naive ones are *rejected*), no NUL characters in
+namespace or key, and a bounded ``search_text`` (:data:`MAX_SEARCH_TEXT_LENGTH`)
+with a well-formed ``search_language`` (see :mod:`firefly_orm.search`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -50,7 +52,9 @@ from firefly_orm.jsonvalues import encode_json_for_jsonb as encode_json_for_json
 __all__ = [
     "JSON_WRAPPER_KEY",
     "MAX_ENTRY_VERSION",
+    "DEFAULT_SEARCH_LANGUAGE",
     "MAX_JSON_DEPTH",
+    "MAX_SEARCH_TEXT_LENGTH",
     "MAX_USER_ID_LENGTH",
     "check_json_structure",
     "TABLE_NAME",
@@ -67,6 +71,7 @@ __all__ = [
     "validate_json_value",
     "validate_key",
     "validate_namespace",
+    "validate_search_language",
     "validate_user_id",
     "wrap_json_for_storage",
 ]
@@ -78,6 +83,15 @@ TABLE_NAME = "memory_entries"
 MAX_ENTRY_VERSION = 2**31 - 1
 #: Longest accepted ``user_id``.
 MAX_USER_ID_LENGTH = 255
+#: Longest accepted ``search_text``, in characters.  Far below PostgreSQL's
+#: 1 MB ``tsvector`` limit even for text made only of distinct 4-byte words, so
+#: an accepted text can always be indexed.
+MAX_SEARCH_TEXT_LENGTH = 100_000
+#: The text-search configuration used when ``search_language`` is ``None``
+#: (PostgreSQL's ``simple``: lower-cased words, no stemming, no stop words).
+DEFAULT_SEARCH_LANGUAGE = "simple"
+#: A PostgreSQL text-search configuration name: a lower-case identifier.
+_SEARCH_LANGUAGE_RE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 #: The library's own MetaData (with a naming convention so Alembic names match).
 metadata = sa.MetaData(
@@ -245,6 +259,15 @@ class MemoryEntry(_Base, table=True):
         version: Incremented by the store on every write (optimistic concurrency).
         user_id: The user the entry belongs to (``None``: nobody in particular);
             indexed, so a user's entries are found without a scan.
+        search_text: The text full-text search indexes for this entry (at most
+            :data:`MAX_SEARCH_TEXT_LENGTH` characters, no NUL); ``None`` (the
+            default): the entry is never a search result.  See
+            :mod:`firefly_orm.search`.
+        search_language: The PostgreSQL text-search configuration that
+            indexes ``search_text`` (``"english"``, ``"german"``, ...: stemming
+            and stop words of that language); ``None`` means
+            :data:`DEFAULT_SEARCH_LANGUAGE` (``"simple"``).  Other stores keep it
+            but do not use it.
     """
 
     __tablename__ = TABLE_NAME
@@ -311,6 +334,8 @@ class MemoryEntry(_Base, table=True):
     importance: float = Field(default=0.5, sa_type=sa.Float(), nullable=False)
     version: int = Field(default=1, sa_type=sa.Integer(), nullable=False)
     user_id: str | None = Field(default=None, sa_type=sa.String(), nullable=True)
+    search_text: str | None = Field(default=None, sa_type=sa.Text(), nullable=True)
+    search_language: str | None = Field(default=None, sa_type=sa.String(63), nullable=True)
 
     # ``metadata`` on the class is the SQLAlchemy MetaData (the declarative API
     # requires it); on an instance it is the entry's metadata dict.  The
@@ -349,6 +374,8 @@ class MemoryEntry(_Base, table=True):
             "importance": self.importance,
             "version": self.version,
             "user_id": self.user_id,
+            "search_text": self.search_text,
+            "search_language": self.search_language,
         }
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -418,6 +445,8 @@ _DEFAULTS: dict[str, Any] = {
     "importance": 0.5,
     "version": 1,
     "user_id": None,
+    "search_text": None,
+    "search_language": None,
 }
 _fast_path_ready = False
 
@@ -479,6 +508,34 @@ def validate_user_id(user_id: Any) -> str:
         raise EntryValidationError("user_id", f"must be at most {MAX_USER_ID_LENGTH} characters")
     _check_text("user_id", user_id)
     return user_id
+
+
+def validate_search_language(language: Any, field: str = "search_language") -> str:
+    """Return ``language`` if it is a well-formed text-search configuration name, else raise.
+
+    A lower-case identifier (letters, digits, ``_``; at most 63 characters), such
+    as ``"simple"`` or ``"english"``.  Whether PostgreSQL has that configuration
+    is checked by PostgreSQL when it indexes or searches (an unknown one fails the
+    write, and nothing is written); the name is always bound as a parameter,
+    never put into SQL text.  ``field`` names the argument in the error.
+    """
+    if not isinstance(language, str) or not _SEARCH_LANGUAGE_RE.fullmatch(language):
+        raise EntryValidationError(
+            field,
+            f"{language!r} is not a text-search configuration name "
+            "(lower-case letters, digits and underscores, at most 63 characters)",
+        )
+    return language
+
+
+def _check_search_text(text: Any) -> None:
+    if not isinstance(text, str):
+        raise EntryValidationError("search_text", f"must be a string, got {type(text).__name__}")
+    if len(text) > MAX_SEARCH_TEXT_LENGTH:
+        raise EntryValidationError(
+            "search_text", f"must be at most {MAX_SEARCH_TEXT_LENGTH} characters, got {len(text)}"
+        )
+    _check_text("search_text", text)
 
 
 def validate_key(key: Any) -> str:
@@ -550,6 +607,10 @@ def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
         validate_key(entry.key)
     if entry.user_id is not None:
         validate_user_id(entry.user_id)
+    if entry.search_text is not None:
+        _check_search_text(entry.search_text)
+    if entry.search_language is not None:
+        validate_search_language(entry.search_language)
     importance = entry.importance
     if (
         isinstance(importance, bool)

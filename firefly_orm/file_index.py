@@ -9,7 +9,9 @@ without sorting or scanning the namespace:
 * by key: one binary search, then the matches;
 * a window (``limit``) of the whole namespace or of a key prefix, oldest or
   newest first: one binary search, then the entries of the window (plus any
-  expired ones skipped on the way).
+  expired ones skipped on the way);
+* a full-text search: the entries holding one of the query's words, through an
+  inverted index of ``search_text`` words (:class:`~firefly_orm.search.TermIndex`).
 
 The order is the store-wide order of :func:`~firefly_orm.uow.select_entries`, and
 the key-prefix range is ``[prefix, key_prefix_upper_bound(prefix))``, which holds
@@ -25,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from firefly_orm.entry import MemoryEntry, key_prefix_upper_bound
+from firefly_orm.search import SearchHit, SearchRequest, TermIndex
 
 __all__ = ["EntryIndex"]
 
@@ -39,6 +42,7 @@ class EntryIndex:
         self._entries: dict[str, MemoryEntry] = {}
         self._by_time: list[_TimeItem] = []
         self._by_key: list[_KeyItem] = []
+        self._words = TermIndex()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -66,6 +70,8 @@ class EntryIndex:
         insort(self._by_time, (entry.created_at, entry.entry_id))
         if entry.key is not None:
             insort(self._by_key, (entry.key, entry.created_at, entry.entry_id))
+        if entry.search_text is not None:
+            self._words.add(entry.entry_id, entry.search_text)
         return previous
 
     def remove(self, entry_id: str) -> MemoryEntry | None:
@@ -76,6 +82,7 @@ class EntryIndex:
         _discard(self._by_time, (entry.created_at, entry_id))
         if entry.key is not None:
             _discard(self._by_key, (entry.key, entry.created_at, entry_id))
+        self._words.remove(entry_id)
         return entry
 
     def clear(self) -> None:
@@ -83,6 +90,7 @@ class EntryIndex:
         self._entries.clear()
         self._by_time.clear()
         self._by_key.clear()
+        self._words.clear()
 
     def with_key(self, key: str) -> list[MemoryEntry]:
         """Every live entry with exactly this key, oldest first."""
@@ -133,6 +141,10 @@ class EntryIndex:
             if limit is not None and len(found) >= limit:
                 break
         return found
+
+    def search(self, request: SearchRequest) -> list[SearchHit]:
+        """The live matches of ``request`` (tokenised match), best first, cut (not copied)."""
+        return self._words.hits(self._entries, request)
 
 
 def _discard(items: list[Any], item: Any) -> None:

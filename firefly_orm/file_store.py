@@ -88,7 +88,8 @@ from firefly_orm.file_commit import (
     roll_forward,
 )
 from firefly_orm.file_log import DATA_FILE, Edit, namespace_file_name
-from firefly_orm.protocols import ListOptions
+from firefly_orm.protocols import ListOptions, SearchOptions
+from firefly_orm.search import SearchHit, SearchRequest
 from firefly_orm.uow import (
     StagedChanges,
     StagedUnitOfWork,
@@ -436,6 +437,29 @@ class FileStore(AsyncTwins):
         with self._locked([path]):
             state = load_state(path, namespace)
             return [] if state is None else [e.copy_entry() for e in state.index.select(**options)]
+
+    def read_search(
+        self, namespace: str, query: str, **options: Unpack[SearchOptions]
+    ) -> list[SearchHit]:
+        """The committed matches of ``query`` in ``namespace`` (copies), best first.
+
+        The tokenised match of :mod:`firefly_orm.search`, answered from the
+        namespace's in-memory inverted index of ``search_text`` words (kept up
+        to date like the rest of the parsed file): only entries holding one of
+        the query's words are visited.
+
+        Raises:
+            EntryValidationError: If an argument is invalid.
+            StoreCorruptedError: If the namespace file is corrupt or unreadable.
+        """
+        request = SearchRequest.build(namespace, query, **options)
+        path = self.path_for(namespace)
+        if request.finds_nothing or not self._may_exist(path):
+            return []
+        with self._locked([path]):
+            state = load_state(path, namespace)
+            hits = [] if state is None else state.index.search(request)
+            return [SearchHit(hit.entry.copy_entry(), hit.score) for hit in hits]
 
     def apply_changes(self, changes: StagedChanges) -> None:
         """Check the preconditions and apply ``changes`` holding every touched file's lock.

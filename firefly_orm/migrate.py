@@ -83,6 +83,7 @@ from firefly_orm.errors import (
     url_secrets,
 )
 from firefly_orm.migration_lock import migration_transaction
+from firefly_orm.search import is_search_index_object
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -191,15 +192,21 @@ def revision_schema() -> str | None:
     return validate_schema_name(name)
 
 
+def _is_ours(name: str | None) -> bool:
+    """Our tables: the entries, our version table and SQLite's full-text index tables."""
+    return name in _OUR_TABLES or is_search_index_object(name, "table")
+
+
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     """For a HOST app's ``env.py``: keep firefly_orm's tables out of its autogenerate.
 
     Pass it as ``context.configure(include_name=firefly_orm.migrate.include_name)``
     (or call it from your own ``include_name``); it returns False for our tables
-    and True for everything else.
+    (the entries, our version table, and on SQLite the FTS5 tables of the
+    full-text index) and True for everything else.
     """
     if type_ == "table":
-        return name not in _OUR_TABLES
+        return not _is_ours(name)
     return True
 
 
@@ -208,16 +215,18 @@ def include_object(
 ) -> bool:
     """``include_object`` twin of :func:`include_name` (also filters our indexes)."""
     if type_ == "table":
-        return name not in _OUR_TABLES
+        return not _is_ours(name)
     table = getattr(obj, "table", None)
-    return not (table is not None and getattr(table, "name", None) in _OUR_TABLES)
+    return not (table is not None and _is_ours(getattr(table, "name", None)))
 
 
 def _own_include_name(name: str | None, type_: str, parent_names: Any) -> bool:
-    """Our env's filter: only our own table is compared or migrated."""
+    """Our env's filter: only our own table is compared or migrated, without the
+    parts of the full-text index that the model does not describe (PostgreSQL's
+    generated ``search_vector`` column and its GIN index)."""
     if type_ == "table":
         return name == TABLE_NAME
-    return True
+    return not is_search_index_object(name, type_)
 
 
 def make_config(

@@ -14,7 +14,9 @@ stronger unit of work (see :mod:`firefly_orm.uow`):
    ``StagedUnitOfWork(self)``: an atomic staged unit of work whose reads fetch
    only what they need (one entry, one key, a window of a key range), with the
    unit of work's own staged writes overlaid.  :class:`~firefly_orm.store.InMemoryStore`,
-   :class:`~firefly_orm.FileStore` and the MongoDB store work this way.
+   :class:`~firefly_orm.FileStore` and the MongoDB store work this way.  Full-text
+   search (``uow.entries.search``) needs one more method, ``read_search``
+   (:class:`SearchBackend`); a staged backend without it refuses searches.
 3. **Plus its own** ``unit_of_work(*, read_only=False)`` (:class:`UnitOfWorkStore`)
    and ``async_unit_of_work(*, read_only=False)`` (:class:`AsyncUnitOfWorkStore`)
    returning anything that behaves as :class:`UnitOfWork` /
@@ -35,6 +37,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypedDict, TypeVar, Unpack, runtime_checkable
 
 from firefly_orm.entry import MemoryEntry
+from firefly_orm.search import SearchHit, SearchOptions
 
 if TYPE_CHECKING:
     from firefly_orm.uow import StagedChanges
@@ -46,6 +49,9 @@ __all__ = [
     "EntryRepository",
     "ListOptions",
     "MemoryStore",
+    "SearchBackend",
+    "SearchHit",
+    "SearchOptions",
     "StagedBackend",
     "StoreLifecycle",
     "StoreMaintenance",
@@ -173,6 +179,27 @@ class EntryRepository(Protocol):
 
     def list_contents(self, namespace: str, **options: Unpack[ListOptions]) -> builtins.list[Any]:
         """Like :meth:`list` (same :class:`ListOptions`), but only each entry's ``content``."""
+        ...
+
+    def search(
+        self, namespace: str, query: str, **options: Unpack[SearchOptions]
+    ) -> builtins.list[SearchHit]:
+        """Full-text search: live entries of ``namespace`` whose ``search_text`` matches ``query``.
+
+        Returns :class:`~firefly_orm.search.SearchHit` ``(entry, score)`` pairs,
+        best first (score, then importance, then newest), at most ``limit``.
+        The query is plain text: it is split into words and never parsed as
+        query syntax (quotes, operators, NUL and the like only separate words);
+        a query without words returns ``[]``.  Inside a unit of work the
+        search sees the unit of work's own writes.  ``options`` are the
+        keyword arguments of :class:`SearchOptions`; the rules are in
+        :mod:`firefly_orm.search`.
+
+        Raises:
+            EntryValidationError: A bad argument (nothing is read).
+            StoreError: The store cannot search (a staged backend without
+                ``read_search``), or the database failed.
+        """
         ...
 
     def save(
@@ -323,6 +350,34 @@ class StagedBackend(Protocol):
 
         A failed precondition raises :class:`~firefly_orm.errors.ConcurrencyError`
         and applies nothing.
+        """
+        ...
+
+
+@runtime_checkable
+class SearchBackend(Protocol):
+    """A :class:`StagedBackend` that can also search (what ``uow.entries.search`` needs).
+
+    A separate protocol so a staged backend may add search later: without
+    ``read_search`` its units of work refuse searches with a
+    :class:`~firefly_orm.errors.StoreError` and stay usable for everything else.
+    """
+
+    def read_search(
+        self, namespace: str, query: str, **options: Unpack[SearchOptions]
+    ) -> list[SearchHit]:
+        """The committed matches of ``query`` in ``namespace`` (copies), best first, cut.
+
+        Same arguments, filters, order and ``limit`` as
+        :meth:`EntryRepository.search` (build them with
+        :meth:`firefly_orm.search.SearchRequest.build`); the unit of work
+        overlays its staged writes (scoring those with the tokenised match) and
+        may ask for a larger ``limit`` or ``None`` (every match), because each
+        staged write can hide one stored result.  A database store runs its
+        text index here: e.g. on MongoDB a ``$text`` filter with the query's
+        words unquoted and space-separated (OR), ``{"$meta": "textScore"}`` as
+        the score, and ``search_language`` as the index's ``language_override``
+        (``"simple"`` being MongoDB's ``"none"``).
         """
         ...
 

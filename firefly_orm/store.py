@@ -12,6 +12,9 @@ the protocols themselves live in :mod:`firefly_orm.protocols`):
 * ``delete`` and ``clear`` are idempotent; namespaces are isolated.
 * Stores hand out copies: mutating an entry you saved or loaded never changes
   what is stored.
+
+Full-text search (``uow.entries.search``) on :class:`InMemoryStore` is the
+tokenised match of :mod:`firefly_orm.search` over a per-namespace inverted index.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from typing import Unpack
 
 from firefly_orm.bridges.twins import AsyncTwins
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
-from firefly_orm.protocols import AsyncMemoryStore, ListOptions, MemoryStore
+from firefly_orm.protocols import AsyncMemoryStore, ListOptions, MemoryStore, SearchOptions
+from firefly_orm.search import SearchHit, SearchRequest, TermIndex
 from firefly_orm.uow import (
     StagedChanges,
     StagedUnitOfWork,
@@ -41,7 +45,9 @@ class InMemoryStore(AsyncTwins):
     ones (:class:`~firefly_orm.bridges.twins.AsyncTwins`) and run inline.
 
     Inside a unit of work, a read by id is O(1) and a read by key O(matches);
-    only the entries a read returns are copied.
+    only the entries a read returns are copied.  A search visits the entries
+    holding one of the query's words (an inverted index per namespace) and
+    scores them by the share of the query's words they contain.
     """
 
     twins_in_thread = False
@@ -50,6 +56,7 @@ class InMemoryStore(AsyncTwins):
         self._data: dict[str, dict[str, MemoryEntry]] = {}
         self._where: dict[str, str] = {}  # entry_id -> namespace
         self._keyed: dict[tuple[str, str], set[str]] = {}  # (namespace, key) -> entry ids
+        self._words: dict[str, TermIndex] = {}  # namespace -> its search_text words
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ protocol
@@ -139,6 +146,20 @@ class InMemoryStore(AsyncTwins):
             rows = select_entries(self._data.get(namespace, {}).values(), **options)
             return [e.copy_entry() for e in rows]
 
+    def read_search(
+        self, namespace: str, query: str, **options: Unpack[SearchOptions]
+    ) -> list[SearchHit]:
+        """The committed matches of ``query`` (copies), best first (:mod:`firefly_orm.search`)."""
+        request = SearchRequest.build(namespace, query, **options)
+        if request.finds_nothing:
+            return []
+        with self._lock:
+            index = self._words.get(namespace)
+            if index is None:
+                return []
+            hits = index.hits(self._data.get(namespace, {}), request)
+            return [SearchHit(hit.entry.copy_entry(), hit.score) for hit in hits]
+
     def apply_changes(self, changes: StagedChanges) -> None:
         """Check the version preconditions and apply ``changes``, all under the lock."""
         with self._lock:
@@ -174,6 +195,8 @@ class InMemoryStore(AsyncTwins):
         self._where[entry.entry_id] = namespace
         if entry.key is not None:
             self._keyed.setdefault((namespace, entry.key), set()).add(entry.entry_id)
+        if entry.search_text is not None:
+            self._words.setdefault(namespace, TermIndex()).add(entry.entry_id, entry.search_text)
 
     def _remove(self, namespace: str, entry_id: str) -> MemoryEntry | None:
         entry = self._data.get(namespace, {}).pop(entry_id, None)
@@ -186,4 +209,9 @@ class InMemoryStore(AsyncTwins):
                 ids.discard(entry_id)
                 if not ids:
                     del self._keyed[(namespace, entry.key)]
+        words = self._words.get(namespace)
+        if words is not None:
+            words.remove(entry_id)
+            if not len(words):
+                del self._words[namespace]
         return entry

@@ -27,13 +27,16 @@ What each store guarantees (the contracts are in :mod:`firefly_orm.protocols`):
   preconditions and applies them atomically.  Reads fetch only what they ask
   for (one id, one key, a window of a key range) and see the unit of work's
   own staged writes overlaid, so their cost does not grow with the namespace.
+  Full-text search asks the store's ``read_search``
+  (:class:`~firefly_orm.protocols.SearchBackend`) and scores the staged writes
+  with the tokenised match of :mod:`firefly_orm.search`.
 * Any other :class:`~firefly_orm.protocols.MemoryStore` (a custom backend with
   only the five protocol methods) gets :class:`BestEffortUnitOfWork`: changes
   are staged and replayed on commit through ``save``/``delete``; preconditions
   are checked just before, but a crash half-way through the replay can leave
   part of the changes applied, and two processes can race between the check
   and the writes.  Give your store a ``unit_of_work()`` method for real
-  atomicity.
+  atomicity.  Searches load the namespace and run the tokenised match over it.
 """
 
 from __future__ import annotations
@@ -61,10 +64,13 @@ from firefly_orm.protocols import (
     EntryRepository,
     ListOptions,
     MemoryStore,
+    SearchBackend,
+    SearchOptions,
     StagedBackend,
     UnitOfWork,
     UnitOfWorkStore,
 )
+from firefly_orm.search import SearchHit, SearchRequest, best_hits, match_entries
 
 __all__ = [
     "AsyncUnitOfWork",
@@ -80,6 +86,7 @@ __all__ = [
     "check_preconditions",
     "select_entries",
     "sort_entries",
+    "supports_search",
     "unit_of_work_for",
 ]
 
@@ -291,6 +298,34 @@ class _StagedRepository:
         )
         return [e.content for e in rows]
 
+    def search(
+        self, namespace: str, query: str, **options: Unpack[SearchOptions]
+    ) -> builtins.list[SearchHit]:
+        """The backend's matches with the staged writes overlaid (see ``EntryRepository``)."""
+        request = SearchRequest.build(namespace, query, **options)
+        if request.finds_nothing:
+            return []
+        backend = self._uow.backend
+        if not isinstance(backend, SearchBackend):
+            raise StoreError(
+                f"{type(backend).__name__} does not implement full-text search "
+                "(no read_search); nothing was read"
+            )
+        overlay = self._overlay(namespace)
+        stored: list[SearchHit] = []
+        if not overlay.cleared:
+            # As in ``list``: each staged write hides at most one stored hit.
+            window = None
+            if request.limit is not None and not overlay.erased:
+                window = request.limit + len(self._uow.changes.writes)
+            found = backend.read_search(namespace, query, **request.options(limit=window))
+            stored = [hit for hit in found if self._visible(hit.entry, overlay)]
+        staged = [
+            SearchHit(hit.entry.copy_entry(), hit.score)
+            for hit in match_entries(overlay.staged, request)
+        ]
+        return best_hits([*stored, *staged], request.limit)
+
     def save(
         self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None
     ) -> None:
@@ -406,6 +441,13 @@ class _LoadingBackend:
     def read_list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
         return [e.copy_entry() for e in select_entries(self.store.load(namespace), **options)]
 
+    def read_search(
+        self, namespace: str, query: str, **options: Unpack[SearchOptions]
+    ) -> list[SearchHit]:
+        return match_entries(
+            self.store.load(namespace), SearchRequest.build(namespace, query, **options)
+        )
+
     def apply_changes(self, changes: StagedChanges) -> None:
         cache: dict[str, dict[str, MemoryEntry]] = {}
 
@@ -438,6 +480,18 @@ class BestEffortUnitOfWork(StagedUnitOfWork):
 
     def __init__(self, store: MemoryStore) -> None:
         super().__init__(_LoadingBackend(store))
+
+
+def supports_search(entries: EntryRepository) -> bool:
+    """Whether ``entries.search`` can answer (an explicit capability check).
+
+    False only for the repository of a staged unit of work whose backend has no
+    ``read_search`` (:class:`~firefly_orm.protocols.SearchBackend`): its
+    searches raise :class:`~firefly_orm.errors.StoreError`.
+    """
+    if isinstance(entries, _StagedRepository):
+        return isinstance(entries._uow.backend, SearchBackend)
+    return callable(getattr(entries, "search", None))
 
 
 # --------------------------------------------------------------------------- entry points

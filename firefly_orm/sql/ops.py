@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Unpack
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
@@ -27,7 +27,14 @@ from firefly_orm.entry import (
     validate_namespace,
     validate_user_id,
 )
-from firefly_orm.errors import ConcurrencyError
+from firefly_orm.errors import ConcurrencyError, StoreError
+from firefly_orm.search import (
+    SearchHit,
+    SearchOptions,
+    SearchRequest,
+    fts5_query,
+    websearch_query,
+)
 from firefly_orm.sql import statements as st
 
 __all__ = [
@@ -44,6 +51,7 @@ __all__ = [
     "push_translation",
     "save",
     "save_versioned",
+    "search",
 ]
 
 #: What an operation runs on: a store-owned Connection or a caller's Session.
@@ -164,6 +172,42 @@ def list_contents(
     return list(_execute(target, stmt, params).scalars())
 
 
+def search(target: Target, request: SearchRequest) -> list[SearchHit]:
+    """Full-text search (see :mod:`firefly_orm.search`) on the database's own text index.
+
+    Only the request's words reach the database, each quoted: an FTS5
+    ``MATCH`` expression on SQLite, the text of ``websearch_to_tsquery`` on
+    PostgreSQL (with the request's ``language``).
+    """
+    if request.finds_nothing:
+        return []
+    dialect = _dialect(target)
+    params: dict[str, Any] = {
+        "ns": request.namespace,
+        "now": utcnow(),
+        "uid": request.user_id,
+        "imp": request.min_importance,
+        "limit": request.limit,
+    }
+    if dialect == "postgresql":
+        params.update(q=websearch_query(request.terms), lang=request.language)
+    elif dialect == "sqlite":
+        params["q"] = fts5_query(request.terms)
+    else:
+        raise StoreError(f"full-text search is not available on {dialect}")
+    mode = st.prefix_mode(request.key_prefix, params)
+    stmt = st.search_statement(
+        dialect,
+        mode,
+        request.user_id is not None,
+        request.min_importance is not None,
+        request.limit is not None,
+    )
+    return [
+        SearchHit(st.row_to_entry(row), float(row[-1])) for row in _execute(target, stmt, params)
+    ]
+
+
 def delete(target: Target, namespace: str, entry_ids: list[str]) -> None:
     """Delete these entries of ``namespace`` (missing ids are ignored)."""
     if entry_ids:
@@ -235,6 +279,12 @@ class SQLEntryRepository:
         if user_id is not None:
             validate_user_id(user_id)
         return list_contents(self.session, namespace, key_prefix, limit, newest_first, user_id)
+
+    def search(
+        self, namespace: str, query: str, **options: Unpack[SearchOptions]
+    ) -> builtins.list[SearchHit]:
+        """Full-text search in this transaction (see ``EntryRepository.search``)."""
+        return search(self.session, SearchRequest.build(namespace, query, **options))
 
     def save(
         self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None

@@ -6,6 +6,11 @@ statement and its cache key on every call cost more than running it.
 
 The table definition has no schema; each store maps it to its own schema with
 ``schema_translate_map``, so stores with different schemas share one process.
+
+Full-text search (:func:`search_statement`) reads what migration
+``0006_full_text_search`` adds beside the model: on SQLite the FTS5 table
+``memory_entries_fts`` (joined on ``rowid``), on PostgreSQL the generated
+``search_vector`` column (unqualified: the statement reads one table).
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import Join
 
-from firefly_orm.entry import MemoryEntry, MemoryScope, key_prefix_upper_bound
+from firefly_orm.entry import TABLE_NAME, MemoryEntry, MemoryScope, key_prefix_upper_bound
+from firefly_orm.search import PG_SEARCH_VECTOR, SQLITE_FTS_TABLE
 
 __all__ = [
     "BY_KEY",
@@ -37,6 +45,7 @@ __all__ = [
     "list_statement",
     "prefix_mode",
     "row_to_entry",
+    "search_statement",
     "upsert",
 ]
 
@@ -55,6 +64,8 @@ COLUMNS = (
     _C.importance,
     _C.version,
     _C.user_id,
+    _C.search_text,
+    _C.search_language,
 )
 
 # --------------------------------------------------------------------------- row mapping
@@ -77,6 +88,8 @@ def row_to_entry(row: Any) -> MemoryEntry:
             "importance": row[8],
             "version": row[9],
             "user_id": row[10],
+            "search_text": row[11],
+            "search_language": row[12],
         }
     )
 
@@ -95,6 +108,8 @@ def entry_values(namespace: str, entry: MemoryEntry) -> dict[str, Any]:
         "importance": float(entry.importance),
         "version": max(entry.version, 1),
         "user_id": entry.user_id,
+        "search_text": entry.search_text,
+        "search_language": entry.search_language,
     }
 
 
@@ -176,6 +191,17 @@ def prefix_mode(key_prefix: str | None, params: dict[str, Any]) -> PrefixMode:
     return "range"
 
 
+def _key_filter(stmt: Any, mode: PrefixMode) -> Any:
+    """``stmt`` restricted to the keys of ``mode`` (bounds ``lo``/``hi``: :func:`prefix_mode`)."""
+    if mode == "range":
+        return stmt.where(_C.key >= _P("lo"), _C.key < _P("hi"))
+    if mode == "from":
+        return stmt.where(_C.key >= _P("lo"))
+    if mode == "any_key":
+        return stmt.where(_C.key.is_not(None))
+    return stmt
+
+
 @functools.lru_cache(maxsize=128)
 def list_statement(
     mode: PrefixMode, limit: int | None, newest_first: bool, by_user: bool = False
@@ -186,12 +212,7 @@ def list_statement(
     stmt = _SELECT.where(_C.namespace == _P("ns"), _LIVE)
     if by_user:
         stmt = stmt.where(_C.user_id == _P("uid"))
-    if mode == "range":
-        stmt = stmt.where(_C.key >= _P("lo"), _C.key < _P("hi"))
-    elif mode == "from":
-        stmt = stmt.where(_C.key >= _P("lo"))
-    elif mode == "any_key":
-        stmt = stmt.where(_C.key.is_not(None))
+    stmt = _key_filter(stmt, mode)
     order: list[Any] = (
         [_C.created_at, _C.entry_id] if mode == "none" else [_C.key, _C.created_at, _C.entry_id]
     )
@@ -210,3 +231,78 @@ def list_contents_statement(
     """:func:`list_statement` selecting only the ``content`` column."""
     full = list_statement(mode, limit, newest_first, by_user)
     return full.with_only_columns(_C.content, maintain_column_froms=True)
+
+
+# --------------------------------------------------------------------------- search
+
+
+class _OuterLoopJoin(Join):
+    """A join SQLite must run with its left side as the outer loop (``CROSS JOIN ... ON``).
+
+    SQLite treats ``CROSS JOIN`` as a join-order hint.  Without statistics
+    (SQLite databases are rarely analyzed) its planner would otherwise walk a
+    B-tree index of a filter such as a key range and probe the FTS5 table once
+    per row, a scan of the namespace in disguise.
+    """
+
+    inherit_cache = True
+
+
+@compiles(_OuterLoopJoin)
+def _compile_outer_loop_join(join: _OuterLoopJoin, compiler: Any, **kw: Any) -> str:
+    return str(compiler.visit_join(join, **kw))
+
+
+@compiles(_OuterLoopJoin, "sqlite")
+def _compile_sqlite_cross_join(join: _OuterLoopJoin, compiler: Any, **kw: Any) -> str:
+    text = str(compiler.visit_join(join, **kw))
+    left, joined, rest = text.partition(" JOIN ")
+    assert joined and " " not in left, text  # a plain table on the left
+    return f"{left} CROSS JOIN {rest}"
+
+
+_FTS = sa.table(SQLITE_FTS_TABLE, sa.column("rowid"))
+#: The FTS5 table as a value: the left side of ``MATCH`` and the argument of ``bm25()``.
+_FTS_SELF: sa.ColumnElement[Any] = sa.literal_column(SQLITE_FTS_TABLE)
+_ROWID: sa.ColumnElement[Any] = sa.literal_column(f"{TABLE_NAME}.rowid")
+_VECTOR = sa.literal_column(PG_SEARCH_VECTOR, postgresql.TSVECTOR())
+_TSQUERY = sa.func.websearch_to_tsquery(sa.cast(_P("lang"), postgresql.REGCONFIG()), _P("q"))
+
+
+@functools.lru_cache(maxsize=64)
+def search_statement(
+    dialect: str, mode: PrefixMode, by_user: bool, by_importance: bool, limited: bool
+) -> Any:
+    """Live entries of ``ns`` matching ``q``, with their score as the last column, best first.
+
+    SQLite: ``q`` is an FTS5 expression of quoted words, the score ``-bm25()``;
+    the FTS5 table is the outer loop (``CROSS JOIN``), each match a rowid
+    lookup: the cost follows the number of rows holding a query word.  PostgreSQL:
+    ``q`` is text for ``websearch_to_tsquery(lang, q)`` and the score
+    ``ts_rank``; ``search_vector @@ query`` is served by the GIN index.  Key
+    filter as :func:`list_statement` (``lo``/``hi``); ``uid`` with ``by_user``,
+    ``imp`` (minimum importance) with ``by_importance``, ``limit`` with ``limited``.
+    """
+    if dialect == "sqlite":
+        score = (-sa.func.bm25(_FTS_SELF)).label("score")
+        stmt = (
+            sa.select(*COLUMNS, score)
+            .select_from(_OuterLoopJoin(_FTS, TABLE, _FTS.c.rowid == _ROWID))
+            .where(_FTS_SELF.op("MATCH")(_P("q")))
+        )
+    elif dialect == "postgresql":
+        score = sa.func.ts_rank(_VECTOR, _TSQUERY).label("score")
+        stmt = sa.select(*COLUMNS, score).where(_VECTOR.op("@@")(_TSQUERY))
+    else:
+        raise ValueError(f"full-text search is not available on {dialect!r}")
+    stmt = stmt.where(_C.namespace == _P("ns"), _LIVE)
+    if by_user:
+        stmt = stmt.where(_C.user_id == _P("uid"))
+    if by_importance:
+        stmt = stmt.where(_C.importance >= _P("imp"))
+    stmt = _key_filter(stmt, mode).order_by(
+        score.desc(), _C.importance.desc(), _C.created_at.desc(), _C.entry_id.desc()
+    )
+    if limited:
+        stmt = stmt.limit(_P("limit"))
+    return stmt

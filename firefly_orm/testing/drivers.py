@@ -33,9 +33,11 @@ from firefly_orm.protocols import (
     AsyncUnitOfWork,
     ListOptions,
     MemoryStore,
+    SearchHit,
+    SearchOptions,
     UnitOfWork,
 )
-from firefly_orm.uow import async_unit_of_work_for, unit_of_work_for
+from firefly_orm.uow import async_unit_of_work_for, supports_search, unit_of_work_for
 
 __all__ = ["MODES", "NAMESPACE_PREFIX", "StoreDriver", "UnitOfWorkDriver"]
 
@@ -100,6 +102,16 @@ class UnitOfWorkDriver:
     ) -> builtins.list[Any]:
         """``uow.entries.list_contents``."""
         return await self._run(lambda u: u.entries.list_contents(namespace, **options))
+
+    async def search(
+        self, namespace: str, query: str, **options: Unpack[SearchOptions]
+    ) -> builtins.list[SearchHit]:
+        """``uow.entries.search``."""
+        return await self._run(lambda u: u.entries.search(namespace, query, **options))
+
+    async def can_search(self) -> bool:
+        """Whether ``uow.entries.search`` works here (:func:`~firefly_orm.uow.supports_search`)."""
+        return await self._run(lambda u: supports_search(u.entries))
 
     async def save(
         self, namespace: str, entry: MemoryEntry, *, expected_version: int | None = None
@@ -203,6 +215,15 @@ class StoreDriver:
         """Whether the store's units of work can erase a user (not a plain five-method store)."""
         return hasattr(self.store, "unit_of_work") or hasattr(self.store, "async_unit_of_work")
 
+    async def can_search(self) -> bool:
+        """Whether the store's units of work implement full-text search.
+
+        Asked of a unit of work's repository (:func:`~firefly_orm.uow.supports_search`):
+        False only for a staged backend without ``read_search``.
+        """
+        async with self.unit_of_work(read_only=True) as uow:
+            return await uow.can_search()
+
     def has_cleanup_expired(self) -> bool:
         """Whether the store offers ``cleanup_expired`` in this mode."""
         wanted = _CleansUp if self.mode == "sync" else _AsyncCleansUp
@@ -218,13 +239,13 @@ class StoreDriver:
         pytest.fail(f"{type(store).__name__} has no cleanup_expired in {self.mode} mode")
 
     @asynccontextmanager
-    async def unit_of_work(self) -> AsyncIterator[UnitOfWorkDriver]:
+    async def unit_of_work(self, *, read_only: bool = False) -> AsyncIterator[UnitOfWorkDriver]:
         """The store's unit of work (``unit_of_work_for`` / ``async_unit_of_work_for``)."""
         if self.mode == "sync":
-            with unit_of_work_for(self.store) as uow:
+            with unit_of_work_for(self.store, read_only=read_only) as uow:
                 yield UnitOfWorkDriver(sync_uow=uow)
         else:
-            async with async_unit_of_work_for(self.store) as auow:
+            async with async_unit_of_work_for(self.store, read_only=read_only) as auow:
                 yield UnitOfWorkDriver(async_uow=auow)
 
     async def cleanup(self) -> None:

@@ -2,7 +2,8 @@
 
 Every test drives the unit of work that :func:`firefly_orm.uow.unit_of_work_for`
 / :func:`~firefly_orm.uow.async_unit_of_work_for` give for the store: all or
-nothing, reads of its own writes, ``expected_version`` preconditions.
+nothing, reads of its own writes, ``expected_version`` preconditions; and,
+through :mod:`firefly_orm.testing.search_contract`, full-text search.
 """
 
 from __future__ import annotations
@@ -17,12 +18,17 @@ from firefly_orm.errors import ConcurrencyError, EntryValidationError, StoreErro
 from firefly_orm.protocols import ListOptions
 from firefly_orm.testing.drivers import StoreDriver
 from firefly_orm.testing.samples import ids_of, in_past, make_entry, to_ms
+from firefly_orm.testing.search_contract import SearchContract
 
 __all__ = ["UnitOfWorkContract"]
 
 
-class UnitOfWorkContract:
-    """Unit-of-work tests; they use the ``contract`` fixture of :class:`StoreContract`."""
+class UnitOfWorkContract(SearchContract):
+    """Unit-of-work tests; they use the ``contract`` fixture of :class:`StoreContract`.
+
+    The full-text search tests (:class:`~firefly_orm.testing.search_contract.SearchContract`)
+    come with them.
+    """
 
     # ------------------------------------------------------------------ unit of work
 

@@ -19,6 +19,7 @@ from dbutil import drop_schema
 from firefly_orm import migrate
 from firefly_orm.entry import TABLE_NAME, metadata
 from firefly_orm.errors import EntryValidationError, MigrationRequiredError
+from firefly_orm.search import SQLITE_FTS_TABLES, is_search_index_object
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,7 +36,8 @@ def _diff(url: str, schema: str | None, model: sa.MetaData = metadata) -> list[o
             return name == schema
         if type_ == "table":
             return name == TABLE_NAME
-        return True
+        # PostgreSQL's generated tsvector column and its GIN index are not in the model.
+        return not is_search_index_object(name, type_)
 
     engine = sa.create_engine(url)
     try:
@@ -92,11 +94,11 @@ def test_sqlite_upgrade_downgrade_upgrade(sqlite_url: str) -> None:
     assert revisions[-1] == migrate.head()
     assert migrate.check(sqlite_url) == revisions
     migrate.upgrade(sqlite_url)
-    assert _tables(sqlite_url, None) == {TABLE_NAME, migrate.VERSION_TABLE}
+    assert _tables(sqlite_url, None) == {TABLE_NAME, migrate.VERSION_TABLE, *SQLITE_FTS_TABLES}
     assert migrate.current(sqlite_url) == migrate.head()
     assert migrate.check(sqlite_url) == []
     migrate.downgrade(sqlite_url, "base")
-    assert TABLE_NAME not in _tables(sqlite_url, None)
+    assert _tables(sqlite_url, None) == {migrate.VERSION_TABLE}
     assert migrate.current(sqlite_url) is None
     migrate.upgrade(sqlite_url)
     assert migrate.current(sqlite_url) == migrate.head()
@@ -456,3 +458,172 @@ def test_connection_error_hides_the_password_in_every_form(monkeypatch: pytest.M
             assert "no route to postgresql://app:***@127.0.0.1:1/db (*** rejected)" in message
     finally:
         engine.dispose()
+
+
+# --------------------------------------------------------------------------- 0006: full-text search
+
+_BEFORE_SEARCH = "0005_user_id"
+_SEARCH_REVISION = "0006_full_text_search"
+_FTS_TRIGGERS = {f"memory_entries_fts_{event}" for event in ("insert", "delete", "update")}
+
+
+def _sqlite_names(url: str, kind: str) -> set[str]:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT name FROM sqlite_master WHERE type = :t"), {"t": kind}
+            )
+            return set(rows.scalars())
+    finally:
+        engine.dispose()
+
+
+def _columns(url: str, schema: str | None) -> set[str]:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        return {c["name"] for c in sa.inspect(engine).get_columns(TABLE_NAME, schema=schema)}
+    finally:
+        engine.dispose()
+
+
+def _fts_integrity_check(url: str) -> None:
+    """FTS5's own check that the index matches the table row for row (raises if not)."""
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO memory_entries_fts(memory_entries_fts, rank) "
+                "VALUES ('integrity-check', 1)"
+            )
+    finally:
+        engine.dispose()
+
+
+def _write_old_row(url: str, key: str) -> None:
+    """A row written by a release at the revision before full-text search (its columns only)."""
+    from firefly_orm.entry import MemoryEntry
+    from firefly_orm.sql.statements import TABLE, entry_values
+
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            present = _columns(url, None)
+            values = entry_values("ns", MemoryEntry(key=key, content={"old": key}))
+            conn.execute(TABLE.insert().values({k: v for k, v in values.items() if k in present}))
+    finally:
+        engine.dispose()
+
+
+def _search_keys(store: object, query: str) -> list[str | None]:
+    from firefly_orm.uow import unit_of_work_for
+
+    with unit_of_work_for(store, read_only=True) as uow:  # type: ignore[arg-type]
+        return [hit.entry.key for hit in uow.entries.search("ns", query)]
+
+
+def test_sqlite_full_text_search_upgrade_and_downgrade(sqlite_url: str) -> None:
+    from firefly_orm.entry import MemoryEntry
+    from firefly_orm.sql import SQLAlchemyStore
+
+    migrate.upgrade(sqlite_url, revision=_BEFORE_SEARCH)
+    for i in range(3):
+        _write_old_row(sqlite_url, f"old{i}")
+    migrate.upgrade(sqlite_url, revision=_SEARCH_REVISION)
+    assert _tables(sqlite_url, None) >= SQLITE_FTS_TABLES
+    assert _sqlite_names(sqlite_url, "trigger") == _FTS_TRIGGERS
+    assert {"search_text", "search_language"} <= _columns(sqlite_url, None)
+    _fts_integrity_check(sqlite_url)  # the rows written before were indexed ("rebuild")
+    assert _diff(sqlite_url, None) == []
+    store = SQLAlchemyStore(sqlite_url)
+    store.save("ns", MemoryEntry(key="new", search_text="remember the kiwi"))
+    assert _search_keys(store, "kiwi") == ["new"]
+    store.close()
+
+    migrate.downgrade(sqlite_url, _BEFORE_SEARCH)
+    assert _tables(sqlite_url, None) == {TABLE_NAME, migrate.VERSION_TABLE}
+    assert _sqlite_names(sqlite_url, "trigger") == set()
+    assert not {"search_text", "search_language"} & _columns(sqlite_url, None)
+    assert migrate.current(sqlite_url) == _BEFORE_SEARCH
+    _write_old_row(sqlite_url, "written-while-down")
+
+    migrate.upgrade(sqlite_url)
+    _fts_integrity_check(sqlite_url)
+    assert _diff(sqlite_url, None) == []
+    store = SQLAlchemyStore(sqlite_url)
+    keys = {"old0", "old1", "old2", "new", "written-while-down"}
+    assert {e.key for e in store.load("ns")} == keys
+    assert _search_keys(store, "kiwi") == []  # the downgrade dropped the text with its column
+    store.save("ns", MemoryEntry(key="again", search_text="kiwi again"))
+    assert _search_keys(store, "kiwi") == ["again"]
+    store.close()
+
+
+def _pg_search_objects(url: str, schema: str) -> dict[str, object]:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            generated = conn.execute(
+                sa.text(
+                    "SELECT attgenerated FROM pg_attribute WHERE attrelid = "
+                    "CAST(:t AS regclass) AND attname = 'search_vector' AND NOT attisdropped"
+                ),
+                {"t": f'"{schema}".{TABLE_NAME}'},
+            ).scalar()
+            index = conn.execute(
+                sa.text(
+                    "SELECT indexdef FROM pg_indexes WHERE schemaname = :s "
+                    "AND indexname = 'ix_memory_entries_search'"
+                ),
+                {"s": schema},
+            ).scalar()
+            function = conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+                    "WHERE n.nspname = :s AND p.proname = 'firefly_orm_search_vector'"
+                ),
+                {"s": schema},
+            ).scalar()
+            return {"generated": generated, "index": index, "functions": function}
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_postgres_full_text_search_upgrade_and_downgrade(postgres_url: str, pg_schema: str) -> None:
+    from firefly_orm.entry import MemoryEntry
+    from firefly_orm.sql import PostgreSQLStore
+
+    migrate.upgrade(postgres_url, schema_name=pg_schema, revision=_BEFORE_SEARCH)
+    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    found = _pg_search_objects(postgres_url, pg_schema)
+    assert found["generated"] == "s" and found["functions"] == 1
+    assert isinstance(found["index"], str)
+    assert "USING gin (search_vector)" in found["index"]
+    assert "WITH (fastupdate=off) WHERE (search_vector IS NOT NULL)" in found["index"]
+    assert {"search_text", "search_language", "search_vector"} <= _columns(postgres_url, pg_schema)
+    assert _diff(postgres_url, pg_schema) == []
+    store = PostgreSQLStore(postgres_url, schema_name=pg_schema)
+    store.save("ns", MemoryEntry(key="kept", content=1, search_text="remember the kiwi"))
+    assert _search_keys(store, "kiwi") == ["kept"]
+    store.close()
+
+    migrate.downgrade(postgres_url, _BEFORE_SEARCH, schema_name=pg_schema)
+    assert _pg_search_objects(postgres_url, pg_schema) == {
+        "generated": None,
+        "index": None,
+        "functions": 0,
+    }
+    assert not {"search_text", "search_language", "search_vector"} & _columns(
+        postgres_url, pg_schema
+    )
+    assert migrate.current(postgres_url, schema_name=pg_schema) == _BEFORE_SEARCH
+
+    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    assert _diff(postgres_url, pg_schema) == []
+    store = PostgreSQLStore(postgres_url, schema_name=pg_schema)
+    [kept] = store.load("ns")
+    assert (kept.key, kept.content, kept.search_text) == ("kept", 1, None)
+    store.save("ns", kept.copy_entry(search_text="kiwi again"))
+    assert _search_keys(store, "kiwi") == ["kept"]
+    store.close()
