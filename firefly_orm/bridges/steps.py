@@ -21,6 +21,9 @@ world it runs in; the steps are the only places that cross:
   :func:`~firefly_orm.bridges.loop_thread.shared_loop` (refusing when an event
   loop already runs in the calling thread, which it would block).
 * :class:`Sleep`: a back-off pause (``time.sleep`` / ``asyncio.sleep``).
+* :class:`HoldingTransaction`: a transaction that calls out (a summarizer)
+  while its unit of work stays open, for stores that :func:`locks_rows`; ask
+  with the :class:`LocksRows` step.
 
 How to write an operation: take every input as an explicit parameter, and get
 each step's typed result with ``yield from``::
@@ -85,6 +88,9 @@ __all__ = [
     "RETRY_SECONDS",
     "RetryBudget",
     "CallOut",
+    "HoldingTransaction",
+    "HoldingWork",
+    "LocksRows",
     "MemoryLayer",
     "Operation",
     "Sleep",
@@ -96,6 +102,7 @@ __all__ = [
     "backoff",
     "delegate",
     "is_coroutine_callable",
+    "locks_rows",
     "retrying",
     "run",
     "sync_method",
@@ -267,6 +274,121 @@ class Sleep(Step[None]):
 
     async def aperform(self, store: MemoryStore) -> None:
         await asyncio.sleep(self.seconds)
+
+
+def locks_rows(store: object) -> bool:
+    """Whether ``store`` declares ``locks_rows = True``.
+
+    Such a store's ``get_by_key(..., for_update=True)`` locks that one row until
+    the unit of work ends (PostgreSQL's ``SELECT ... FOR UPDATE``), so a unit of
+    work kept open during a call-out makes only the writers of that row wait, in
+    the database's lock queue.  Elsewhere it would block every writer (SQLite's
+    database-wide write lock) or protect nothing (staged stores check versions
+    at commit), and :class:`HoldingTransaction` is not used.
+    """
+    return getattr(store, "locks_rows", False) is True
+
+
+@dataclass(frozen=True)
+class LocksRows(Step[bool]):
+    """The store's :func:`locks_rows` (whether a :class:`HoldingTransaction` queues writers)."""
+
+    def perform(self, store: MemoryStore) -> bool:
+        return locks_rows(store)
+
+    async def aperform(self, store: MemoryStore) -> bool:
+        return locks_rows(store)
+
+
+#: The work of a :class:`HoldingTransaction`: over the unit of work, a generator
+#: that may yield :class:`CallOut` steps only (their results are sent back in)
+#: and returns the transaction's result.
+HoldingWork: TypeAlias = Generator[Step[Any], Any, T]
+
+
+@dataclass(frozen=True)
+class HoldingTransaction(Step[T]):
+    """``work(uow)`` in one unit of work that stays open while the work calls out.
+
+    ``work`` is a generator over the unit of work (build the step with
+    :meth:`write`); each :class:`CallOut` it yields (``yield from CallOut(...)``,
+    e.g. a summarizer) runs while the unit of work is open and its locks are
+    held, and its result (or error) is sent back in.  The unit of work commits
+    when ``work`` returns and rolls back when it raises.  Async code resumes the
+    work through ``uow.run_sync`` and awaits the call-outs in between.
+
+    Meant for stores that :func:`locks_rows`: a writer holding a row lock while
+    it calls out makes the other writers of that row queue behind it, instead of
+    each redoing the call-out after every lost race.
+    """
+
+    work: Callable[[UnitOfWork], HoldingWork[T]]
+
+    @classmethod
+    def write(
+        cls,
+        fn: Callable[Concatenate[UnitOfWork, P], HoldingWork[T]],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> HoldingTransaction[T]:
+        """``fn(uow, *args, **kwargs)`` (a generator function), committed when it returns."""
+        return cls(lambda uow: fn(uow, *args, **kwargs))
+
+    def perform(self, store: MemoryStore) -> T:
+        with unit_of_work_for(store) as uow:
+            work = self.work(uow)
+            call, result = _resume(work, None, None)
+            while call is not None:
+                value: Any = None
+                error: Exception | None = None
+                try:
+                    value = call.perform(store)
+                except Exception as exc:
+                    error = exc
+                call, result = _resume(work, value, error)
+            uow.commit()
+        return result
+
+    async def aperform(self, store: MemoryStore) -> T:
+        async with async_unit_of_work_for(store) as uow:
+            work: HoldingWork[T] = await uow.run_sync(self.work)
+            outcome: tuple[CallOut[Any] | None, T] = await uow.run_sync(
+                _resume_in, work, None, None
+            )
+            while (call := outcome[0]) is not None:
+                value: Any = None
+                error: Exception | None = None
+                try:
+                    value = await call.aperform(store)
+                except Exception as exc:
+                    error = exc
+                outcome = await uow.run_sync(_resume_in, work, value, error)
+            await uow.commit()
+        return outcome[1]
+
+
+def _resume(
+    work: HoldingWork[T], value: Any, error: Exception | None
+) -> tuple[CallOut[Any] | None, T]:
+    """Resume ``work``: ``(next call-out, _)``, or ``(None, result)`` once it returned."""
+    try:
+        step = work.throw(error) if error is not None else work.send(value)
+    except StopIteration as stop:
+        return None, cast(T, stop.value)
+    if not isinstance(step, CallOut):
+        work.close()
+        raise TypeError(
+            f"a HoldingTransaction may only yield CallOut steps, not {type(step).__name__}"
+        )
+    return step, cast(T, None)
+
+
+def _resume_in(
+    uow: UnitOfWork, work: HoldingWork[T], value: Any, error: Exception | None
+) -> tuple[CallOut[Any] | None, T]:
+    """:func:`_resume` as a ``uow.run_sync`` callback (the unit of work is already in ``work``)."""
+    return _resume(work, value, error)
 
 
 def is_coroutine_callable(obj: object) -> bool:

@@ -13,13 +13,19 @@ is read, plus the oldest turns in small batches when some must be evicted.
 Every write re-reads the head (``for_update``) and saves it back with
 ``expected_version=<version read>``.
 
-The summarizer never runs inside a unit of work (on SQLite a write transaction
-blocks every other writer): when a plan needs a new summary the transaction
-raises :class:`SummaryNeeded` (so it rolls back), the summarizer runs, and the
-transaction is redone and applied only if the head is still at the version
-the summary was planned on (otherwise the turn is re-planned).  Contention is
-retried a bounded number of times, then
-:class:`~firefly_orm.errors.ConcurrencyError` is raised.
+The summarizer runs outside the unit of work first (on SQLite a write
+transaction blocks every other writer): when a plan needs a new summary the
+transaction raises :class:`SummaryNeeded` (so it rolls back), the summarizer
+runs, and the transaction is redone and applied only if the summarizer's input
+(the previous summary and the turns to evict) is still the same; otherwise the
+writer lost a race.  Lost races are retried within a
+:class:`~firefly_orm.bridges.steps.RetryBudget`, then
+:class:`~firefly_orm.errors.ConcurrencyError` is raised.  On stores whose
+``for_update`` locks just the head row
+(:func:`~firefly_orm.bridges.steps.locks_rows`: PostgreSQL), a writer that lost
+a race does not race again: it locks the head and calls the summarizer while
+holding the lock (:func:`append_turn_holding`), so the writers of that
+conversation queue on the lock, each with at most one summary made in vain.
 """
 
 from __future__ import annotations
@@ -30,6 +36,9 @@ from typing import Any
 
 from firefly_orm.bridges.steps import (
     CallOut,
+    HoldingTransaction,
+    HoldingWork,
+    LocksRows,
     Operation,
     RetryBudget,
     Transaction,
@@ -71,6 +80,7 @@ __all__ = [
     "SummaryNeeded",
     "add_turn",
     "append_turn",
+    "append_turn_holding",
     "clear_conversations",
     "create_conversation",
     "import_conversation",
@@ -102,24 +112,47 @@ class EncodedTurn:
 
 
 class SummaryNeeded(Exception):
-    """Raised by :func:`append_turn` to roll back and ask for a summary first."""
+    """Raised by :func:`append_turn` to roll back and ask for a summary first.
+
+    The summary is to cover ``previous_summary`` and ``evicted_turns`` (the
+    summarizer gets :attr:`turns`).
+    """
 
     def __init__(
-        self, head_version: int, evicted_turn_ids: tuple[int, ...], turns: list[ConversationTurn]
+        self, previous_summary: str | None, evicted_turns: tuple[ConversationTurn, ...]
     ) -> None:
         super().__init__("a summary of the evicted turns is needed")
-        self.head_version = head_version
-        self.evicted_turn_ids = evicted_turn_ids
-        self.turns = turns
+        self.previous_summary = previous_summary
+        self.evicted_turns = evicted_turns
+
+    @property
+    def turns(self) -> list[ConversationTurn]:
+        """The summarizer's input (:func:`summary_input`)."""
+        return summary_input(self.previous_summary, self.evicted_turns)
+
+    def prepared(self, summary: str) -> PreparedSummary:
+        """``summary``, made for this need."""
+        return PreparedSummary(self.previous_summary, self.evicted_turns, summary)
 
 
 @dataclass(frozen=True)
 class PreparedSummary:
-    """A summary made for the eviction planned at ``head_version``."""
+    """A summary made of ``previous_summary`` and ``evicted_turns``.
 
-    head_version: int
-    evicted_turn_ids: tuple[int, ...]
+    It serves any plan with the same previous summary and the same turns to
+    evict, whatever the head's version (a concurrent write that changed neither
+    does not make it stale).
+    """
+
+    previous_summary: str | None
+    evicted_turns: tuple[ConversationTurn, ...]
     summary: str
+
+    def fits(
+        self, previous_summary: str | None, evicted_turns: tuple[ConversationTurn, ...]
+    ) -> bool:
+        """Whether this summary covers exactly ``previous_summary`` and ``evicted_turns``."""
+        return (self.previous_summary, self.evicted_turns) == (previous_summary, evicted_turns)
 
 
 # =========================================================================== operations
@@ -137,11 +170,24 @@ def add_turn(
     policy: Policy,
     summarizer: Summarizer | None,
 ) -> Operation[ConversationTurn]:
-    """Add ``new_turn`` to ``conversation_id``, evicting (and summarising) as planned."""
+    """Add ``new_turn`` to ``conversation_id``, evicting (and summarising) as planned.
+
+    The summarizer runs outside the unit of work until this writer loses a race
+    (a concurrent writer changed the head meanwhile); on stores that lock rows
+    it then runs under the head's lock (:func:`append_turn_holding`), so this
+    writer waits in the database's lock queue instead of racing again.
+    """
     prepared: PreparedSummary | None = None
+    holding = False
     budget = RetryBudget()
     while True:
         try:
+            if holding and summarizer is not None:
+                return (
+                    yield from HoldingTransaction.write(
+                        append_turn_holding, conversation_id, new_turn, policy, summarizer, prepared
+                    )
+                )
             return (
                 yield from Transaction.write(
                     append_turn, conversation_id, new_turn, policy, summarizer is not None, prepared
@@ -154,10 +200,14 @@ def add_turn(
         except SummaryNeeded as needed:
             if summarizer is None:  # pragma: no cover - plans ask only when there is one
                 raise
-            if prepared is not None and not budget.spend():
-                break  # a summary made for this turn went stale: that was a lost race
+            if prepared is not None:  # the summary made for this turn went stale: a lost race
+                if not budget.spend():
+                    break
+                holding = yield from LocksRows()
+                if holding:
+                    continue  # summarise again, under the head's lock
             summary = yield from summarize(summarizer, needed.turns)
-            prepared = PreparedSummary(needed.head_version, needed.evicted_turn_ids, summary)
+            prepared = needed.prepared(summary)
     raise ConcurrencyError(
         f"could not add a turn to conversation {conversation_id!r} after "
         f"{budget.used} attempts (too many concurrent writers)"
@@ -258,14 +308,8 @@ def append_turn(
     )
     summary = head.summary
     if plan.summarize:
-        if (
-            prepared is None
-            or prepared.head_version != head.version
-            or prepared.evicted_turn_ids != plan.evicted_turn_ids
-        ):
-            raise SummaryNeeded(
-                head.version, plan.evicted_turn_ids, summary_input(head.summary, plan.evicted_turns)
-            )
+        if prepared is None or not prepared.fits(head.summary, plan.evicted_turns):
+            raise SummaryNeeded(head.summary, plan.evicted_turns)
         summary = prepared.summary
     uow.entries.save(namespace, turn_entry(namespace, plan.turn, new_turn.encoded_raw))
     if plan.evicted_turn_ids:
@@ -287,6 +331,29 @@ def append_turn(
         summary=summary,
     )
     return plan.turn
+
+
+def append_turn_holding(
+    uow: UnitOfWork,
+    conversation_id: str,
+    new_turn: EncodedTurn,
+    policy: Policy,
+    summarizer: Summarizer,
+    prepared: PreparedSummary | None,
+) -> HoldingWork[ConversationTurn]:
+    """:func:`append_turn`, calling the summarizer inside the unit of work if needed.
+
+    Run by a :class:`~firefly_orm.bridges.steps.HoldingTransaction` on stores
+    that lock rows: the head read ``for_update`` stays locked while the
+    summarizer runs, so the plan cannot go stale and other writers of the
+    conversation wait for the lock.  ``prepared`` is used when it still fits.
+    """
+    try:
+        return append_turn(uow, conversation_id, new_turn, policy, True, prepared)
+    except SummaryNeeded as exc:
+        needed = exc
+    summary = yield from summarize(summarizer, needed.turns)
+    return append_turn(uow, conversation_id, new_turn, policy, True, needed.prepared(summary))
 
 
 def _save_head(
