@@ -95,6 +95,10 @@ class MemorySettings(BaseSettings):
         max_conversation_tokens: Token budget of a conversation's history.
         summarize_threshold: Token total above which evicted turns are summarised
             (when a summarizer is configured).
+        max_messages: At most this many model messages per conversation
+            (unset: no limit).
+        pin_count: The first turns of a conversation that are never evicted.
+        recent_count: The newest turns an eviction keeps (the middle goes at once).
         summary_model: pydantic-ai model name for the LLM summarizer; when set,
             ``MemoryManager.from_config()`` builds one with
             :func:`firefly_orm.summarization.create_llm_summarizer`.
@@ -124,6 +128,9 @@ class MemorySettings(BaseSettings):
     backend: Backend = "in_memory"
     max_conversation_tokens: int = Field(default=128_000, ge=1)
     summarize_threshold: int = Field(default=10, ge=0)
+    max_messages: int | None = Field(default=None, ge=1)
+    pin_count: int = Field(default=0, ge=0)
+    recent_count: int = Field(default=0, ge=0)
     summary_model: str | None = None
     file_dir: str = ".firefly_memory"
     sqlite_path: str | None = None

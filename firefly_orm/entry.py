@@ -73,6 +73,7 @@ __all__ = [
     "validate_namespace",
     "validate_search_language",
     "validate_user_id",
+    "version_exhausted",
     "wrap_json_for_storage",
 ]
 
@@ -498,6 +499,15 @@ def validate_namespace(namespace: Any) -> str:
         raise EntryValidationError("namespace", "must be a non-empty string")
     _check_text("namespace", namespace)
     return namespace
+
+
+def version_exhausted(entry_id: str) -> EntryValidationError:
+    """The error for an update of an entry already at :data:`MAX_ENTRY_VERSION`."""
+    return EntryValidationError(
+        "version",
+        f"entry {entry_id!r} is at the largest version ({MAX_ENTRY_VERSION}) "
+        "and cannot be updated; write a new entry instead",
+    )
 
 
 def validate_user_id(user_id: Any) -> str:

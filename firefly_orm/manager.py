@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from firefly_orm.bridges.steps import MemoryLayer, Operation, async_method, delegate, sync_method
 from firefly_orm.conversation import ConversationMemory, Summarizer
+from firefly_orm.entry import validate_user_id
 from firefly_orm.store import InMemoryStore, MemoryStore
 from firefly_orm.working import WorkingMemory
 
@@ -53,6 +54,10 @@ class MemoryManager(MemoryLayer):
         working_scope_id: Scope of this manager's facts (``working:<scope_id>``).
         summarizer: Called with the evicted turns to build a conversation's summary
             (e.g. :func:`~firefly_orm.summarization.create_llm_summarizer`).
+        max_messages, pin_count, recent_count: Conversation policies (see
+            :class:`~firefly_orm.conversation.ConversationMemory`).
+        user_id: The user this manager works for: its new conversations and its
+            facts belong to that user (:meth:`erase_user` removes them all).
 
     Example:
         >>> mgr = MemoryManager()
@@ -71,15 +76,25 @@ class MemoryManager(MemoryLayer):
         summarize_threshold: int = 10,
         working_scope_id: str = "default",
         summarizer: Summarizer | None = None,
+        max_messages: int | None = None,
+        pin_count: int = 0,
+        recent_count: int = 0,
+        user_id: str | None = None,
     ) -> None:
         super().__init__(store if store is not None else InMemoryStore())
+        self._user_id = None if user_id is None else validate_user_id(user_id)
         self._conversation = ConversationMemory(
             max_tokens=max_conversation_tokens,
             summarize_threshold=summarize_threshold,
             summarizer=summarizer,
             store=self._store,
+            max_messages=max_messages,
+            pin_count=pin_count,
+            recent_count=recent_count,
         )
-        self._working = WorkingMemory(store=self._store, scope_id=working_scope_id)
+        self._working = WorkingMemory(
+            store=self._store, scope_id=working_scope_id, user_id=self._user_id
+        )
         self._parent: MemoryManager | None = None
         self._started: set[str] = set()
         self._started_lock = threading.Lock()
@@ -146,6 +161,9 @@ class MemoryManager(MemoryLayer):
             summarize_threshold=settings.summarize_threshold,
             working_scope_id=working_scope_id,
             summarizer=summarizer,
+            max_messages=settings.max_messages,
+            pin_count=settings.pin_count,
+            recent_count=settings.recent_count,
         )
 
     # ------------------------------------------------------------------ properties
@@ -186,7 +204,10 @@ class MemoryManager(MemoryLayer):
         child = object.__new__(type(self))
         child._store = self._store
         child._conversation = self._conversation
-        child._working = WorkingMemory(store=self._store, scope_id=working_scope_id)
+        child._user_id = self._user_id
+        child._working = WorkingMemory(
+            store=self._store, scope_id=working_scope_id, user_id=self._user_id
+        )
         child._parent = self
         child._started = set()
         child._started_lock = threading.Lock()
@@ -209,13 +230,16 @@ class MemoryManager(MemoryLayer):
     # ------------------------------------------------------------------ conversations
     def _new_conversation(self) -> Operation[str]:
         """Start a conversation and return its id."""
-        conversation_id = yield from self._conversation._new_conversation()
+        conversation_id = yield from self._conversation._new_conversation(user_id=self._user_id)
         return self._record_started(conversation_id)
 
     _add_turn = delegate(ConversationMemory._add_turn, _conversation_of)
     _get_message_history = delegate(ConversationMemory._get_message_history, _conversation_of)
     _verify_conversation = delegate(ConversationMemory._verify, _conversation_of)
     _repair_conversation = delegate(ConversationMemory._repair, _conversation_of)
+    _erase_user = delegate(ConversationMemory._erase_user, _conversation_of)
+    _user_conversations = delegate(ConversationMemory._user_conversations, _conversation_of)
+    _get_context = delegate(ConversationMemory._get_context, _conversation_of)
 
     def _clear_conversation(self, conversation_id: str) -> Operation[None]:
         """Remove one conversation (turns and summary)."""
@@ -250,6 +274,9 @@ class MemoryManager(MemoryLayer):
     clear_conversation = sync_method(_clear_conversation)
     verify_conversation = sync_method(_verify_conversation)
     repair_conversation = sync_method(_repair_conversation)
+    erase_user = sync_method(_erase_user)
+    user_conversations = sync_method(_user_conversations)
+    get_context = sync_method(_get_context)
     set_fact = sync_method(_set_fact)
     get_fact = sync_method(_get_fact)
     get_working_context = sync_method(_get_working_context)
@@ -262,6 +289,9 @@ class MemoryManager(MemoryLayer):
     async_clear_conversation = async_method(_clear_conversation)
     async_verify_conversation = async_method(_verify_conversation)
     async_repair_conversation = async_method(_repair_conversation)
+    async_erase_user = async_method(_erase_user)
+    async_user_conversations = async_method(_user_conversations)
+    async_get_context = async_method(_get_context)
     async_set_fact = async_method(_set_fact)
     async_get_fact = async_method(_get_fact)
     async_get_working_context = async_method(_get_working_context)

@@ -31,6 +31,7 @@ from firefly_orm.uow import (
     StagedUnitOfWork,
     apply_version,
     check_preconditions,
+    check_version_room,
     select_entries,
 )
 
@@ -189,6 +190,8 @@ class InMemoryStore(AsyncTwins):
 
     def _write(self, namespace: str, entry: MemoryEntry) -> None:
         old_ns = self._where.get(entry.entry_id)
+        if old_ns is not None:
+            check_version_room(self._data[old_ns][entry.entry_id])
         previous = None if old_ns is None else self._remove(old_ns, entry.entry_id)
         apply_version(entry, previous)
         self._data.setdefault(namespace, {})[entry.entry_id] = entry

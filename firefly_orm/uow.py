@@ -51,11 +51,13 @@ from typing import Any, Self, TypeGuard, Unpack
 
 from firefly_orm.bridges.twins import SyncBackedAsyncUnitOfWork
 from firefly_orm.entry import (
+    MAX_ENTRY_VERSION,
     MemoryEntry,
     validate_entry,
     validate_key,
     validate_namespace,
     validate_user_id,
+    version_exhausted,
 )
 from firefly_orm.errors import ConcurrencyError, StoreError
 from firefly_orm.protocols import (
@@ -84,6 +86,7 @@ __all__ = [
     "apply_version",
     "async_unit_of_work_for",
     "check_preconditions",
+    "check_version_room",
     "select_entries",
     "sort_entries",
     "supports_search",
@@ -399,15 +402,38 @@ class StagedUnitOfWork:
 
 
 def apply_version(entry: MemoryEntry, previous: MemoryEntry | None) -> MemoryEntry:
-    """The entry as stored: version bumped from ``previous`` (or ``max(v, 1)``)."""
+    """The entry as stored: version bumped from ``previous`` (or ``max(v, 1)``).
+
+    Raises:
+        EntryValidationError: ``previous`` is at the largest version
+            (:func:`check_version_room`; call it before changing anything).
+    """
+    check_version_room(previous)
     entry.version = previous.version + 1 if previous is not None else max(entry.version, 1)
     return entry
+
+
+def check_version_room(previous: MemoryEntry | None) -> None:
+    """Refuse to update an entry already at :data:`~firefly_orm.entry.MAX_ENTRY_VERSION`.
+
+    Its next version would not fit the ``version`` column; nothing is written.
+    """
+    if previous is not None and previous.version >= MAX_ENTRY_VERSION:
+        raise version_exhausted(previous.entry_id)
 
 
 def check_preconditions(
     changes: StagedChanges, current: Callable[[str, str], MemoryEntry | None]
 ) -> None:
-    """Raise :class:`ConcurrencyError` if a version precondition no longer holds."""
+    """Raise before anything is written if ``changes`` cannot apply.
+
+    :class:`ConcurrencyError` when a version precondition no longer holds;
+    :class:`~firefly_orm.errors.EntryValidationError` when a write would update
+    an entry already at the largest version (:func:`check_version_room`).
+    """
+    for (namespace, entry_id), entry in changes.writes.items():
+        if entry is not None and namespace not in changes.cleared:
+            check_version_room(current(namespace, entry_id))
     for pre in changes.preconditions:
         stored = current(pre.namespace, pre.entry_id)
         if stored is not None and stored.namespace != pre.namespace:

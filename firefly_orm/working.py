@@ -36,6 +36,7 @@ from firefly_orm.entry import (
     validate_entry,
     validate_key,
     validate_namespace,
+    validate_user_id,
 )
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import UnitOfWork
@@ -122,11 +123,18 @@ class WorkingMemory(MemoryLayer):
         - user_name: Ada
     """
 
-    def __init__(self, *, store: MemoryStore | None = None, scope_id: str = "default") -> None:
+    def __init__(
+        self,
+        *,
+        store: MemoryStore | None = None,
+        scope_id: str = "default",
+        user_id: str | None = None,
+    ) -> None:
         if not isinstance(scope_id, str):
             raise EntryValidationError(
                 "scope_id", f"must be a string, got {type(scope_id).__name__}"
             )
+        self._user_id = None if user_id is None else validate_user_id(user_id)
         super().__init__(store if store is not None else InMemoryStore())
         self._scope_id = scope_id
         self._namespace = validate_namespace(f"working:{scope_id}")
@@ -173,6 +181,7 @@ class WorkingMemory(MemoryLayer):
                 content=value,
                 importance=_check_importance(importance),
                 metadata=self._metadata(metadata),
+                user_id=self._user_id,
             )
         )
         return validate_entry(entry, self._namespace)

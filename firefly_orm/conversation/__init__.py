@@ -36,11 +36,13 @@ from firefly_orm.conversation.model import (
 from firefly_orm.conversation.plan import (
     AppendPlan,
     HeadState,
+    Limits,
     history_suffix,
     plan_append,
     summary_input,
 )
 from firefly_orm.conversation.plan import OldestTurns as OldestTurns
+from firefly_orm.conversation.policies import SummarizeEvent, TrimEvent
 from firefly_orm.conversation.repair import Inconsistency
 from firefly_orm.conversation.rows import HEAD_KEY as HEAD_KEY
 from firefly_orm.conversation.rows import INDEX_NAMESPACE as INDEX_NAMESPACE
@@ -59,6 +61,9 @@ __all__ = [
     "ConversationMemory",
     "ConversationTurn",
     "HeadState",
+    "Limits",
+    "SummarizeEvent",
+    "TrimEvent",
     "Inconsistency",
     "Summarizer",
     "SUMMARY_TURN_ID",

@@ -33,7 +33,7 @@ from firefly_orm.entry import MemoryEntry
 from firefly_orm.errors import NotFoundError
 from firefly_orm.protocols import UnitOfWork
 
-__all__ = ["TurnEdit", "delete_turn", "update_turn"]
+__all__ = ["KEEP", "TurnEdit", "delete_turn", "erase_user_entries", "update_turn"]
 
 #: ``TurnEdit.raw`` when the raw messages are left as they are.
 KEEP = object()
@@ -163,3 +163,8 @@ def _move_head(
     uow.entries.save(
         conversation_namespace(conversation_id), new_head, expected_version=head.version
     )
+
+
+def erase_user_entries(uow: UnitOfWork, user_id: str) -> None:
+    """Remove every row of ``user_id``, in every namespace."""
+    uow.entries.erase_user(user_id)

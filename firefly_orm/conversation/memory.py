@@ -9,6 +9,7 @@ are derived from it by :func:`~firefly_orm.bridges.steps.sync_method` and
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,6 +25,14 @@ from firefly_orm.bridges.steps import (
 )
 from firefly_orm.conversation import ops
 from firefly_orm.conversation.codec import encode_raw_messages
+from firefly_orm.conversation.edits import (
+    KEEP,
+    TurnEdit,
+    delete_turn,
+    erase_user_entries,
+    update_turn,
+)
+from firefly_orm.conversation.messages import estimate_turn
 from firefly_orm.conversation.model import (
     AsyncSummarizer,
     ConversationTurn,
@@ -33,7 +42,21 @@ from firefly_orm.conversation.model import (
     check_metadata,
     check_text,
 )
-from firefly_orm.conversation.plan import HeadState
+from firefly_orm.conversation.plan import HeadState, Limits
+from firefly_orm.conversation.policies import (
+    Observer,
+    SummarizeEvent,
+    TrimEvent,
+    check_observer,
+    make_limits,
+    notify,
+)
+from firefly_orm.conversation.reads import (
+    read_context,
+    read_history,
+    read_recent,
+    read_user_conversations,
+)
 from firefly_orm.conversation.repair import (
     Inconsistency,
     repair_conversation,
@@ -46,10 +69,24 @@ from firefly_orm.conversation.transfer import (
     parse_imports,
     read_export,
 )
+from firefly_orm.entry import validate_user_id
+from firefly_orm.errors import EntryValidationError
 from firefly_orm.store import InMemoryStore, MemoryStore
 from firefly_orm.tokens import TokenEstimator
 
 __all__ = ["ConversationMemory"]
+
+logger = logging.getLogger("firefly_orm")
+
+#: The configuration keys :meth:`ConversationMemory.to_dict` carries.
+_CONFIG_KEYS = (
+    "max_tokens",
+    "summarize_threshold",
+    "max_messages",
+    "pin_count",
+    "recent_count",
+    "keep_evicted",
+)
 
 
 class ConversationMemory(MemoryLayer):
@@ -72,6 +109,23 @@ class ConversationMemory(MemoryLayer):
         store: Where conversations live; default a new :class:`InMemoryStore`.
         keep_evicted: Move evicted turns to ``conversation-archive:<id>`` (see
             :meth:`get_archived_turns`) instead of deleting them.
+        max_messages: Keep at most this many model messages (a turn counts
+            ``len(raw_messages)``, or 2 without raw messages), enforced with
+            ``max_tokens`` when a turn is added and when history is read.
+        pin_count: The first turns of a conversation are never evicted (they
+            count against the limits; a configuration where they alone leave no
+            room is refused).
+        recent_count: When eviction starts, every unpinned turn but the newest
+            ``recent_count`` is evicted (and summarized) at once.
+        on_trim: Called with a :class:`~firefly_orm.conversation.TrimEvent`
+            after a write that evicted turns has committed.
+        on_summarize: Called with a :class:`~firefly_orm.conversation.SummarizeEvent`
+            after a new summary has been committed.  Observers run outside the
+            unit of work; what they raise is logged, never raised.
+
+    Token estimates cover what the model sees: the text of a turn's raw
+    messages (prompts, answers, tool names, arguments and results) when it has
+    some, one estimate per message, else ``"{user_prompt}\\n{assistant_response}"``.
 
     Turn ids are unique and increasing within a conversation, also across
     evictions; :meth:`clear` forgets the conversation, so ids restart at 0.
@@ -91,6 +145,11 @@ class ConversationMemory(MemoryLayer):
         summarizer: Summarizer | None = None,
         store: MemoryStore | None = None,
         keep_evicted: bool = False,
+        max_messages: int | None = None,
+        pin_count: int = 0,
+        recent_count: int = 0,
+        on_trim: Observer | None = None,
+        on_summarize: Observer | None = None,
     ) -> None:
         if estimator is not None and not callable(getattr(estimator, "estimate", None)):
             raise TypeError("estimator must have an estimate(text) -> int method")
@@ -98,11 +157,16 @@ class ConversationMemory(MemoryLayer):
             callable(summarizer) or isinstance(summarizer, AsyncSummarizer)
         ):
             raise TypeError("summarizer must be callable or have an async_summarize method")
-        self._policy = ops.Policy(
-            max_tokens=check_int("max_tokens", max_tokens, 1),
-            summarize_threshold=check_int("summarize_threshold", summarize_threshold, 0),
-            keep_evicted=bool(keep_evicted),
+        self._limits = make_limits(
+            max_tokens=max_tokens,
+            summarize_threshold=summarize_threshold,
+            max_messages=max_messages,
+            pin_count=pin_count,
+            recent_count=recent_count,
         )
+        self._policy = ops.Policy(limits=self._limits, keep_evicted=bool(keep_evicted))
+        self._on_trim = check_observer("on_trim", on_trim)
+        self._on_summarize = check_observer("on_summarize", on_summarize)
         self._estimator = estimator if estimator is not None else TokenEstimator()
         self._summarizer = summarizer
         super().__init__(store if store is not None else InMemoryStore())
@@ -119,6 +183,30 @@ class ConversationMemory(MemoryLayer):
         return self._policy.summarize_threshold
 
     @property
+    def max_messages(self) -> int | None:
+        """At most this many model messages (``None``: no limit)."""
+        return self._limits.max_messages
+
+    @property
+    def pin_count(self) -> int:
+        """How many of the first turns are never evicted."""
+        return self._limits.pin_count
+
+    @property
+    def recent_count(self) -> int:
+        """How many of the newest unpinned turns an eviction keeps at least."""
+        return self._limits.recent_count
+
+    @property
+    def limits(self) -> Limits:
+        """Every limit, as the planner takes them."""
+        return self._limits
+
+    def config(self) -> dict[str, Any]:
+        """The configuration as a JSON-ready dict (what :meth:`to_dict` carries)."""
+        return {name: getattr(self, name) for name in _CONFIG_KEYS}
+
+    @property
     def keep_evicted(self) -> bool:
         """Whether evicted turns are archived instead of deleted."""
         return self._policy.keep_evicted
@@ -133,13 +221,20 @@ class ConversationMemory(MemoryLayer):
             f"ConversationMemory(max_tokens={self.max_tokens}, "
             f"summarize_threshold={self.summarize_threshold}, "
             f"summarizer={'set' if self._summarizer is not None else None}, "
-            f"keep_evicted={self.keep_evicted}, store={self._store!r})"
+            f"keep_evicted={self.keep_evicted}, max_messages={self.max_messages}, "
+            f"pin_count={self.pin_count}, recent_count={self.recent_count}, "
+            f"store={self._store!r})"
         )
 
     # ------------------------------------------------------------------ operations
-    def _new_conversation(self) -> Operation[str]:
-        """Create an empty conversation and return its id (32 hex characters)."""
-        return ops.new_conversation(uuid.uuid4().hex)
+    def _new_conversation(self, *, user_id: str | None = None) -> Operation[str]:
+        """Create an empty conversation and return its id (32 hex characters).
+
+        ``user_id``: the user it belongs to (see :meth:`user_conversations`,
+        :meth:`erase_user`); every row written for it is tagged with that user.
+        """
+        owner = None if user_id is None else validate_user_id(user_id)
+        return ops.new_conversation(uuid.uuid4().hex, owner)
 
     def _add_turn(
         self,
@@ -149,8 +244,13 @@ class ConversationMemory(MemoryLayer):
         raw_messages: Sequence[Any] | None = None,
         *,
         metadata: Mapping[str, Any] | None = None,
+        user_id: str | None = None,
     ) -> Operation[ConversationTurn]:
         """Add a turn (creating the conversation if needed), evicting as needed.
+
+        ``user_id``: a new conversation belongs to that user; an existing one
+        must already (else ``EntryValidationError``, nothing written).  After
+        the commit the ``on_trim`` / ``on_summarize`` observers are told.
 
         From async code (``async_add_turn``) an async summarizer is awaited and a
         sync one runs in a worker thread, so the event loop is not blocked.
@@ -167,29 +267,200 @@ class ConversationMemory(MemoryLayer):
         prompt = check_text("user_prompt", user_prompt)
         response = check_text("assistant_response", assistant_response)
         checked_metadata = check_metadata(metadata)
+        owner = None if user_id is None else validate_user_id(user_id)
         encoded = encode_raw_messages(raw_messages)
+        tokens, per_message = estimate_turn(self._estimator, prompt, response, encoded)
         turn = ConversationTurn(
             user_prompt=prompt,
             assistant_response=response,
             raw_messages=list(raw_messages or []),
-            token_estimate=self._estimate(prompt, response),
+            token_estimate=tokens,
             metadata=checked_metadata,
         )
-        return ops.add_turn(
-            conversation_id, ops.EncodedTurn(turn, encoded), self._policy, self._summarizer
+        appended = yield from ops.add_turn(
+            conversation_id,
+            ops.EncodedTurn(turn, encoded, per_message, owner),
+            self._policy,
+            self._summarizer,
         )
+        plan = appended.plan
+        if plan.evicted_turn_ids:
+            evicted = plan.evicted_turns
+            event = TrimEvent(
+                conversation_id=conversation_id,
+                reason=plan.reason or "max_tokens",
+                evicted_turn_ids=plan.evicted_turn_ids,
+                turns_removed=len(evicted),
+                messages_removed=sum(t.message_count for t in evicted),
+                turns_remaining=plan.turn_count,
+                messages_remaining=plan.total_messages,
+                tokens_remaining=plan.total_tokens,
+            )
+            logger.debug("conversation %r trimmed: %s", conversation_id, event)
+            yield from notify(self._on_trim, event)
+        if appended.new_summary is not None:
+            yield from notify(
+                self._on_summarize,
+                SummarizeEvent(conversation_id, appended.new_summary, plan.evicted_turn_ids),
+            )
+        return appended.turn
 
     def _get_message_history(self, conversation_id: str) -> Operation[list[Any]]:
-        """The raw messages of the newest contiguous turns fitting ``max_tokens``.
+        """The raw messages of the newest contiguous turns within the limits.
 
         Walks from the newest turn back and stops at the first turn that does not
-        fit, then flattens the kept turns' ``raw_messages`` in chronological
-        order.  Unknown id -> ``[]``.  A newest turn larger than the budget gives
-        ``[]`` (kept from the module this is modelled on).  The summary is not
-        injected; read it with :meth:`get_summary`.
+        fit ``max_tokens`` (and ``max_messages``), then flattens the kept turns'
+        ``raw_messages`` in chronological order; it never starts on a turn that
+        opens with a tool result.  Unknown id -> ``[]``.  A newest turn larger
+        than the budget gives ``[]`` (kept from the module this is modelled on).
+        Neither the summary nor pinned turns are included: :meth:`get_context`
+        gives what the next model call should get.
         """
         conversation_id = check_conversation_id(conversation_id)
-        return (yield from Transaction.read(ops.read_history, conversation_id, self.max_tokens))
+        return (yield from Transaction.read(read_history, conversation_id, self._limits))
+
+    def _get_context(self, conversation_id: str) -> Operation[list[Any]]:
+        """What the next model call should get, within ``max_tokens`` and ``max_messages``.
+
+        In order: the rolling summary (one message: a pydantic-ai
+        ``SystemPromptPart`` request, or ``{"role": "system", ...}`` for dict
+        messages) when it fits; the pinned turns (whole, while they fit); then
+        the newest messages that fit, which may start inside a turn but never
+        on a tool result whose call was cut, nor between a call and its result.
+        Turns stored without raw messages become a prompt and an answer message
+        in the same style.  Unknown id -> ``[]``.
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        return (
+            yield from Transaction.read(
+                read_context, conversation_id, self._limits, self._estimator
+            )
+        )
+
+    def _get_recent(self, conversation_id: str, count: int) -> Operation[list[ConversationTurn]]:
+        """The newest ``count`` retained turns, oldest first (one indexed read)."""
+        conversation_id = check_conversation_id(conversation_id)
+        count = check_int("count", count, 0)
+        return (yield from Transaction.read(read_recent, conversation_id, count))
+
+    def _update_turn(
+        self,
+        conversation_id: str,
+        turn_id: int,
+        *,
+        user_prompt: str | None = None,
+        assistant_response: str | None = None,
+        raw_messages: Any = KEEP,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Operation[ConversationTurn]:
+        """Change one turn (retained or archived); its token estimate is redone.
+
+        Arguments left out keep their value; ``raw_messages=None`` removes the
+        raw messages.  The head's token and message totals move by the
+        difference in the same unit of work, so a concurrent :meth:`add_turn`
+        never loses either change.  Use it to redact a message.
+
+        Raises:
+            EntryValidationError: A bad id or value (nothing is written).
+            NotFoundError: The conversation has no such turn.
+        """
+        edit = TurnEdit(
+            user_prompt=None if user_prompt is None else check_text("user_prompt", user_prompt),
+            assistant_response=(
+                None
+                if assistant_response is None
+                else check_text("assistant_response", assistant_response)
+            ),
+            raw=KEEP if raw_messages is KEEP else encode_raw_messages(raw_messages),
+            metadata=None if metadata is None else check_metadata(metadata),
+        )
+        return (
+            yield from update_turn(
+                check_conversation_id(conversation_id),
+                check_int("turn_id", turn_id, 0),
+                edit,
+                self._estimator,
+            )
+        )
+
+    def _delete_turn(self, conversation_id: str, turn_id: int) -> Operation[bool]:
+        """Delete one turn (retained or archived), keeping the head's totals exact.
+
+        Returns:
+            ``False`` when the conversation has no such turn.
+        """
+        return (
+            yield from delete_turn(
+                check_conversation_id(conversation_id), check_int("turn_id", turn_id, 0)
+            )
+        )
+
+    def _user_conversations(
+        self, user_id: str, *, limit: int | None = None, offset: int = 0
+    ) -> Operation[list[str]]:
+        """Ids of ``user_id``'s conversations, newest first, ``offset`` and ``limit`` paged.
+
+        An indexed read on SQL and MongoDB (``user_id`` is indexed).
+        """
+        user_id = validate_user_id(user_id)
+        limit = None if limit is None else check_int("limit", limit, 0)
+        offset = check_int("offset", offset, 0)
+        return (yield from Transaction.read(read_user_conversations, user_id, limit, offset))
+
+    def _erase_user(self, user_id: str) -> Operation[None]:
+        """Erase everything ``user_id`` left in the store, in one unit of work.
+
+        Every row tagged with the user goes, in every namespace: their
+        conversations, archives and summaries, and working-memory facts set
+        for them (atomic on SQL; see the store's unit of work elsewhere).
+        Other users' data is untouched.
+        """
+        user_id = validate_user_id(user_id)
+        return (yield from Transaction.write(erase_user_entries, user_id))
+
+    def _to_dict(self, conversation_id: str) -> Operation[dict[str, Any]]:
+        """:meth:`export_conversation` plus ``"config"``: this memory's configuration."""
+        exported = yield from self._export_conversation(conversation_id)
+        return {**exported, "config": self.config()}
+
+    @classmethod
+    def _from_dict_parts(
+        cls, data: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> ConversationMemory:
+        config = data.get("config") or {}
+        if not isinstance(config, Mapping) or not set(config) <= set(_CONFIG_KEYS):
+            raise EntryValidationError("config", f"must be an object with keys {_CONFIG_KEYS}")
+        return cls(**{**config, **options})
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        conversation_id: str | None = None,
+        **options: Any,
+    ) -> ConversationMemory:
+        """A memory configured as ``data["config"]`` says, with the conversation imported.
+
+        ``options`` are constructor arguments (``store``, ``summarizer``,
+        ``estimator``, observers) and win over the stored configuration.
+        """
+        memory = cls._from_dict_parts(data, options)
+        memory.import_conversation(data, conversation_id=conversation_id)
+        return memory
+
+    @classmethod
+    async def async_from_dict(
+        cls,
+        data: Mapping[str, Any],
+        *,
+        conversation_id: str | None = None,
+        **options: Any,
+    ) -> ConversationMemory:
+        """Async twin of :meth:`from_dict`."""
+        memory = cls._from_dict_parts(data, options)
+        await memory.async_import_conversation(data, conversation_id=conversation_id)
+        return memory
 
     def _get_turns(self, conversation_id: str) -> Operation[list[ConversationTurn]]:
         """Every retained turn, oldest first (unknown id -> ``[]``)."""
@@ -349,6 +620,13 @@ class ConversationMemory(MemoryLayer):
     import_conversations = sync_method(_import_conversations)
     verify = sync_method(_verify)
     repair = sync_method(_repair)
+    get_context = sync_method(_get_context)
+    get_recent = sync_method(_get_recent)
+    update_turn = sync_method(_update_turn)
+    delete_turn = sync_method(_delete_turn)
+    user_conversations = sync_method(_user_conversations)
+    erase_user = sync_method(_erase_user)
+    to_dict = sync_method(_to_dict)
 
     async_new_conversation = async_method(_new_conversation)
     async_add_turn = async_method(_add_turn)
@@ -364,6 +642,13 @@ class ConversationMemory(MemoryLayer):
     async_import_conversations = async_method(_import_conversations)
     async_verify = async_method(_verify)
     async_repair = async_method(_repair)
+    async_get_context = async_method(_get_context)
+    async_get_recent = async_method(_get_recent)
+    async_update_turn = async_method(_update_turn)
+    async_delete_turn = async_method(_delete_turn)
+    async_user_conversations = async_method(_user_conversations)
+    async_erase_user = async_method(_erase_user)
+    async_to_dict = async_method(_to_dict)
 
     @property
     def conversation_ids(self) -> list[str]:

@@ -78,15 +78,23 @@ def estimate_turn(
 ) -> tuple[int, list[int] | None]:
     """A turn's token estimate, and one estimate per raw message (``None`` without them).
 
-    With raw messages the estimate covers what the model reads of them (see
-    :class:`MessageInfo`): the sum of one estimate per message.  Without, it is
-    the estimate of ``"{user_prompt}\\n{assistant_response}"``.
+    Without raw messages: the estimate of ``"{user_prompt}\\n{assistant_response}"``.
+    With raw messages: what the model reads of them (see :class:`MessageInfo`),
+    one estimate per message, but never less than the prompt-and-answer
+    estimate (raw messages normally contain both; the larger figure guards
+    against raw messages that leave them out).  The per-message estimates add
+    up to the turn's (any difference goes to the first message).
     """
+    plain = int(estimator.estimate(f"{user_prompt}\n{assistant_response}"))
     infos = inspect_encoded(encoded)
     if not infos:
-        return int(estimator.estimate(f"{user_prompt}\n{assistant_response}")), None
+        return plain, None
     per_message = [int(estimator.estimate(info.text)) for info in infos]
-    return sum(per_message), per_message
+    total = sum(per_message)
+    if plain > total:
+        per_message[0] += plain - total
+        total = plain
+    return total, per_message
 
 
 def encoded_message_count(encoded: Any) -> int:

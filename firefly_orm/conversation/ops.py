@@ -30,8 +30,8 @@ conversation queue on the lock, each with at most one summary made in vain.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from firefly_orm.bridges.steps import (
@@ -45,12 +45,11 @@ from firefly_orm.bridges.steps import (
     is_coroutine_callable,
     retrying,
 )
-from firefly_orm.conversation.codec import decode_raw_messages
 from firefly_orm.conversation.model import AsyncSummarizer, ConversationTurn, Summarizer
 from firefly_orm.conversation.plan import (
-    FIRST_BATCH,
+    AppendPlan,
     HeadState,
-    fitting_count,
+    Limits,
     plan_append,
     summary_input,
 )
@@ -64,12 +63,14 @@ from firefly_orm.conversation.rows import (
     head_entry,
     head_from_entry,
     index_entry,
+    stored_message_tokens,
     stored_raw,
     turn_entry,
     turn_from_entry,
+    turn_message_count,
 )
 from firefly_orm.entry import MemoryEntry, derived_entry_id
-from firefly_orm.errors import ConcurrencyError, EntryValidationError, StoreCorruptedError
+from firefly_orm.errors import ConcurrencyError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
@@ -78,6 +79,7 @@ __all__ = [
     "Policy",
     "PreparedSummary",
     "SummaryNeeded",
+    "Appended",
     "add_turn",
     "append_turn",
     "append_turn_holding",
@@ -87,7 +89,6 @@ __all__ = [
     "new_conversation",
     "read_conversation_ids",
     "read_head",
-    "read_history",
     "read_turns",
     "replace_conversation",
     "summarize",
@@ -96,19 +97,45 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Policy:
-    """What adding a turn obeys: the token budget, the eviction threshold, archiving."""
+    """What adding a turn obeys: the limits (:class:`~firefly_orm.conversation.plan.Limits`)
+    and whether evicted turns are archived."""
 
-    max_tokens: int
-    summarize_threshold: int
+    limits: Limits
     keep_evicted: bool
+
+    @property
+    def max_tokens(self) -> int:
+        """The token budget."""
+        return self.limits.max_tokens
+
+    @property
+    def summarize_threshold(self) -> int:
+        """Token eviction starts only above this total."""
+        return self.limits.summarize_threshold
 
 
 @dataclass(frozen=True)
 class EncodedTurn:
-    """A turn to store, with its raw messages already in their portable form."""
+    """A turn to store, with its raw messages already in their portable form.
+
+    ``message_tokens``: one token estimate per raw message (``None`` without
+    them); ``user_id``: the owner a new conversation gets (an existing one must
+    belong to that user).
+    """
 
     turn: ConversationTurn
     encoded_raw: dict[str, Any] | None
+    message_tokens: list[int] | None = None
+    user_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Appended:
+    """What :func:`add_turn` did: the stored turn, the plan, the new summary if one was made."""
+
+    turn: ConversationTurn
+    plan: AppendPlan
+    new_summary: str | None
 
 
 class SummaryNeeded(Exception):
@@ -158,9 +185,9 @@ class PreparedSummary:
 # =========================================================================== operations
 
 
-def new_conversation(conversation_id: str) -> Operation[str]:
-    """Create the empty conversation ``conversation_id`` (head and index row)."""
-    yield from retrying(Transaction.write(create_conversation, conversation_id))
+def new_conversation(conversation_id: str, user_id: str | None = None) -> Operation[str]:
+    """Create the empty conversation ``conversation_id`` owned by ``user_id``."""
+    yield from retrying(Transaction.write(create_conversation, conversation_id, user_id))
     return conversation_id
 
 
@@ -169,7 +196,7 @@ def add_turn(
     new_turn: EncodedTurn,
     policy: Policy,
     summarizer: Summarizer | None,
-) -> Operation[ConversationTurn]:
+) -> Operation[Appended]:
     """Add ``new_turn`` to ``conversation_id``, evicting (and summarising) as planned.
 
     The summarizer runs outside the unit of work until this writer loses a race
@@ -251,14 +278,21 @@ def import_conversation(
 # Each takes the sync unit of work first (``uow.run_sync`` passes it on the async path).
 
 
-def create_conversation(uow: UnitOfWork, conversation_id: str) -> None:
+def create_conversation(uow: UnitOfWork, conversation_id: str, user_id: str | None = None) -> None:
     """Store the head and the index row of a new, empty conversation."""
     namespace = conversation_namespace(conversation_id)
     head = head_entry(
-        conversation_id, None, next_turn_id=0, total_tokens=0, turn_count=0, summary=None
+        conversation_id,
+        None,
+        next_turn_id=0,
+        total_tokens=0,
+        turn_count=0,
+        summary=None,
+        total_messages=0,
+        user_id=user_id,
     )
     uow.entries.save(namespace, head, expected_version=0)
-    uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id))
+    uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id, user_id))
 
 
 @dataclass
@@ -284,11 +318,13 @@ def append_turn(
     policy: Policy,
     has_summarizer: bool,
     prepared: PreparedSummary | None,
-) -> ConversationTurn:
-    """Insert the turn, evict, write the summary and the head; return the stored turn.
+) -> Appended:
+    """Insert the turn, evict, write the summary and the head; return what was done.
 
     Raises :class:`SummaryNeeded` when the plan needs a summary that
-    ``prepared`` does not hold (the unit of work then rolls back).
+    ``prepared`` does not hold (the unit of work then rolls back), and
+    :class:`~firefly_orm.errors.EntryValidationError` when the conversation
+    belongs to another user than ``new_turn.user_id``.
     """
     namespace = conversation_namespace(conversation_id)
     stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
@@ -297,28 +333,42 @@ def append_turn(
         raise EntryValidationError(
             "turn_id", f"conversation {conversation_id!r} has run out of turn ids"
         )
+    owner = new_turn.user_id if stored_head is None else stored_head.user_id
+    if new_turn.user_id is not None and owner != new_turn.user_id:
+        raise EntryValidationError(
+            "user_id", f"conversation {conversation_id!r} belongs to another user"
+        )
+    if head.total_messages is None and head.turn_count and policy.limits.max_messages:
+        head = replace(head, total_messages=_count_messages(uow, namespace))
+    known_messages = head.total_messages is not None or head.turn_count == 0
     reader = OldestTurnsReader(uow, namespace)
-    plan = plan_append(
-        head,
-        new_turn.turn,
-        reader,
-        policy.max_tokens,
-        policy.summarize_threshold,
-        has_summarizer=has_summarizer,
-    )
+    plan = plan_append(head, new_turn.turn, reader, policy.limits, has_summarizer=has_summarizer)
     summary = head.summary
+    new_summary: str | None = None
     if plan.summarize:
         if prepared is None or not prepared.fits(head.summary, plan.evicted_turns):
             raise SummaryNeeded(head.summary, plan.evicted_turns)
-        summary = prepared.summary
-    uow.entries.save(namespace, turn_entry(namespace, plan.turn, new_turn.encoded_raw))
+        summary = new_summary = prepared.summary
+    uow.entries.save(
+        namespace,
+        turn_entry(
+            namespace, plan.turn, new_turn.encoded_raw, new_turn.message_tokens, user_id=owner
+        ),
+    )
     if plan.evicted_turn_ids:
         evicted = [reader.entries[turn_id] for turn_id in plan.evicted_turn_ids]
         if policy.keep_evicted:
             archive = archive_namespace(conversation_id)
             for stored in evicted:
                 turn = turn_from_entry(stored, with_raw=False)
-                uow.entries.save(archive, turn_entry(archive, turn, stored_raw(stored)))
+                row = turn_entry(
+                    archive,
+                    turn,
+                    stored_raw(stored),
+                    stored_message_tokens(stored),
+                    user_id=stored.user_id,
+                )
+                uow.entries.save(archive, row)
         uow.entries.delete(namespace, [stored.entry_id for stored in evicted])
     _save_head(
         uow,
@@ -329,8 +379,16 @@ def append_turn(
         total_tokens=plan.total_tokens,
         turn_count=plan.turn_count,
         summary=summary,
+        total_messages=plan.total_messages if known_messages else None,
+        user_id=owner,
     )
-    return plan.turn
+    return Appended(plan.turn, plan, new_summary)
+
+
+def _count_messages(uow: UnitOfWork, namespace: str) -> int:
+    """The model messages of every stored turn (once, for a head written before they were kept)."""
+    contents = uow.entries.list_contents(namespace, key_prefix=TURN_KEY_PREFIX)
+    return sum(turn_message_count(c) for c in contents if isinstance(c, Mapping))
 
 
 def append_turn_holding(
@@ -340,7 +398,7 @@ def append_turn_holding(
     policy: Policy,
     summarizer: Summarizer,
     prepared: PreparedSummary | None,
-) -> HoldingWork[ConversationTurn]:
+) -> HoldingWork[Appended]:
     """:func:`append_turn`, calling the summarizer inside the unit of work if needed.
 
     Run by a :class:`~firefly_orm.bridges.steps.HoldingTransaction` on stores
@@ -366,8 +424,13 @@ def _save_head(
     total_tokens: int,
     turn_count: int,
     summary: str | None,
+    total_messages: int | None = None,
+    user_id: str | None = None,
 ) -> None:
-    """Write the head back at the version read (and the index row of a new conversation)."""
+    """Write the head back at the version read (and the index row of a new conversation).
+
+    ``total_messages=None`` keeps what the head said; ``user_id`` owns a new conversation.
+    """
     new_head = head_entry(
         conversation_id,
         stored_head,
@@ -375,12 +438,14 @@ def _save_head(
         total_tokens=total_tokens,
         turn_count=turn_count,
         summary=summary,
+        total_messages=head.total_messages if total_messages is None else total_messages,
+        user_id=user_id,
     )
     uow.entries.save(
         conversation_namespace(conversation_id), new_head, expected_version=head.version
     )
     if stored_head is None:
-        uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id))
+        uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id, user_id))
 
 
 def replace_conversation(
@@ -419,34 +484,6 @@ def read_turns(uow: UnitOfWork, namespace: str) -> list[ConversationTurn]:
     """Every turn stored in ``namespace`` (a conversation's or its archive), oldest first."""
     rows = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX)
     return [turn_from_entry(e) for e in rows]
-
-
-def read_history(uow: UnitOfWork, conversation_id: str, max_tokens: int) -> list[Any]:
-    """The raw messages of the newest contiguous turns fitting ``max_tokens``, oldest first.
-
-    Reads only the turns' contents (the hot read path), newest first, in
-    growing batches until a turn does not fit.
-    """
-    namespace = conversation_namespace(conversation_id)
-    batch = 4 * FIRST_BATCH
-    while True:
-        contents = uow.entries.list_contents(
-            namespace, key_prefix=TURN_KEY_PREFIX, limit=batch, newest_first=True
-        )
-        estimates: list[int] = []
-        for content in contents:
-            try:
-                estimates.append(int(content["token_estimate"]))
-            except (KeyError, TypeError, ValueError) as exc:
-                raise StoreCorruptedError(f"unreadable turn in {namespace!r}: {exc}") from exc
-        count, stopped = fitting_count(estimates, max_tokens)
-        if stopped or len(contents) < batch:
-            break
-        batch *= 4
-    messages: list[Any] = []
-    for content in reversed(contents[:count]):
-        messages.extend(decode_raw_messages(content.get("raw_messages")))
-    return messages
 
 
 def read_conversation_ids(uow: UnitOfWork) -> list[str]:

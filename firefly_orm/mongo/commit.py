@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from firefly_orm.entry import MemoryEntry
+from firefly_orm.entry import MAX_ENTRY_VERSION, MemoryEntry, version_exhausted
 from firefly_orm.errors import ConcurrencyError, MissingExtraError
 from firefly_orm.mongo.document import entry_to_document, upsert_pipeline
 from firefly_orm.mongo.journal import CommitPlan, Journal, conditional_write
@@ -33,7 +33,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise MissingExtraError("MongoDBStore", "mongo", exc.name) from exc
 
-__all__ = ["apply_changes", "apply_journaled"]
+__all__ = ["apply_changes", "apply_journaled", "check_version_room"]
 
 logger = logging.getLogger("firefly_orm.mongo")
 
@@ -81,6 +81,7 @@ async def apply_changes(
         ConcurrencyError: A version precondition does not hold.
     """
     await _check_preconditions(col, changes, session)
+    await check_version_room(col, changes, session)
     conditional, ordered = _split(changes)
     for namespace, entry, version in conditional:
         await _conditional_write(col, namespace, entry, version, session)
@@ -105,6 +106,7 @@ async def apply_journaled(col: Collection, changes: StagedChanges, journal: Jour
         ConcurrencyError: A version precondition does not hold (nothing is
             left written).
     """
+    await check_version_room(col, changes, None)
     conditional, ordered = _split(changes)
     specs: list[dict[str, Any]] = [{"erase": user_id} for user_id in sorted(changes.erased_users)]
     specs.extend({"clear": ns} for ns in sorted(changes.cleared))
@@ -173,6 +175,26 @@ async def _recovered_after(journal: Journal, plan: CommitPlan, failure: Exceptio
         return False
     logger.warning("MongoDB commit %s failed (%s); recovery: %s", plan.commit, failure, outcome)
     return outcome == "forward"
+
+
+async def check_version_room(
+    col: Collection, changes: StagedChanges, session: AsyncClientSession | None
+) -> None:
+    """Refuse, before anything is written, to update an entry at the largest version.
+
+    One lookup on the unique ``entry_id`` index that returns no document unless
+    a written entry is already at :data:`~firefly_orm.entry.MAX_ENTRY_VERSION`.
+    """
+    ids = sorted({entry_id for (_, entry_id), entry in changes.writes.items() if entry})
+    if not ids:
+        return
+    found = await col.find_one(
+        {"entry_id": {"$in": ids}, "version": {"$gte": MAX_ENTRY_VERSION}},
+        {"entry_id": 1},
+        session=session,
+    )
+    if found is not None:
+        raise version_exhausted(found["entry_id"])
 
 
 async def _check_preconditions(

@@ -20,12 +20,14 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from firefly_orm.entry import (
+    MAX_ENTRY_VERSION,
     MemoryEntry,
     utcnow,
     validate_entry,
     validate_key,
     validate_namespace,
     validate_user_id,
+    version_exhausted,
 )
 from firefly_orm.errors import ConcurrencyError, StoreError
 from firefly_orm.search import (
@@ -96,8 +98,14 @@ def _dialect(target: Target) -> str:
 
 
 def save(target: Target, namespace: str, entry: MemoryEntry) -> None:
-    """Upsert ``entry`` (the stored version goes up by one on update)."""
-    _execute(target, st.upsert(_dialect(target)), st.entry_values(namespace, entry))
+    """Upsert ``entry`` (the stored version goes up by one on update).
+
+    Raises:
+        EntryValidationError: The stored entry is at the largest version.
+    """
+    result = _execute(target, st.upsert(_dialect(target)), st.entry_values(namespace, entry))
+    if result.first() is None:
+        raise version_exhausted(entry.entry_id)
 
 
 def save_versioned(
@@ -111,6 +119,8 @@ def save_versioned(
         if inserted is None:
             raise ConcurrencyError(f"entry {entry.entry_id!r} already exists in {namespace!r}")
         return
+    if expected_version >= MAX_ENTRY_VERSION:
+        raise version_exhausted(entry.entry_id)
     values["version"] = expected_version + 1
     del values["entry_id"]
     values.update(w_eid=entry.entry_id, w_ns=namespace, w_version=expected_version)

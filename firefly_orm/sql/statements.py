@@ -23,7 +23,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Join
 
-from firefly_orm.entry import TABLE_NAME, MemoryEntry, MemoryScope, key_prefix_upper_bound
+from firefly_orm.entry import (
+    MAX_ENTRY_VERSION,
+    TABLE_NAME,
+    MemoryEntry,
+    MemoryScope,
+    key_prefix_upper_bound,
+)
 from firefly_orm.search import PG_SEARCH_VECTOR, SQLITE_FTS_TABLE
 
 __all__ = [
@@ -156,7 +162,11 @@ def upsert(dialect: str) -> Any:
         if col.key not in ("entry_id", "version")
     }
     update["version"] = _C.version + 1
-    return insert.on_conflict_do_update(index_elements=[_C.entry_id], set_=update)
+    # No update at the largest version: then no row comes back (RETURNING, as
+    # rowcount is not reported for upserts by every driver).
+    return insert.on_conflict_do_update(
+        index_elements=[_C.entry_id], set_=update, where=_C.version < MAX_ENTRY_VERSION
+    ).returning(_C.entry_id)
 
 
 @functools.cache
