@@ -97,6 +97,7 @@ def _worker(
     lockstep: bool,
     barrier: Any,
     results: Any,
+    policy: dict[str, int] | None = None,
 ) -> None:
     """Add ``TURNS_PER_WORKER`` turns; report ``("ok", index, ids)`` or ``("error", ...)``.
 
@@ -113,6 +114,7 @@ def _worker(
             summarize_threshold=0,
             summarizer=chain_summarizer if evict else None,
             keep_evicted=evict,
+            **(policy or {}),
         )
         barrier.wait(BARRIER_TIMEOUT)
         ids: list[int] = []
@@ -173,7 +175,12 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Databas
 
 
 def run_workers(
-    db: Database, *, max_tokens: int, evict: bool, lockstep: bool
+    db: Database,
+    *,
+    max_tokens: int,
+    evict: bool,
+    lockstep: bool,
+    policy: dict[str, int] | None = None,
 ) -> dict[int, list[int]]:
     """Run ``WORKERS`` processes; return worker index -> the turn ids add_turn returned."""
     ctx = multiprocessing.get_context("spawn")
@@ -192,6 +199,7 @@ def run_workers(
                 lockstep,
                 barrier,
                 results,
+                policy,
             ),
             name=f"firefly-worker-{i}",
         )
@@ -309,6 +317,49 @@ def test_processes_share_one_conversation_with_eviction(database: Database, lock
 
         # the summary chain: every summary extended the previous one with the turns
         # it evicted, so the final summary lists exactly the archived ids, in order
+        summary = memory.get_summary(CONVERSATION_ID)
+        assert summary is not None
+        assert [int(part) for part in summary.split(",")] == archived_ids
+    finally:
+        store.close()
+
+
+#: The pinned-and-recent policy with a message window (issue 10).
+PINNED_POLICY = {"pin_count": 1, "recent_count": 2, "max_messages": 8}
+
+
+@pytest.mark.parametrize("lockstep", [False, True], ids=["free", "lockstep"])
+def test_processes_share_one_conversation_with_pinned_window(
+    database: Database, lockstep: bool
+) -> None:
+    returned = run_workers(
+        database, max_tokens=LARGE_BUDGET, evict=True, lockstep=lockstep, policy=PINNED_POLICY
+    )
+    store = database.open()
+    try:
+        memory = ConversationMemory(
+            store=store,
+            max_tokens=LARGE_BUDGET,
+            summarize_threshold=0,
+            summarizer=chain_summarizer,
+            keep_evicted=True,
+            **PINNED_POLICY,
+        )
+        kept = memory.get_turns(CONVERSATION_ID)
+        archived = memory.get_archived_turns(CONVERSATION_ID)
+        kept_ids = [t.turn_id for t in kept]
+        archived_ids = [t.turn_id for t in archived]
+        # nothing lost or duplicated, ids unique, the pinned first turn never evicted
+        assert sorted(kept_ids + archived_ids) == list(range(TOTAL_TURNS))
+        assert kept_ids[0] == 0 and 0 not in archived_ids
+        check_workers_order_and_returned_ids(
+            sorted(archived + kept, key=lambda t: t.turn_id), returned, lockstep=lockstep
+        )
+        # the window holds: plain turns are two messages each
+        assert sum(t.message_count for t in kept) <= PINNED_POLICY["max_messages"]
+        assert memory.get_total_tokens(CONVERSATION_ID) == sum(t.token_estimate for t in kept)
+        assert memory.verify(CONVERSATION_ID) == []
+        # the summary chain covers exactly the archived turns, oldest first
         summary = memory.get_summary(CONVERSATION_ID)
         assert summary is not None
         assert [int(part) for part in summary.split(",")] == archived_ids
