@@ -21,6 +21,10 @@ _EXPORTS: dict[str, str] = {
     "ConversationMemory": "firefly_orm.conversation",
     "ConversationTurn": "firefly_orm.conversation",
     "WorkingMemory": "firefly_orm.working",
+    "LongTermMemory": "firefly_orm.long_term",
+    "MemoryItem": "firefly_orm.long_term",
+    "Recalled": "firefly_orm.long_term",
+    "NotFoundError": "firefly_orm.errors",
     "MemoryEntry": "firefly_orm.entry",
     "MemoryScope": "firefly_orm.entry",
     "MemoryStore": "firefly_orm.store",
@@ -54,15 +58,19 @@ __all__ = [
     "FileStore",
     "FireflyOrmError",
     "InMemoryStore",
+    "LongTermMemory",
     "MemoryDocument",
     "MemoryEntry",
+    "MemoryItem",
     "MemoryManager",
     "MemoryScope",
     "MemoryStore",
     "MigrationRequiredError",
     "MissingExtraError",
     "MongoDBStore",
+    "NotFoundError",
     "PostgreSQLStore",
+    "Recalled",
     "SQLAlchemyStore",
     "SQLiteStore",
     "StoreCorruptedError",
@@ -98,10 +106,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         FireflyOrmError,
         MigrationRequiredError,
         MissingExtraError,
+        NotFoundError,
         StoreCorruptedError,
         StoreError,
     )
     from firefly_orm.file_store import FileStore
+    from firefly_orm.long_term import LongTermMemory, MemoryItem, Recalled
     from firefly_orm.manager import MemoryManager
     from firefly_orm.mongo import MemoryDocument, MongoDBStore
     from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore

@@ -1,0 +1,31 @@
+"""Long-term memory: remember facts and events, recall them by what they say.
+
+:class:`LongTermMemory` keeps items (text, importance, tags, kind, metadata,
+an optional key and owner) as ``LONG_TERM`` entries of one namespace and finds
+them with the store's full-text search (:mod:`firefly_orm.search`), ranked by
+relevance, then importance, then recency.  ``long_term_limit`` evicts the
+least important, oldest items of an owner; episodic items expire after
+``episodic_retention_days``.  Every operation is one unit of work, sync or
+async.
+
+* :mod:`~firefly_orm.long_term.model`: :class:`MemoryItem`, :class:`Recalled`,
+  the entry layout and the input checks;
+* :mod:`~firefly_orm.long_term.ops`: the transactions (plain functions over a
+  unit of work, so another layer can write items inside its own);
+* :mod:`~firefly_orm.long_term.memory`: the :class:`LongTermMemory` class.
+"""
+
+from firefly_orm.long_term.memory import DEFAULT_NAMESPACE, LongTermMemory
+from firefly_orm.long_term.model import EPISODIC, KINDS, SEMANTIC, MemoryItem, Recalled
+from firefly_orm.long_term.ops import store_items
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "EPISODIC",
+    "KINDS",
+    "SEMANTIC",
+    "LongTermMemory",
+    "MemoryItem",
+    "Recalled",
+    "store_items",
+]
