@@ -25,6 +25,7 @@ from typing import Any
 
 from firefly_orm.conversation.codec import decode_raw_messages, pydantic_ai_messages
 from firefly_orm.conversation.messages import MESSAGES_PER_PLAIN_TURN, inspect_encoded
+from firefly_orm.conversation.rows import turn_message_count
 from firefly_orm.conversation.window import Slot, closed_prefix, window_start
 
 __all__ = [
@@ -53,8 +54,25 @@ def slots_of(content: Content, *, whole_turn: bool) -> list[Slot]:
     history read keeps whole turns).
     """
     raw = content.get("raw_messages")
-    infos = inspect_encoded(raw)
     estimate = int(content.get("token_estimate") or 0)
+    if not raw:
+        if whole_turn:
+            return [Slot(estimate, True, messages=MESSAGES_PER_PLAIN_TURN)]
+        return [Slot(estimate, True)] + [Slot(0, False)] * (MESSAGES_PER_PLAIN_TURN - 1)
+    summary = content.get("window")
+    if whole_turn and "message_tokens" in content:  # written since 0.3: no inspection
+        if not isinstance(summary, Mapping):  # left out: opens, no tool calls
+            summary = {"opens": True}
+        return [
+            Slot(
+                estimate,
+                bool(summary.get("opens")),
+                tuple(summary.get("calls") or ()),
+                tuple(summary.get("results") or ()),
+                messages=turn_message_count(content),
+            )
+        ]
+    infos = inspect_encoded(raw, with_text=False)
     if not infos:
         return [Slot(estimate, True)] + [Slot(0, False)] * (MESSAGES_PER_PLAIN_TURN - 1)
     stored = content.get("message_tokens")
@@ -99,6 +117,10 @@ def place_window(
     whole_turns: bool,
 ) -> ContextWindow:
     """The newest valid window over ``turns`` (chronological) within the limits."""
+    if whole_turns:
+        simple = _plain_whole_turn_window(turns, max_tokens, max_messages)
+        if simple is not None:
+            return simple
     slots: list[Slot] = []
     owner: list[tuple[int, int]] = []
     for turn_index, content in enumerate(turns):
@@ -110,11 +132,57 @@ def place_window(
         return ContextWindow(len(turns), 0, False)
     turn_index, offset = owner[start]
     used_tokens = sum(s.tokens for s in slots[start:])
-    used_messages = len(slots) - start
+    used_messages = sum(s.messages for s in slots[start:])
     room = (max_tokens is None or used_tokens < max_tokens) and (
         max_messages is None or used_messages < max_messages
     )
     return ContextWindow(turn_index, offset, start == 0 and room)
+
+
+def _plain_whole_turn_window(
+    turns: Sequence[Content], max_tokens: int | None, max_messages: int | None
+) -> ContextWindow | None:
+    """The whole-turn window when no turn in it makes or answers a tool call, else ``None``.
+
+    The history read's fast path: it needs only each turn's stored estimate,
+    message count and whether its first message opens (recorded at write time).
+    """
+    used_tokens = used_messages = 0
+    start = len(turns)
+    opens: list[bool] = []
+    for content in reversed(turns):
+        opening = True
+        if content.get("raw_messages"):
+            if "message_tokens" not in content:
+                return None  # written before 0.3: its messages must be inspected
+            summary = content.get("window")
+            if summary is not None:
+                if (
+                    not isinstance(summary, Mapping)
+                    or summary.get("calls")
+                    or summary.get("results")
+                ):
+                    return None
+                opening = bool(summary.get("opens"))
+        tokens = int(content.get("token_estimate") or 0)
+        messages = turn_message_count(content)
+        if (max_tokens is not None and used_tokens + tokens > max_tokens) or (
+            max_messages is not None and used_messages + messages > max_messages
+        ):
+            break
+        used_tokens += tokens
+        used_messages += messages
+        start -= 1
+        opens.append(opening)
+    opens.reverse()
+    room = (max_tokens is None or used_tokens < max_tokens) and (
+        max_messages is None or used_messages < max_messages
+    )
+    reached = start == 0 and room
+    for index, opening in enumerate(opens):
+        if opening:
+            return ContextWindow(start + index, 0, reached and index == 0)
+    return ContextWindow(len(turns), 0, False)
 
 
 def history_messages(
@@ -143,18 +211,19 @@ def pinned_part(
     for content in turns:
         slots = slots_of(content, whole_turn=True)
         cost = sum(s.tokens for s in slots)
+        n_messages = sum(s.messages for s in slots)
         if (max_tokens is not None and used_tokens + cost > max_tokens) or (
-            max_messages is not None and used_messages + len(slots) > max_messages
+            max_messages is not None and used_messages + n_messages > max_messages
         ):
             break
         used_tokens += cost
-        used_messages += len(slots)
+        used_messages += n_messages
         kept.extend(slots)
         bounds.append(len(kept))
     closed = closed_prefix(kept)
     count = sum(1 for bound in bounds if bound <= closed)
     used = kept[: bounds[count - 1]] if count else []
-    return count, sum(s.tokens for s in used), len(used)
+    return count, sum(s.tokens for s in used), sum(s.messages for s in used)
 
 
 def turn_messages(content: Content, style: str | None) -> list[Any]:

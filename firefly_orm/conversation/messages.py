@@ -105,32 +105,33 @@ def encoded_message_count(encoded: Any) -> int:
     return MESSAGES_PER_PLAIN_TURN
 
 
-def inspect_encoded(encoded: Any) -> list[MessageInfo]:
+def inspect_encoded(encoded: Any, *, with_text: bool = True) -> list[MessageInfo]:
     """One :class:`MessageInfo` per message of an encoded raw-messages object.
 
     ``None`` (no raw messages) gives ``[]``; a bare list (written by something
-    else than the codec) is read as JSON messages.
+    else than the codec) is read as JSON messages.  ``with_text=False`` leaves
+    ``text`` empty (the window rules do not need it; reads skip its cost).
     """
     if not encoded:
         return []
     if isinstance(encoded, list):
-        return [_json_message(m) for m in encoded]
+        return [_json_message(m, with_text) for m in encoded]
     if not isinstance(encoded, Mapping):
         return []
     messages = encoded.get("messages")
     if not isinstance(messages, list):
         return []
     if encoded.get("format") == _PYDANTIC_AI:
-        return [_pydantic_ai_message(m) for m in messages]
-    return [_json_message(m) for m in messages]
+        return [_pydantic_ai_message(m, with_text) for m in messages]
+    return [_json_message(m, with_text) for m in messages]
 
 
 # --------------------------------------------------------------------------- pydantic-ai
 
 
-def _pydantic_ai_message(message: Any) -> MessageInfo:
+def _pydantic_ai_message(message: Any, with_text: bool = True) -> MessageInfo:
     if not isinstance(message, Mapping):
-        return MessageInfo(text=_as_text(message), opens=True)
+        return MessageInfo(text=_as_text(message) if with_text else "", opens=True)
     parts = message.get("parts")
     parts = parts if isinstance(parts, list) else []
     texts: list[str] = []
@@ -143,9 +144,12 @@ def _pydantic_ai_message(message: Any) -> MessageInfo:
             continue
         kind = part.get("part_kind")
         call_id = part.get("tool_call_id")
-        if isinstance(part.get("tool_name"), str) and kind in ("tool-call", "tool-return"):
-            texts.append(part["tool_name"])
-        texts.extend(_as_text(part[name]) for name in _TEXT_FIELDS if part.get(name) is not None)
+        if with_text:
+            if isinstance(part.get("tool_name"), str) and kind in ("tool-call", "tool-return"):
+                texts.append(part["tool_name"])
+            texts.extend(
+                _as_text(part[name]) for name in _TEXT_FIELDS if part.get(name) is not None
+            )
         if not isinstance(call_id, str):
             continue
         if kind == "tool-call":
@@ -164,10 +168,14 @@ def _pydantic_ai_message(message: Any) -> MessageInfo:
 # --------------------------------------------------------------------------- JSON dicts
 
 
-def _json_message(message: Any) -> MessageInfo:
+def _json_message(message: Any, with_text: bool = True) -> MessageInfo:
     if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-        return MessageInfo(text=_as_text(message), opens=True)
+        return MessageInfo(text=_as_text(message) if with_text else "", opens=True)
     role = message["role"]
+    if not with_text and role in _OPENING_ROLES and not message.get("tool_calls"):
+        content = message.get("content")
+        if not isinstance(content, list):  # no content blocks: nothing else to read
+            return MessageInfo(text="", opens=True)
     texts: list[str] = []
     calls: list[str] = []
     results: list[str] = []

@@ -12,9 +12,12 @@ Every row is a :class:`~firefly_orm.entry.MemoryEntry` with scope
   - one row per turn (key ``"turn:<turn_id as 12 digits>"``, derived id), content
     = the turn's fields, ``token_estimate`` included (it is never recomputed on
     read) and ``raw_messages`` in portable JSON (:mod:`firefly_orm.conversation.codec`),
-    ``message_count`` and, when it has raw messages, ``message_tokens`` (one
-    estimate per message, so a window may cut inside the turn; rows written
-    before 0.3 have neither and are cut only at their start).
+    and, when it has raw messages, ``message_tokens`` (one estimate per
+    message, so a window may cut inside the turn; rows written before 0.3 have
+    none and are cut only at their start) and, unless its first message opens
+    a history and it holds no tool call or result, ``window`` (``opens``,
+    ``calls``, ``results``: what a whole-turn window needs without decoding).
+    A turn's message count is ``len(raw messages)``, or 2 without them.
 
 * namespace ``conversation-archive:<id>``: evicted turns when ``keep_evicted=True``.
 * namespace ``conversation-index``: one row per conversation (key = the id).
@@ -27,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from firefly_orm.conversation.codec import decode_raw_messages
-from firefly_orm.conversation.messages import encoded_message_count
+from firefly_orm.conversation.messages import encoded_message_count, inspect_encoded
 from firefly_orm.conversation.model import ConversationTurn
 from firefly_orm.conversation.plan import HeadState
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
@@ -163,10 +166,20 @@ def turn_entry(
         "timestamp": turn.timestamp.isoformat(),
         "token_estimate": turn.token_estimate,
         "metadata": turn.metadata,
-        "message_count": turn.message_count,
     }
     if message_tokens is not None:
         content["message_tokens"] = list(message_tokens)
+        infos = inspect_encoded(encoded_raw, with_text=False)
+        calls = [c for info in infos for c in info.calls]
+        results = [r for info in infos for r in info.results]
+        if calls or results or not (infos and infos[0].opens):
+            # What a whole-turn window needs, so history reads need not inspect
+            # messages; left out in the common case (opens, no tool calls).
+            content["window"] = {
+                "opens": bool(infos and infos[0].opens),
+                "calls": calls,
+                "results": results,
+            }
     return _row(namespace, turn_key(turn.turn_id), content, user_id=user_id)
 
 

@@ -25,12 +25,15 @@ class Slot:
         opens: A window may start here.
         calls: Ids of the tool calls it makes.
         results: Ids of the tool calls it answers.
+        messages: How many model messages it stands for (a whole turn may be
+            one slot).
     """
 
     tokens: int
     opens: bool
     calls: tuple[str, ...] = ()
     results: tuple[str, ...] = ()
+    messages: int = 1
 
 
 def window_start(
@@ -49,14 +52,15 @@ def window_start(
     """
     n = len(slots)
     cut = n
-    used = 0
+    used = counted = 0
     while cut > floor:
-        tokens = slots[cut - 1].tokens
-        if max_tokens is not None and used + tokens > max_tokens:
+        slot = slots[cut - 1]
+        if max_tokens is not None and used + slot.tokens > max_tokens:
             break
-        if max_messages is not None and n - cut + 1 > max_messages:
+        if max_messages is not None and counted + slot.messages > max_messages:
             break
-        used += tokens
+        used += slot.tokens
+        counted += slot.messages
         cut -= 1
     # need[j]: the earliest position the window may start at for slot j's results
     # to have their calls inside it (-1: a call that is missing altogether).
