@@ -374,10 +374,8 @@ class SearchBackend(Protocol):
         overlays its staged writes (scoring those with the tokenised match) and
         may ask for a larger ``limit`` or ``None`` (every match), because each
         staged write can hide one stored result.  A database store runs its
-        text index here: e.g. on MongoDB a ``$text`` filter with the query's
-        words unquoted and space-separated (OR), ``{"$meta": "textScore"}`` as
-        the score, and ``search_language`` as the index's ``language_override``
-        (``"simple"`` being MongoDB's ``"none"``).
+        index here (MongoDB: an aggregation on the multikey
+        ``(namespace, search_words)`` index, see :mod:`firefly_orm.search`).
         """
         ...
 

@@ -46,6 +46,9 @@ Cost
     by rowid; PostgreSQL's planner picks the GIN index (or, for a selective
     ``user_id``/``key_prefix`` filter, that filter's B-tree index).  Either way
     the work follows the rows holding a query word, not the size of the table.
+    MongoDB stores each entry's words (``search_words``) and runs one
+    aggregation on the multikey ``(namespace, search_words)`` index, scored
+    like the in-process stores (the test server, SecantusDB, has no ``$text``).
     The in-process stores keep an inverted index per namespace (words to
     entries); a plain five-method store loads the namespace.
 """

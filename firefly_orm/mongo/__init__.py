@@ -5,7 +5,12 @@
   entry <-> document codec and the query filters over that shape);
 * :mod:`firefly_orm.mongo.store`: :class:`MongoDBStore`, whose I/O runs on the
   shared loop thread of :mod:`firefly_orm.bridges.loop_thread` and whose units
-  of work read by id, by key and by key-prefix range with a limit;
+  of work read (:mod:`firefly_orm.mongo.reads`) by id, by key, by key-prefix
+  range with a limit, and by full-text search;
+* :mod:`firefly_orm.mongo.queries`: those reads as queries of live entries,
+  and full-text search as one aggregation on the ``(namespace, search_words)``
+  multikey index (words stored with each entry; MongoDB's ``$text`` is not
+  used, see there why);
 * :mod:`firefly_orm.mongo.commit`: how a unit of work's staged changes are
   committed (preconditions, conditional writes, one ordered bulk write), in a
   transaction or, without transactions, through

@@ -8,8 +8,15 @@ Storage layout (one document per :class:`~firefly_orm.entry.MemoryEntry`):
   the sub-millisecond microseconds (0-999) go to ``created_at_us`` /
   ``expires_at_us`` so an entry reads back exactly as it was saved and entries
   created within one millisecond keep their order;
-* ``key`` and ``expires_at`` are *omitted* (not ``null``) when unset, so the
-  partial indexes (``{$exists: true}``) only hold entries that have them;
+* ``key``, ``expires_at``, ``user_id``, ``search_text`` and ``search_language``
+  are *omitted* (not ``null``) when unset, so the partial indexes
+  (``{$exists: true}``) only hold entries that have them;
+* an entry with ``search_text`` also stores ``search_words`` (:data:`SEARCH_WORDS`):
+  the distinct words of that text as :func:`firefly_orm.search.text_terms`
+  splits them, sorted; written in the same document update as the text, so
+  the two never disagree (the full-text search of
+  :mod:`firefly_orm.mongo.queries` looks words up in its multikey index).
+  Omitted when the text has no words.  Reads do not fetch it;
 * a document written by a non-transactional unit of work also holds
   ``_firefly_commit``: the id of that commit (:data:`COMMIT_FIELD`), which makes
   its writes idempotent for a roll-forward; reads ignore it;
@@ -28,10 +35,15 @@ converts between the two shapes.
 Indexes (:func:`memory_indexes`, created through Beanie by the store):
 ``(namespace, created_at, created_at_us, entry_id)`` for ordered loads,
 ``(namespace, key, created_at, created_at_us, entry_id)`` partial on ``key``
-existing (lookups by key and key-prefix ranges), ``expires_at`` partial on
-existing (with ``ttl_index=True`` the same index is also a real TTL index,
+existing (lookups by key and key-prefix ranges),
+``(user_id, namespace, created_at, created_at_us, entry_id)`` partial on
+``user_id`` existing, ``(namespace, search_words)`` (multikey: one key per word
+of an entry; full-text search), ``expires_at`` partial on existing (with
+``ttl_index=True`` the same index is also a real TTL index,
 ``expireAfterSeconds=0``: MongoDB allows only one index per key pattern, so one
-index serves both), and ``entry_id`` unique.
+index serves both), and ``entry_id`` unique.  ``initialize()`` creates the
+missing ones on an existing collection (an index build; the others are left
+as they are).
 """
 
 from __future__ import annotations
@@ -52,6 +64,7 @@ from firefly_orm.entry import (
     wrap_json_for_storage,
 )
 from firefly_orm.errors import EntryValidationError, MissingExtraError, StoreCorruptedError
+from firefly_orm.search import text_terms
 
 try:
     from beanie import Document
@@ -64,14 +77,22 @@ __all__ = [
     "JSON_WRAPPER_KEY",
     "MemoryDocument",
     "MemoryDocumentFields",
+    "SEARCH_INDEX",
+    "SEARCH_WORDS",
     "document_to_entry",
     "entry_to_document",
     "memory_indexes",
+    "search_words",
     "validate_collection_name",
     "validate_database_name",
 ]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+#: The document field holding the words of ``search_text`` (see the module docstring).
+SEARCH_WORDS = "search_words"
+#: The multikey index ``(namespace, search_words)`` full-text search looks words up in.
+SEARCH_INDEX = "ix_namespace_search_words"
 
 
 # --------------------------------------------------------------------------- the document
@@ -95,6 +116,8 @@ class MemoryDocumentFields(BaseModel):
     importance: float = Field(default=0.5, ge=0.0, le=1.0)
     version: int = Field(default=1, ge=0)
     user_id: str | None = None
+    search_text: str | None = None
+    search_language: str | None = None
 
 
 class MemoryDocument(Document, MemoryDocumentFields):
@@ -150,6 +173,9 @@ def memory_indexes(*, ttl_index: bool = True) -> list[IndexModel]:
             name="ix_user_namespace_created",
             partialFilterExpression={"user_id": {"$exists": True}},
         ),
+        # Not partial: SecantusDB's planner cannot use an index whose filter is
+        # ``$exists`` for a ``$in`` query; an entry without words costs one key.
+        IndexModel([("namespace", 1), (SEARCH_WORDS, 1)], name=SEARCH_INDEX),
         IndexModel([("expires_at", 1)], **expires_options),
         IndexModel([("entry_id", 1)], name="ux_entry_id", unique=True),
     ]
@@ -220,7 +246,9 @@ def entry_to_document(entry: MemoryEntry, namespace: str) -> dict[str, Any]:
     """MemoryEntry -> the BSON-ready field dict stored in MongoDB (no ``_id``).
 
     The entry must have passed :func:`~firefly_orm.entry.validate_entry`.
-    ``key``/``expires_at``/``user_id`` are left out when unset.
+    ``key``/``expires_at``/``user_id``/``search_text``/``search_language`` are
+    left out when unset; ``search_text`` comes with its :func:`search_words`
+    (left out when there are none).
     """
     created, created_us = _split_time(entry.created_at)
     doc: dict[str, Any] = {
@@ -240,7 +268,24 @@ def entry_to_document(entry: MemoryEntry, namespace: str) -> dict[str, Any]:
         doc["user_id"] = entry.user_id
     if entry.expires_at is not None:
         doc["expires_at"], doc["expires_at_us"] = _split_time(entry.expires_at)
+    if entry.search_text is not None:
+        doc["search_text"] = entry.search_text
+        words = search_words(entry.search_text)
+        if words:
+            doc[SEARCH_WORDS] = words
+    if entry.search_language is not None:
+        doc["search_language"] = entry.search_language
     return doc
+
+
+def search_words(text: str | None) -> list[str]:
+    """The words of ``text`` stored in :data:`SEARCH_WORDS`: distinct, lower-cased, sorted.
+
+    The words :func:`firefly_orm.search.text_terms` finds, so a stored entry
+    matches exactly the queries the tokenised match of the other stores
+    would match it with.
+    """
+    return sorted(text_terms(text))
 
 
 def document_to_entry(document: Mapping[str, Any]) -> MemoryEntry:
@@ -278,6 +323,8 @@ def document_to_entry(document: Mapping[str, Any]) -> MemoryEntry:
             "importance": fields.importance,
             "version": fields.version,
             "user_id": fields.user_id,
+            "search_text": fields.search_text,
+            "search_language": fields.search_language,
         }
     )
 
@@ -290,7 +337,15 @@ BY_TIME_NEWEST_FIRST = [(name, -1) for name, _ in BY_TIME]
 #: ``(key, created_at, entry_id)`` order (the ``ix_namespace_key_created`` index).
 BY_KEY = [("key", 1), *BY_TIME]
 
-_OPTIONAL_FIELDS = ("key", "expires_at", "expires_at_us", "user_id")
+_OPTIONAL_FIELDS = (
+    "key",
+    "expires_at",
+    "expires_at_us",
+    "user_id",
+    "search_text",
+    "search_language",
+    SEARCH_WORDS,
+)
 
 #: The field naming the journaled commit that last wrote a document (see
 #: :mod:`firefly_orm.mongo.journal`); not part of the entry.

@@ -16,7 +16,10 @@ network round trip.  Many stores share the loop; each owns its client.
 Units of work are :class:`~firefly_orm.uow.StagedUnitOfWork`: the store is a
 :class:`~firefly_orm.protocols.StagedBackend` whose reads are indexed queries
 (one id, one key, a key-prefix range with a limit), so a conversation turn
-reads the same few documents whatever the conversation's length.
+reads the same few documents whatever the conversation's length; and a
+:class:`~firefly_orm.protocols.SearchBackend`: full-text search is one
+aggregation on the ``(namespace, search_words)`` index
+(:mod:`firefly_orm.mongo.queries`).
 """
 
 from __future__ import annotations
@@ -26,16 +29,17 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self, TypeVar, Unpack
 
 from firefly_orm.bridges.loop_thread import LoopThread, shared_loop
 from firefly_orm.entry import (
+    MAX_ENTRY_VERSION,
     MemoryEntry,
     utcnow,
     validate_entry,
     validate_key,
     validate_namespace,
-    validate_user_id,
+    version_exhausted,
 )
 from firefly_orm.errors import (
     ConcurrencyError,
@@ -49,27 +53,26 @@ from firefly_orm.errors import (
 )
 from firefly_orm.mongo.commit import Collection, apply_changes, apply_journaled
 from firefly_orm.mongo.document import (
-    BY_KEY,
     BY_TIME,
     BY_TIME_NEWEST_FIRST,
     MemoryDocument,
     document_model_for,
-    document_to_entry,
     entry_to_document,
     expired_filter,
-    is_live,
-    key_prefix_filter,
-    live_filter,
     upsert_pipeline,
     validate_collection_name,
     validate_database_name,
 )
 from firefly_orm.mongo.journal import MAX_SETTLE_ROUNDS, Journal
+from firefly_orm.mongo.queries import find_live
 from firefly_orm.mongo.reads import UnitOfWorkReads
+from firefly_orm.protocols import SearchOptions
+from firefly_orm.search import SearchHit
 from firefly_orm.uow import StagedChanges, StagedUnitOfWork, SyncBackedAsyncUnitOfWork
 
 try:
     from beanie import init_beanie
+    from bson.errors import InvalidDocument
     from pymongo import AsyncMongoClient
     from pymongo.asynchronous.client_session import AsyncClientSession
     from pymongo.errors import ConnectionFailure, DuplicateKeyError, OperationFailure, PyMongoError
@@ -158,6 +161,8 @@ class MongoDBStore:
         self._loop_thread: LoopThread | None = None
         self._loop_lock = threading.Lock()
         self._init_lock: asyncio.Lock | None = None
+        #: The store's own staged-backend reads (each checks for commits in progress).
+        self._reads = UnitOfWorkReads(self, remember=False)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -340,7 +345,7 @@ class MongoDBStore:
         preconditions are what protect a read-modify-write.  ``read_only`` is
         accepted for the common signature and changes nothing here.
         """
-        return StagedUnitOfWork(UnitOfWorkReads(self))
+        return StagedUnitOfWork(UnitOfWorkReads(self, remember=True))
 
     def async_unit_of_work(self, *, read_only: bool = False) -> SyncBackedAsyncUnitOfWork:
         """Async form of :meth:`unit_of_work` (same guarantees)."""
@@ -351,11 +356,11 @@ class MongoDBStore:
     # ------------------------------------------------------------------ staged backend
     def read_entry(self, namespace: str, entry_id: str) -> MemoryEntry | None:
         """The live entry with ``entry_id`` in ``namespace``, or ``None`` (one indexed lookup)."""
-        return self._read_entry(namespace, entry_id, None)
+        return self._reads.read_entry(namespace, entry_id)
 
     def read_by_key(self, namespace: str, key: str) -> list[MemoryEntry]:
         """Every live entry of ``namespace`` with ``key`` (the ``(namespace, key)`` index)."""
-        return self._read_by_key(namespace, key, None)
+        return self._reads.read_by_key(namespace, key)
 
     def read_list(
         self,
@@ -375,48 +380,34 @@ class MongoDBStore:
         ``user_id``: only that user's entries (the ``(user_id, namespace, ...)``
         index when no key prefix is given).
         """
-        return self._read_list(namespace, key_prefix, limit, newest_first, None, user_id)
+        return self._reads.read_list(
+            namespace,
+            key_prefix=key_prefix,
+            limit=limit,
+            newest_first=newest_first,
+            user_id=user_id,
+        )
+
+    def read_search(
+        self, namespace: str, query: str, **options: Unpack[SearchOptions]
+    ) -> list[SearchHit]:
+        """The live matches of ``query`` in ``namespace``, best first (:mod:`firefly_orm.search`).
+
+        One aggregation on the ``(namespace, search_words)`` index: only the
+        documents holding one of the query's words are read by the server, and
+        at most ``limit`` come back (see :mod:`firefly_orm.mongo.queries` for
+        the pipeline and the score, the tokenised match's; ``language`` is
+        ignored).
+
+        Raises:
+            EntryValidationError: If an argument is invalid (nothing is read).
+            StoreError: The database operation failed.
+        """
+        return self._reads.read_search(namespace, query, **options)
 
     def apply_changes(self, changes: StagedChanges) -> None:
         """Check the version preconditions and apply ``changes`` (see :meth:`unit_of_work`)."""
         self._call(self._apply_changes(changes))
-
-    def _read_entry(
-        self, namespace: str, entry_id: str, settled: set[str] | None
-    ) -> MemoryEntry | None:
-        validate_namespace(namespace)
-        query = {"entry_id": entry_id, "namespace": namespace}
-        found = self._call(self._find(query, None, 1, namespace=namespace, settled=settled))
-        return found[0] if found else None
-
-    def _read_by_key(self, namespace: str, key: str, settled: set[str] | None) -> list[MemoryEntry]:
-        validate_namespace(namespace)
-        validate_key(key)
-        query = {"namespace": namespace, "key": key}
-        return self._call(self._find(query, BY_TIME, namespace=namespace, settled=settled))
-
-    def _read_list(
-        self,
-        namespace: str,
-        key_prefix: str | None,
-        limit: int | None,
-        newest_first: bool,
-        settled: set[str] | None,
-        user_id: str | None = None,
-    ) -> list[MemoryEntry]:
-        validate_namespace(namespace)
-        if limit is not None and limit <= 0:
-            return []
-        query: dict[str, Any] = {"namespace": namespace}
-        if user_id is not None:
-            query["user_id"] = validate_user_id(user_id)
-        order = BY_TIME
-        if key_prefix is not None:
-            query.update(key_prefix_filter(key_prefix))
-            order = BY_KEY
-        if newest_first:
-            order = [(name, -1) for name, _ in order]
-        return self._call(self._find(query, order, limit, namespace=namespace, settled=settled))
 
     # ------------------------------------------------------------------ loop plumbing
     def _loop(self) -> LoopThread:
@@ -484,6 +475,10 @@ class MongoDBStore:
             return await op
         except (StoreError, EntryValidationError):
             raise
+        except InvalidDocument as exc:  # e.g. DocumentTooLarge: over MongoDB's 16 MB
+            raise EntryValidationError(
+                "entry", f"cannot be stored as a MongoDB document: {exc}"
+            ) from exc
         except PyMongoError as exc:
             err = self._store_error(exc, action)
             if scrub_secret(str(exc), self._secrets) != str(exc):
@@ -569,18 +564,30 @@ class MongoDBStore:
         action: str = "unit of work read",
         settled: set[str] | None = None,
     ) -> list[MemoryEntry]:
-        """Live entries of ``namespace`` matching ``query``, in ``order``, at most ``limit``.
+        """Live entries of ``namespace`` matching ``query``, in ``order``, at most ``limit``."""
+        return await self._settled_read(
+            namespace, action, settled, lambda col: find_live(col, query, order, limit)
+        )
 
-        Without transactions the namespace is then checked for a commit in
-        progress (unless it is in ``settled``, the namespaces a unit of work
-        has already checked): its writer is waited for, or its commit
+    async def _settled_read(
+        self,
+        namespace: str,
+        action: str,
+        settled: set[str] | None,
+        read: Callable[[Collection], Awaitable[T]],
+    ) -> T:
+        """``read(collection)``, a read of ``namespace``, once no commit is in progress there.
+
+        Without transactions the namespace is checked after the read for a
+        commit in progress (unless it is in ``settled``, the namespaces a unit
+        of work has already checked): its writer is waited for, or its commit
         recovered, and the read is done again.
         """
 
-        async def op(col: Collection) -> list[MemoryEntry]:
+        async def op(col: Collection) -> T:
             rounds = 0
             while True:
-                found = await self._find_live(col, query, order, limit)
+                found = await read(col)
                 journal = self._journal
                 if journal is None or self._use_transactions:
                     return found
@@ -598,29 +605,6 @@ class MongoDBStore:
 
         return await self._run(action, op)
 
-    async def _find_live(
-        self,
-        col: Collection,
-        query: dict[str, Any],
-        order: list[tuple[str, int]] | None,
-        limit: int | None,
-    ) -> list[MemoryEntry]:
-        now = utcnow()
-        wanted = limit
-        while True:
-            cursor = col.find({**query, **live_filter(now)})
-            if order is not None:
-                cursor = cursor.sort(order)
-            if wanted is not None:
-                cursor = cursor.limit(wanted)
-            found = [document_to_entry(d) async for d in cursor]
-            live = [e for e in found if is_live(e, now)]
-            if limit is None or wanted is None or len(found) < wanted or len(live) >= limit:
-                return live if limit is None else live[:limit]
-            # Entries expiring within now's millisecond took places in the
-            # window: read a window that much larger (rare, and terminates).
-            wanted += limit - len(live)
-
     async def _journaled(self, col: Collection, changes: StagedChanges) -> bool:
         """Apply ``changes`` through the journal when there are no transactions."""
         if self._use_transactions:
@@ -636,12 +620,18 @@ class MongoDBStore:
             ):
                 return
             pipeline = upsert_pipeline(doc)
+            # Not at the largest version: there the filter misses and the upsert's
+            # insert collides with the stored id.
+            target = {"entry_id": doc["entry_id"], "version": {"$lt": MAX_ENTRY_VERSION}}
             try:
-                await col.update_one({"entry_id": doc["entry_id"]}, pipeline, upsert=True)
+                await col.update_one(target, pipeline, upsert=True)
             except DuplicateKeyError:
                 # Two upserts inserted the same new id at once: the other one won,
-                # so this one is now an update.
-                await col.update_one({"entry_id": doc["entry_id"]}, pipeline, upsert=True)
+                # so this one is now an update (or the entry is at the largest version).
+                try:
+                    await col.update_one(target, pipeline, upsert=True)
+                except DuplicateKeyError:
+                    raise version_exhausted(entry.entry_id) from None
 
         await self._run("save", op)
 

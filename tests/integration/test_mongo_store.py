@@ -25,7 +25,7 @@ from firefly_orm.mongo import (
     document_to_entry,
     entry_to_document,
 )
-from firefly_orm.testing import StoreContract, StoreDriver
+from firefly_orm.testing import StoreContract
 from firefly_orm.testing.mongo_reads import DocumentsRead
 from firefly_orm.uow import UnitOfWork
 
@@ -340,6 +340,8 @@ def test_indexes_are_created(
     assert ix["ix_expires_at"]["partialFilterExpression"] == {"expires_at": {"$exists": True}}
     assert ix["ix_expires_at"]["expireAfterSeconds"] == 0
     assert ix["ux_entry_id"]["unique"] is True
+    # Full-text search: one key per word of an entry (see test_mongo_search.py).
+    assert list(ix["ix_namespace_search_words"]["key"]) == ["namespace", "search_words"]
 
 
 def test_ttl_index_can_be_disabled(
@@ -767,10 +769,10 @@ def test_entries_expiring_within_the_reading_millisecond(
     store: MongoDBStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """BSON dates hold milliseconds; the microseconds still decide what is live."""
-    import firefly_orm.mongo.store as store_module
+    import firefly_orm.mongo.queries as queries_module
 
     now = datetime(2030, 1, 1, 0, 0, 0, 500, tzinfo=UTC)
-    monkeypatch.setattr(store_module, "utcnow", lambda: now)
+    monkeypatch.setattr(queries_module, "utcnow", lambda: now)
     store.save(
         "ns",
         entry(key="k:1", content="expired 100us ago", expires_at=now - timedelta(microseconds=100)),

@@ -97,7 +97,7 @@ def _worker(
     lockstep: bool,
     barrier: Any,
     results: Any,
-    policy: dict[str, int] | None = None,
+    policy: dict[str, Any] | None = None,
 ) -> None:
     """Add ``TURNS_PER_WORKER`` turns; report ``("ok", index, ids)`` or ``("error", ...)``.
 
@@ -180,7 +180,7 @@ def run_workers(
     max_tokens: int,
     evict: bool,
     lockstep: bool,
-    policy: dict[str, int] | None = None,
+    policy: dict[str, Any] | None = None,
 ) -> dict[int, list[int]]:
     """Run ``WORKERS`` processes; return worker index -> the turn ids add_turn returned."""
     ctx = multiprocessing.get_context("spawn")
@@ -325,7 +325,7 @@ def test_processes_share_one_conversation_with_eviction(database: Database, lock
 
 
 #: The pinned-and-recent policy with a message window (issue 10).
-PINNED_POLICY = {"pin_count": 1, "recent_count": 2, "max_messages": 8}
+PINNED_POLICY: dict[str, Any] = {"pin_count": 1, "recent_count": 2, "max_messages": 8}
 
 
 @pytest.mark.parametrize("lockstep", [False, True], ids=["free", "lockstep"])
