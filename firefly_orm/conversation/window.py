@@ -67,10 +67,10 @@ def window_start(
     call_at: dict[str, int] = {}
     need = [n] * n
     for j, slot in enumerate(slots):
+        for call in slot.calls:  # first: a whole-turn slot answers its own calls
+            call_at[call] = j
         for result in slot.results:
             need[j] = min(need[j], call_at.get(result, -1))
-        for call in slot.calls:
-            call_at[call] = j
     lowest = n
     best = n
     for start in range(n - 1, cut - 1, -1):

@@ -34,6 +34,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from firefly_orm.conversation.codec import encode_raw_messages
+from firefly_orm.conversation.messages import estimate_turn
 from firefly_orm.manager import MemoryManager
 from firefly_orm.tokens import TokenEstimator
 
@@ -236,14 +238,13 @@ async def test_async_agent_sees_earlier_turns_and_after_a_restart(database: Open
     await store.async_close()
 
 
-def newest_fitting(turns: Sequence[tuple[str, str]], budget: int) -> list[str]:
-    """Prompts of the newest turns whose estimates fit ``budget`` (computed here, not
+def newest_fitting(turns: Sequence[tuple[str, str, int]], budget: int) -> list[str]:
+    """Prompts of the newest turns whose estimates fit ``budget`` (summed here, not
     by the library): what the model should be sent as history."""
-    estimator = TokenEstimator()
     kept: list[str] = []
     total = 0
-    for prompt, output in reversed(turns):
-        total += estimator.estimate(f"{prompt}\n{output}")
+    for prompt, _, estimate in reversed(turns):
+        total += estimate
         if total > budget:
             break
         kept.append(prompt)
@@ -258,7 +259,7 @@ def test_small_budget_drops_oldest_turns_and_keeps_tool_pairs(database: OpenedBa
     store = database.store
     manager = MemoryManager(store=store, max_conversation_tokens=budget, summarize_threshold=0)
     cid = manager.new_conversation()
-    done: list[tuple[str, str]] = []  # (prompt, output) of every run so far
+    done: list[tuple[str, str, int]] = []  # (prompt, output, estimate) of every run so far
     seen_tool_turn = False
 
     for run, prompt in enumerate(PROMPTS):
@@ -293,7 +294,11 @@ def test_small_budget_drops_oldest_turns_and_keeps_tool_pairs(database: OpenedBa
             assert tool_call_ids(sent) == []
 
         manager.add_turn(cid, prompt, str(result.output), result.new_messages())
-        done.append((prompt, str(result.output)))
+        # A turn with raw messages is estimated over what the model reads of them.
+        estimate, _ = estimate_turn(
+            estimator, prompt, str(result.output), encode_raw_messages(result.new_messages())
+        )
+        done.append((prompt, str(result.output), estimate))
 
         # the retained turns are the newest that fit; the history holds whole turns
         retained = manager.conversation.get_turns(cid)
@@ -301,8 +306,10 @@ def test_small_budget_drops_oldest_turns_and_keeps_tool_pairs(database: OpenedBa
             len(retained) == 1 and retained[0].user_prompt == prompt
         )
         assert sum(t.token_estimate for t in retained) == manager.conversation.get_total_tokens(cid)
+        estimates = {p: e for p, _, e in done}
         for turn in retained:
-            assert turn.token_estimate == estimator.estimate(
+            assert turn.token_estimate == estimates[turn.user_prompt]
+            assert turn.token_estimate >= estimator.estimate(
                 f"{turn.user_prompt}\n{turn.assistant_response}"
             )
 

@@ -182,3 +182,13 @@ def test_inspection_reads_text_calls_and_results_of_each_format() -> None:
     opaque = inspect_encoded(encode_raw_messages(["a", {"no": "role"}]))
     assert [i.opens for i in opaque] == [True, True]
     assert inspect_encoded(None) == []
+
+
+def test_a_whole_turn_slot_answers_its_own_calls() -> None:
+    """History windows keep whole turns: one slot may make a call and carry its result."""
+    turn = Slot(10, True, calls=("c1",), results=("c1",), messages=4)
+    later = Slot(5, True, messages=2)
+    assert window_start([turn, later], max_tokens=15) == 0
+    assert window_start([turn, later], max_messages=5) == 1
+    orphan = Slot(3, True, results=("gone",))
+    assert window_start([orphan, later]) == 1
