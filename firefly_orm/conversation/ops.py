@@ -85,7 +85,6 @@ __all__ = [
     "append_turn_holding",
     "clear_conversations",
     "create_conversation",
-    "import_conversation",
     "new_conversation",
     "read_conversation_ids",
     "read_head",
@@ -266,14 +265,6 @@ def summarize(summarizer: Summarizer, turns: list[ConversationTurn]) -> Operatio
     return result
 
 
-def import_conversation(
-    conversation_id: str, turns: Sequence[EncodedTurn], summary: str | None
-) -> Operation[str]:
-    """Replace the turns of ``conversation_id`` (see :func:`replace_conversation`)."""
-    yield from retrying(Transaction.write(replace_conversation, conversation_id, turns, summary))
-    return conversation_id
-
-
 # =========================================================================== transactions
 # Each takes the sync unit of work first (``uow.run_sync`` passes it on the async path).
 
@@ -451,16 +442,21 @@ def _save_head(
 def replace_conversation(
     uow: UnitOfWork, conversation_id: str, turns: Sequence[EncodedTurn], summary: str | None
 ) -> None:
-    """Replace the turns (and archive) of a conversation; keep its summary unless given one."""
+    """Replace the turns (and archive) of a conversation; keep its summary unless given one.
+
+    The conversation keeps its owner: the new rows carry its ``user_id``.
+    """
     namespace = conversation_namespace(conversation_id)
     stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
     head = head_from_entry(stored_head)
+    owner = None if stored_head is None else stored_head.user_id
     old = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX)
     if old:
         uow.entries.delete(namespace, [row.entry_id for row in old])
     uow.entries.clear(archive_namespace(conversation_id))
     for item in turns:
-        uow.entries.save(namespace, turn_entry(namespace, item.turn, item.encoded_raw))
+        row = turn_entry(namespace, item.turn, item.encoded_raw, item.message_tokens, owner)
+        uow.entries.save(namespace, row)
     _save_head(
         uow,
         conversation_id,
@@ -470,6 +466,8 @@ def replace_conversation(
         total_tokens=sum(t.turn.token_estimate for t in turns),
         turn_count=len(turns),
         summary=summary if summary else head.summary,
+        total_messages=sum(t.turn.message_count for t in turns),
+        user_id=owner,
     )
 
 

@@ -396,3 +396,21 @@ async def test_definable_alice_at_acme_across_two_runs(
         "Where do I work?", message_history=await call(mode, forgetful, "get_context", cid)
     )
     assert result.output == "I don't know."
+
+
+async def test_an_import_keeps_the_owner_and_the_message_total(
+    layer_backend: OpenedBackend, mode: str
+) -> None:
+    """Importing over a user's conversation tags the new rows with that user (so an
+    erasure finds them) and leaves the head's message total exact."""
+    store = layer_backend.store
+    mem = ConversationMemory(store=store, max_messages=50)
+    cid = await call(mode, mem, "new_conversation", user_id="ann")
+    await call(mode, mem, "add_turn", cid, "q", "a", pair(0))
+    exported = await call(mode, mem, "export_conversation", cid)
+    exported["turns"].append({"user_prompt": "q1", "assistant_response": "a1"})
+    await call(mode, mem, "import_conversation", exported)
+    assert {row.user_id for row in store.load(conversation_namespace(cid))} == {"ann"}
+    assert await call(mode, mem, "verify", cid) == []
+    await call(mode, mem, "erase_user", "ann")
+    assert store.load(conversation_namespace(cid)) == []
