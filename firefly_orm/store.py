@@ -31,7 +31,6 @@ from firefly_orm.uow import (
     StagedUnitOfWork,
     apply_version,
     check_preconditions,
-    check_version_room,
     select_entries,
 )
 
@@ -190,10 +189,10 @@ class InMemoryStore(AsyncTwins):
 
     def _write(self, namespace: str, entry: MemoryEntry) -> None:
         old_ns = self._where.get(entry.entry_id)
+        previous = None if old_ns is None else self._data[old_ns][entry.entry_id]
+        apply_version(entry, previous)  # raises before anything is removed
         if old_ns is not None:
-            check_version_room(self._data[old_ns][entry.entry_id])
-        previous = None if old_ns is None else self._remove(old_ns, entry.entry_id)
-        apply_version(entry, previous)
+            self._remove(old_ns, entry.entry_id)
         self._data.setdefault(namespace, {})[entry.entry_id] = entry
         self._where[entry.entry_id] = namespace
         if entry.key is not None:

@@ -60,7 +60,7 @@ def slots_of(content: Content, *, whole_turn: bool) -> list[Slot]:
             return [Slot(estimate, True, messages=MESSAGES_PER_PLAIN_TURN)]
         return [Slot(estimate, True)] + [Slot(0, False)] * (MESSAGES_PER_PLAIN_TURN - 1)
     summary = content.get("window")
-    if whole_turn and "message_tokens" in content:  # written since 0.3: no inspection
+    if whole_turn and "message_tokens" in content:  # written by this release on: no inspection
         if not isinstance(summary, Mapping):  # left out: opens, no tool calls
             summary = {"opens": True}
         return [
@@ -154,7 +154,7 @@ def _plain_whole_turn_window(
         opening = True
         if content.get("raw_messages"):
             if "message_tokens" not in content:
-                return None  # written before 0.3: its messages must be inspected
+                return None  # an earlier release wrote it: inspect its messages
             summary = content.get("window")
             if summary is not None:
                 if (

@@ -7,13 +7,13 @@ Every row is a :class:`~firefly_orm.entry.MemoryEntry` with scope
 
   - the *head* (key ``"head"``, id ``derived_entry_id(ns, "head")``), content
     ``{"conversation_id", "next_turn_id", "total_tokens", "turn_count", "summary",
-    "total_messages"}`` (heads written before 0.3 have no ``total_messages``).
+    "total_messages"}`` (heads written by earlier releases have no ``total_messages``).
     Its store-maintained ``version`` is the optimistic-concurrency token.
   - one row per turn (key ``"turn:<turn_id as 12 digits>"``, derived id), content
     = the turn's fields, ``token_estimate`` included (it is never recomputed on
     read) and ``raw_messages`` in portable JSON (:mod:`firefly_orm.conversation.codec`),
     and, when it has raw messages, ``message_tokens`` (one estimate per
-    message, so a window may cut inside the turn; rows written before 0.3 have
+    message, so a window may cut inside the turn; rows written by earlier releases have
     none and are cut only at their start) and, unless its first message opens
     a history and it holds no tool call or result, ``window`` (``opens``,
     ``calls``, ``results``: what a whole-turn window needs without decoding).
