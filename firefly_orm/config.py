@@ -37,6 +37,8 @@ from firefly_orm.errors import (
     scrub_secret,
     url_secrets,
 )
+from firefly_orm.long_term.memory import DEFAULT_NAMESPACE, MAX_RETENTION_DAYS
+from firefly_orm.long_term.promotion import DEFAULT_IMPORTANCE_THRESHOLD
 
 if TYPE_CHECKING:
     from firefly_orm.protocols import MemoryStore, StoreLifecycle
@@ -99,6 +101,14 @@ class MemorySettings(BaseSettings):
             (unset: no limit).
         pin_count: The first turns of a conversation that are never evicted.
         recent_count: The newest turns an eviction keeps (the middle goes at once).
+        long_term_namespace: Namespace of the manager's long-term items.
+        long_term_limit: At most this many long-term items per user (unset: no limit).
+        episodic_retention_days: Episodic long-term items expire after this many
+            days (unset: never).
+        search_language: PostgreSQL text-search configuration of long-term
+            items (unset: ``simple``).
+        auto_promote: Promote evicted conversation turns to long-term memory.
+        importance_threshold: The lowest promotion score promoted (0.0-1.0).
         summary_model: pydantic-ai model name for the LLM summarizer; when set,
             ``MemoryManager.from_config()`` builds one with
             :func:`firefly_orm.summarization.create_llm_summarizer`.
@@ -131,6 +141,16 @@ class MemorySettings(BaseSettings):
     max_messages: int | None = Field(default=None, ge=1)
     pin_count: int = Field(default=0, ge=0)
     recent_count: int = Field(default=0, ge=0)
+    long_term_namespace: str = DEFAULT_NAMESPACE
+    long_term_limit: int | None = Field(default=None, ge=1)
+    episodic_retention_days: float | None = Field(
+        default=None, gt=0, le=MAX_RETENTION_DAYS, allow_inf_nan=False
+    )
+    search_language: str | None = None
+    auto_promote: bool = False
+    importance_threshold: float = Field(
+        default=DEFAULT_IMPORTANCE_THRESHOLD, ge=0.0, le=1.0, allow_inf_nan=False
+    )
     summary_model: str | None = None
     file_dir: str = ".firefly_memory"
     sqlite_path: str | None = None
@@ -157,12 +177,35 @@ class MemorySettings(BaseSettings):
             return name
         return value
 
-    @field_validator("postgres_url", "mongodb_url", "summary_model", "sqlite_path", mode="before")
+    @field_validator(
+        "postgres_url",
+        "mongodb_url",
+        "summary_model",
+        "sqlite_path",
+        "long_term_limit",
+        "episodic_retention_days",
+        "search_language",
+        mode="before",
+    )
     @classmethod
     def _blank_is_unset(cls, value: Any) -> Any:
         if isinstance(value, str) and not value.strip():
             return None
         return value
+
+    @field_validator("long_term_namespace", "search_language")
+    @classmethod
+    def _valid_long_term_names(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        from firefly_orm.entry import validate_namespace, validate_search_language
+
+        try:
+            if info.field_name == "long_term_namespace":
+                return validate_namespace(value)
+            return validate_search_language(value, "search_language")
+        except EntryValidationError as exc:
+            raise ValueError(str(exc).removeprefix(f"{exc.field}: ")) from None
 
     @field_validator("postgres_schema")
     @classmethod

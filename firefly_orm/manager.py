@@ -1,16 +1,20 @@
 """The facade agents use: :class:`MemoryManager`.
 
 One manager holds a :class:`~firefly_orm.conversation.ConversationMemory`
-(token-budgeted conversation turns) and a
-:class:`~firefly_orm.working.WorkingMemory` (facts of one scope) over one store.
+(token-budgeted conversation turns), a
+:class:`~firefly_orm.working.WorkingMemory` (facts of one scope) and a
+:class:`~firefly_orm.long_term.LongTermMemory` (facts and events recalled by
+what they say) over one store; :meth:`MemoryManager.assemble_context` puts
+the three into one budgeted context for the next model call.
 
 ``fork(working_scope_id=...)`` gives a sub-agent its own facts while it shares
-the store and the conversations.  ``clear_all()`` on a fork is deliberately
+the store, the conversations and the long-term memory.  ``clear_all()`` on a fork is deliberately
 narrower than on the manager it came from: the module this is modelled on let a
 child wipe every conversation of its parent; here a fork clears its own working
 scope and only the conversations it started itself (with
-:meth:`MemoryManager.new_conversation`).  Clear a shared conversation
-explicitly with :meth:`MemoryManager.clear_conversation`.
+:meth:`MemoryManager.new_conversation`), never the shared long-term memory.
+Clear a shared conversation explicitly with
+:meth:`MemoryManager.clear_conversation`.
 
 Each method is written once as an operation that composes the conversation's
 and the working memory's operations (:mod:`firefly_orm.bridges.steps`); its
@@ -20,11 +24,25 @@ and the working memory's operations (:mod:`firefly_orm.bridges.steps`); its
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from firefly_orm.bridges.steps import MemoryLayer, Operation, async_method, delegate, sync_method
+from firefly_orm.assemble import STYLES, AssembleRequest, ContextShares, LongTermSource
+from firefly_orm.assemble import assemble_context as assemble_transaction
+from firefly_orm.bridges.steps import (
+    MemoryLayer,
+    Operation,
+    Transaction,
+    async_method,
+    delegate,
+    sync_method,
+)
 from firefly_orm.conversation import ConversationMemory, Summarizer
+from firefly_orm.conversation.model import check_conversation_id, check_int
+from firefly_orm.conversation.plan import Limits
 from firefly_orm.entry import validate_user_id
+from firefly_orm.errors import EntryValidationError
+from firefly_orm.long_term import DEFAULT_NAMESPACE, LongTermMemory
+from firefly_orm.long_term.promotion import Scorer
 from firefly_orm.store import InMemoryStore, MemoryStore
 from firefly_orm.working import WorkingMemory
 
@@ -42,8 +60,12 @@ def _working_of(manager: MemoryManager) -> WorkingMemory:
     return manager.working
 
 
+def _long_term_of(manager: MemoryManager) -> LongTermMemory:
+    return manager.long_term
+
+
 class MemoryManager(MemoryLayer):
-    """Conversation memory plus working memory behind one object.
+    """Conversation, working and long-term memory behind one object.
 
     Args:
         store: The store of conversations and facts; a new
@@ -56,8 +78,17 @@ class MemoryManager(MemoryLayer):
             (e.g. :func:`~firefly_orm.summarization.create_llm_summarizer`).
         max_messages, pin_count, recent_count: Conversation policies (see
             :class:`~firefly_orm.conversation.ConversationMemory`).
-        user_id: The user this manager works for: its new conversations and its
-            facts belong to that user (:meth:`erase_user` removes them all).
+        user_id: The user this manager works for: its new conversations, its
+            facts and its long-term items belong to that user (:meth:`erase_user`
+            removes them all).
+        long_term_namespace, long_term_limit, episodic_retention_days,
+        search_language: The :class:`~firefly_orm.long_term.LongTermMemory`
+            of :attr:`long_term` (its ``namespace``, ``long_term_limit``,
+            ``episodic_retention_days`` and ``language``).
+        auto_promote: Promote evicted conversation turns to :attr:`long_term`
+            (off by default; see ``ConversationMemory(long_term=...)``).
+        importance_threshold, promotion_scorer: How turns are promoted
+            (:mod:`firefly_orm.long_term.promotion`).
 
     Example:
         >>> mgr = MemoryManager()
@@ -80,9 +111,24 @@ class MemoryManager(MemoryLayer):
         pin_count: int = 0,
         recent_count: int = 0,
         user_id: str | None = None,
+        long_term_namespace: str = DEFAULT_NAMESPACE,
+        long_term_limit: int | None = None,
+        episodic_retention_days: float | None = None,
+        search_language: str | None = None,
+        auto_promote: bool = False,
+        importance_threshold: float | None = None,
+        promotion_scorer: Scorer | None = None,
     ) -> None:
         super().__init__(store if store is not None else InMemoryStore())
         self._user_id = None if user_id is None else validate_user_id(user_id)
+        self._long_term = LongTermMemory(
+            store=self._store,
+            namespace=long_term_namespace,
+            user_id=self._user_id,
+            language=search_language,
+            long_term_limit=long_term_limit,
+            episodic_retention_days=episodic_retention_days,
+        )
         self._conversation = ConversationMemory(
             max_tokens=max_conversation_tokens,
             summarize_threshold=summarize_threshold,
@@ -91,6 +137,10 @@ class MemoryManager(MemoryLayer):
             max_messages=max_messages,
             pin_count=pin_count,
             recent_count=recent_count,
+            long_term=self._long_term,
+            auto_promote=auto_promote,
+            importance_threshold=importance_threshold,
+            promotion_scorer=promotion_scorer,
         )
         self._working = WorkingMemory(
             store=self._store, scope_id=working_scope_id, user_id=self._user_id
@@ -164,6 +214,12 @@ class MemoryManager(MemoryLayer):
             max_messages=settings.max_messages,
             pin_count=settings.pin_count,
             recent_count=settings.recent_count,
+            long_term_namespace=settings.long_term_namespace,
+            long_term_limit=settings.long_term_limit,
+            episodic_retention_days=settings.episodic_retention_days,
+            search_language=settings.search_language,
+            auto_promote=settings.auto_promote,
+            importance_threshold=settings.importance_threshold,
         )
 
     # ------------------------------------------------------------------ properties
@@ -176,6 +232,11 @@ class MemoryManager(MemoryLayer):
     def working(self) -> WorkingMemory:
         """This manager's working memory."""
         return self._working
+
+    @property
+    def long_term(self) -> LongTermMemory:
+        """The long-term memory (shared with forks; bound to the manager's ``user_id``)."""
+        return self._long_term
 
     @property
     def parent(self) -> MemoryManager | None:
@@ -195,15 +256,18 @@ class MemoryManager(MemoryLayer):
 
     # ------------------------------------------------------------------ fork
     def fork(self, *, working_scope_id: str) -> MemoryManager:
-        """A manager with its own facts that shares this one's store and conversations.
+        """A manager with its own facts that shares this one's store, conversations
+        and long-term memory.
 
         Facts are isolated both ways (unless ``working_scope_id`` is this
         manager's own scope).  The fork's :meth:`clear_all` clears its working
-        scope and the conversations it started, never the shared ones.
+        scope and the conversations it started, never the shared ones nor the
+        long-term memory.
         """
         child = object.__new__(type(self))
         child._store = self._store
         child._conversation = self._conversation
+        child._long_term = self._long_term
         child._user_id = self._user_id
         child._working = WorkingMemory(
             store=self._store, scope_id=working_scope_id, user_id=self._user_id
@@ -246,6 +310,88 @@ class MemoryManager(MemoryLayer):
         yield from self._conversation._clear(conversation_id)
         self._forget_started(conversation_id)
 
+    # ------------------------------------------------------------------ long-term memory
+    _remember = delegate(LongTermMemory._remember, _long_term_of)
+    _recall = delegate(LongTermMemory._recall, _long_term_of)
+    _forget = delegate(LongTermMemory._forget, _long_term_of)
+
+    def _assemble_context(
+        self,
+        conversation_id: str,
+        *,
+        max_tokens: int | None = None,
+        max_messages: int | None = None,
+        query: str | None = None,
+        recall_limit: int = 5,
+        min_importance: float = 0.0,
+        shares: ContextShares | None = None,
+        style: str | None = None,
+    ) -> Operation[list[Any]]:
+        """One budgeted context for the next model call (:mod:`firefly_orm.assemble`).
+
+        In order: the conversation's summary, the long-term items recalled for
+        ``query`` (default: the latest stored user prompt; pass the prompt you
+        are about to send), this manager's working-memory facts, then the
+        pinned and newest turns, read in one unit of work.  Long-term items take
+        at most ``shares.long_term`` of ``max_tokens`` and facts at most
+        ``shares.working``; the conversation gets the rest.
+
+        Args:
+            conversation_id: The conversation.
+            max_tokens: The budget (default: the conversation's ``max_tokens``);
+                the total never exceeds it.
+            max_messages: At most this many messages (default: the
+                conversation's ``max_messages``).
+            query: What to recall long-term items for.
+            recall_limit: At most this many recalled items (0: none).
+            min_importance: Leave out items less important than this.
+            shares: The budget shares (default :class:`~firefly_orm.assemble.ContextShares`).
+            style: ``"pydantic-ai"`` or ``"dict"`` messages (default: as the
+                conversation's messages, dicts for an empty one).
+
+        Raises:
+            EntryValidationError: A bad argument (nothing is read).
+        """
+        limits = self._conversation.limits
+        conversation_id = check_conversation_id(conversation_id)
+        budget = limits.max_tokens if max_tokens is None else check_int("max_tokens", max_tokens, 1)
+        messages = (
+            limits.max_messages
+            if max_messages is None
+            else check_int("max_messages", max_messages, 1)
+        )
+        if query is not None and not isinstance(query, str):
+            raise EntryValidationError("query", f"must be a str, got {type(query).__name__}")
+        if style is not None and style not in STYLES:
+            raise EntryValidationError("style", f"must be one of {', '.join(STYLES)}")
+        if shares is not None and not isinstance(shares, ContextShares):
+            raise EntryValidationError("shares", "must be a ContextShares")
+        long_term = self._long_term
+        floor = LongTermMemory.recall_floor(min_importance)
+        request = AssembleRequest(
+            conversation_id=conversation_id,
+            limits=Limits(
+                max_tokens=budget,
+                summarize_threshold=limits.summarize_threshold,
+                max_messages=messages,
+                pin_count=limits.pin_count,
+                recent_count=limits.recent_count,
+            ),
+            estimator=self._conversation.estimator,
+            long_term=LongTermSource(
+                namespace=long_term.namespace,
+                user_id=long_term.user_id,
+                language=long_term.language,
+                limit=check_int("recall_limit", recall_limit, 0),
+                min_importance=floor,
+            ),
+            working_namespace=self._working.namespace,
+            query=query,
+            shares=shares if shares is not None else ContextShares(),
+            style=style,
+        )
+        return (yield from Transaction.read(assemble_transaction, request))
+
     # ------------------------------------------------------------------ facts
     _set_fact = delegate(WorkingMemory._set, _working_of)
     _get_fact = delegate(WorkingMemory._get, _working_of)
@@ -255,13 +401,16 @@ class MemoryManager(MemoryLayer):
     def _clear_all(self) -> Operation[None]:
         """Clear this manager's memory.
 
-        On a manager built directly (not a fork): every conversation and this
-        manager's working scope.  On a fork: its working scope and only the
-        conversations it started with :meth:`new_conversation`; conversations
-        shared with its parent are kept.
+        On a manager built directly (not a fork): every conversation, this
+        manager's working scope and its long-term items (its user's, or every
+        item of the namespace without a ``user_id``).  On a fork: its working
+        scope and only the conversations it started with
+        :meth:`new_conversation`; conversations and long-term items shared
+        with its parent are kept.
         """
         if self._parent is None:
             yield from self._conversation._clear_all()
+            yield from self._long_term._clear()
         else:
             for conversation_id in self._started_ids():
                 yield from self._clear_conversation(conversation_id)
@@ -277,6 +426,10 @@ class MemoryManager(MemoryLayer):
     erase_user = sync_method(_erase_user)
     user_conversations = sync_method(_user_conversations)
     get_context = sync_method(_get_context)
+    assemble_context = sync_method(_assemble_context)
+    remember = sync_method(_remember)
+    recall = sync_method(_recall)
+    forget = sync_method(_forget)
     set_fact = sync_method(_set_fact)
     get_fact = sync_method(_get_fact)
     get_working_context = sync_method(_get_working_context)
@@ -292,6 +445,10 @@ class MemoryManager(MemoryLayer):
     async_erase_user = async_method(_erase_user)
     async_user_conversations = async_method(_user_conversations)
     async_get_context = async_method(_get_context)
+    async_assemble_context = async_method(_assemble_context)
+    async_remember = async_method(_remember)
+    async_recall = async_method(_recall)
+    async_forget = async_method(_forget)
     async_set_fact = async_method(_set_fact)
     async_get_fact = async_method(_get_fact)
     async_get_working_context = async_method(_get_working_context)

@@ -42,7 +42,7 @@ from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 from firefly_orm.store import InMemoryStore, MemoryStore
 
-__all__ = ["WorkingMemory", "format_context"]
+__all__ = ["WorkingMemory", "format_context", "read_facts"]
 
 #: Stop deleting after this many stray entries for one key (guards against a
 #: store whose delete silently does nothing).
@@ -82,6 +82,11 @@ def _facts(entries: list[MemoryEntry]) -> list[tuple[str, Any]]:
         newest.pop(entry.key, None)  # a later (newer) entry moves the key to the end
         newest[entry.key] = entry
     return [(key, entry.content) for key, entry in newest.items()]
+
+
+def read_facts(uow: UnitOfWork, namespace: str) -> list[tuple[str, Any]]:
+    """The facts of ``namespace`` inside a unit of work (as :meth:`WorkingMemory.items`)."""
+    return _facts(uow.entries.list(namespace))
 
 
 def _check_importance(importance: Any) -> float:

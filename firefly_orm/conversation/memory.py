@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firefly_orm.bridges.steps import (
     MemoryLayer,
@@ -74,6 +74,10 @@ from firefly_orm.errors import EntryValidationError
 from firefly_orm.store import InMemoryStore, MemoryStore
 from firefly_orm.tokens import TokenEstimator
 
+if TYPE_CHECKING:
+    from firefly_orm.long_term.memory import LongTermMemory
+    from firefly_orm.long_term.promotion import Promotion, Scorer
+
 __all__ = ["ConversationMemory"]
 
 logger = logging.getLogger("firefly_orm")
@@ -122,6 +126,17 @@ class ConversationMemory(MemoryLayer):
         on_summarize: Called with a :class:`~firefly_orm.conversation.SummarizeEvent`
             after a new summary has been committed.  Observers run outside the
             unit of work; what they raise is logged, never raised.
+        long_term: Promote evicted turns to this
+            :class:`~firefly_orm.long_term.LongTermMemory` (it must use the same
+            store): each evicted turn is rated by ``promotion_scorer`` and those
+            at or above ``importance_threshold`` become long-term items in the
+            same unit of work as the eviction
+            (:mod:`firefly_orm.long_term.promotion`).
+        auto_promote: Set ``False`` to keep ``long_term`` without promoting.
+        importance_threshold: The lowest score promoted (0.0-1.0).
+        promotion_scorer: Rates an evicted turn, ``turn -> float`` (sync or
+            async; called outside the unit of work like the summarizer); default
+            :func:`~firefly_orm.long_term.promotion.default_scorer`.
 
     Token estimates cover what the model sees: the text of a turn's raw
     messages (prompts, answers, tool names, arguments and results) when it has
@@ -150,6 +165,10 @@ class ConversationMemory(MemoryLayer):
         recent_count: int = 0,
         on_trim: Observer | None = None,
         on_summarize: Observer | None = None,
+        long_term: LongTermMemory | None = None,
+        auto_promote: bool = True,
+        importance_threshold: float | None = None,
+        promotion_scorer: Scorer | None = None,
     ) -> None:
         if estimator is not None and not callable(getattr(estimator, "estimate", None)):
             raise TypeError("estimator must have an estimate(text) -> int method")
@@ -164,12 +183,18 @@ class ConversationMemory(MemoryLayer):
             pin_count=pin_count,
             recent_count=recent_count,
         )
-        self._policy = ops.Policy(limits=self._limits, keep_evicted=bool(keep_evicted))
         self._on_trim = check_observer("on_trim", on_trim)
         self._on_summarize = check_observer("on_summarize", on_summarize)
         self._estimator = estimator if estimator is not None else TokenEstimator()
         self._summarizer = summarizer
         super().__init__(store if store is not None else InMemoryStore())
+        self._long_term = long_term
+        promotion = _promotion(
+            self._store, long_term, auto_promote, importance_threshold, promotion_scorer
+        )
+        self._policy = ops.Policy(
+            limits=self._limits, keep_evicted=bool(keep_evicted), promotion=promotion
+        )
 
     # ------------------------------------------------------------------ settings
     @property
@@ -205,6 +230,16 @@ class ConversationMemory(MemoryLayer):
     def config(self) -> dict[str, Any]:
         """The configuration as a JSON-ready dict (what :meth:`to_dict` carries)."""
         return {name: getattr(self, name) for name in _CONFIG_KEYS}
+
+    @property
+    def long_term(self) -> LongTermMemory | None:
+        """The long-term memory evicted turns are promoted to, or ``None``."""
+        return self._long_term
+
+    @property
+    def promotion(self) -> Promotion | None:
+        """How evicted turns are promoted (``None``: they are not)."""
+        return self._policy.promotion
 
     @property
     def keep_evicted(self) -> bool:
@@ -251,6 +286,8 @@ class ConversationMemory(MemoryLayer):
         ``user_id``: a new conversation belongs to that user; an existing one
         must already (else ``EntryValidationError``, nothing written).  After
         the commit the ``on_trim`` / ``on_summarize`` observers are told.
+        With ``long_term``, evicted turns scored at or above the threshold are
+        promoted in the same unit of work.
 
         From async code (``async_add_turn``) an async summarizer is awaited and a
         sync one runs in a worker thread, so the event loop is not blocked.
@@ -295,6 +332,7 @@ class ConversationMemory(MemoryLayer):
                 turns_remaining=plan.turn_count,
                 messages_remaining=plan.total_messages,
                 tokens_remaining=plan.total_tokens,
+                promoted_ids=appended.promoted_ids,
             )
             logger.debug("conversation %r trimmed: %s", conversation_id, event)
             yield from notify(self._on_trim, event)
@@ -658,3 +696,34 @@ class ConversationMemory(MemoryLayer):
     async def async_conversation_ids(self) -> list[str]:
         """Async twin of :attr:`conversation_ids`."""
         return await arun(self._store, self._conversation_ids())
+
+
+def _promotion(
+    store: MemoryStore,
+    long_term: LongTermMemory | None,
+    auto_promote: bool,
+    threshold: float | None,
+    scorer: Scorer | None,
+) -> Promotion | None:
+    """The promotion a :class:`ConversationMemory` is configured for (checked), or ``None``."""
+    from firefly_orm.long_term.memory import LongTermMemory
+    from firefly_orm.long_term.promotion import (
+        DEFAULT_IMPORTANCE_THRESHOLD,
+        Promotion,
+        check_threshold,
+        default_scorer,
+    )
+
+    checked = DEFAULT_IMPORTANCE_THRESHOLD if threshold is None else check_threshold(threshold)
+    if scorer is not None and not callable(scorer):
+        raise TypeError("promotion_scorer must be a callable taking a turn")
+    if long_term is None or not auto_promote:
+        return None
+    if not isinstance(long_term, LongTermMemory):
+        raise TypeError(f"long_term must be a LongTermMemory, got {type(long_term).__name__}")
+    if long_term.store is not store:
+        raise ValueError(
+            "long_term must use the conversation's store (promotion writes in the "
+            "same unit of work as the eviction)"
+        )
+    return Promotion(long_term, scorer if scorer is not None else default_scorer, checked)

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firefly_orm.bridges.steps import (
     CallOut,
@@ -73,6 +73,9 @@ from firefly_orm.entry import MemoryEntry, derived_entry_id
 from firefly_orm.errors import ConcurrencyError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
+if TYPE_CHECKING:
+    from firefly_orm.long_term.promotion import Promotion
+
 __all__ = [
     "EncodedTurn",
     "OldestTurnsReader",
@@ -81,6 +84,7 @@ __all__ = [
     "SummaryNeeded",
     "Appended",
     "add_turn",
+    "prepare",
     "append_turn",
     "append_turn_holding",
     "clear_conversations",
@@ -96,11 +100,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Policy:
-    """What adding a turn obeys: the limits (:class:`~firefly_orm.conversation.plan.Limits`)
-    and whether evicted turns are archived."""
+    """What adding a turn obeys: the limits (:class:`~firefly_orm.conversation.plan.Limits`),
+    whether evicted turns are archived, and whether they are promoted to long-term memory."""
 
     limits: Limits
     keep_evicted: bool
+    promotion: Promotion | None = None
 
     @property
     def max_tokens(self) -> int:
@@ -130,55 +135,84 @@ class EncodedTurn:
 
 @dataclass(frozen=True)
 class Appended:
-    """What :func:`add_turn` did: the stored turn, the plan, the new summary if one was made."""
+    """What :func:`add_turn` did: the stored turn, the plan, the new summary if one was
+    made, and the ids of the long-term items evicted turns were promoted to."""
 
     turn: ConversationTurn
     plan: AppendPlan
     new_summary: str | None
+    promoted_ids: tuple[str, ...] = ()
 
 
 class SummaryNeeded(Exception):
-    """Raised by :func:`append_turn` to roll back and ask for a summary first.
+    """Raised by :func:`append_turn` to roll back and ask for work on the evicted turns first.
 
-    The summary is to cover ``previous_summary`` and ``evicted_turns`` (the
-    summarizer gets :attr:`turns`).
+    The summary (when ``summarize``) is to cover ``previous_summary`` and
+    ``evicted_turns`` (the summarizer gets :attr:`turns`); the promotion
+    scores (when ``score``) rate ``evicted_turns``.
     """
 
     def __init__(
-        self, previous_summary: str | None, evicted_turns: tuple[ConversationTurn, ...]
+        self,
+        previous_summary: str | None,
+        evicted_turns: tuple[ConversationTurn, ...],
+        *,
+        summarize: bool = True,
+        score: bool = False,
     ) -> None:
-        super().__init__("a summary of the evicted turns is needed")
+        super().__init__("a summary (or promotion scores) of the evicted turns is needed")
         self.previous_summary = previous_summary
         self.evicted_turns = evicted_turns
+        self.summarize = summarize
+        self.score = score
 
     @property
     def turns(self) -> list[ConversationTurn]:
         """The summarizer's input (:func:`summary_input`)."""
         return summary_input(self.previous_summary, self.evicted_turns)
 
-    def prepared(self, summary: str) -> PreparedSummary:
-        """``summary``, made for this need."""
-        return PreparedSummary(self.previous_summary, self.evicted_turns, summary)
+    def prepared(
+        self, summary: str | None, scores: tuple[float, ...] | None = None
+    ) -> PreparedSummary:
+        """``summary`` and ``scores``, made for this need."""
+        return PreparedSummary(self.previous_summary, self.evicted_turns, summary, scores)
 
 
 @dataclass(frozen=True)
 class PreparedSummary:
-    """A summary made of ``previous_summary`` and ``evicted_turns``.
+    """A summary made of ``previous_summary`` and ``evicted_turns``, and their promotion scores.
 
     It serves any plan with the same previous summary and the same turns to
     evict, whatever the head's version (a concurrent write that changed neither
-    does not make it stale).
+    does not make it stale).  ``summary`` / ``scores`` are ``None`` when they
+    were not needed.
     """
 
     previous_summary: str | None
     evicted_turns: tuple[ConversationTurn, ...]
-    summary: str
+    summary: str | None
+    scores: tuple[float, ...] | None = None
 
     def fits(
         self, previous_summary: str | None, evicted_turns: tuple[ConversationTurn, ...]
     ) -> bool:
-        """Whether this summary covers exactly ``previous_summary`` and ``evicted_turns``."""
+        """Whether this was made of exactly ``previous_summary`` and ``evicted_turns``."""
         return (self.previous_summary, self.evicted_turns) == (previous_summary, evicted_turns)
+
+    def serves(
+        self,
+        previous_summary: str | None,
+        evicted_turns: tuple[ConversationTurn, ...],
+        *,
+        summarize: bool,
+        score: bool,
+    ) -> bool:
+        """Whether it :meth:`fits` and holds what a plan needs (a summary, scores)."""
+        return (
+            self.fits(previous_summary, evicted_turns)
+            and (not summarize or self.summary is not None)
+            and (not score or self.scores is not None)
+        )
 
 
 # =========================================================================== operations
@@ -198,17 +232,18 @@ def add_turn(
 ) -> Operation[Appended]:
     """Add ``new_turn`` to ``conversation_id``, evicting (and summarising) as planned.
 
-    The summarizer runs outside the unit of work until this writer loses a race
-    (a concurrent writer changed the head meanwhile); on stores that lock rows
-    it then runs under the head's lock (:func:`append_turn_holding`), so this
-    writer waits in the database's lock queue instead of racing again.
+    The summarizer (and the promotion scorer) run outside the unit of work
+    until this writer loses a race (a concurrent writer changed the head
+    meanwhile); on stores that lock rows they then run under the head's lock
+    (:func:`append_turn_holding`), so this writer waits in the database's lock
+    queue instead of racing again.
     """
     prepared: PreparedSummary | None = None
     holding = False
     budget = RetryBudget()
     while True:
         try:
-            if holding and summarizer is not None:
+            if holding:
                 return (
                     yield from HoldingTransaction.write(
                         append_turn_holding, conversation_id, new_turn, policy, summarizer, prepared
@@ -224,20 +259,34 @@ def add_turn(
                 break
             yield from budget.pause()
         except SummaryNeeded as needed:
-            if summarizer is None:  # pragma: no cover - plans ask only when there is one
-                raise
             if prepared is not None:  # the summary made for this turn went stale: a lost race
                 if not budget.spend():
                     break
                 holding = yield from LocksRows()
                 if holding:
                     continue  # summarise again, under the head's lock
-            summary = yield from summarize(summarizer, needed.turns)
-            prepared = needed.prepared(summary)
+            prepared = yield from prepare(needed, summarizer, policy.promotion)
     raise ConcurrencyError(
         f"could not add a turn to conversation {conversation_id!r} after "
         f"{budget.used} attempts (too many concurrent writers)"
     )
+
+
+def prepare(
+    needed: SummaryNeeded, summarizer: Summarizer | None, promotion: Promotion | None
+) -> Operation[PreparedSummary]:
+    """Make what ``needed`` asks for: the summary, then the promotion scores."""
+    summary: str | None = None
+    scores: tuple[float, ...] | None = None
+    if needed.summarize:
+        if summarizer is None:  # pragma: no cover - plans ask only when there is one
+            raise needed
+        summary = yield from summarize(summarizer, needed.turns)
+    if needed.score:
+        if promotion is None:  # pragma: no cover - asked only with a promotion
+            raise needed
+        scores = yield from promotion.score(needed.evicted_turns)
+    return needed.prepared(summary, scores)
 
 
 def summarize(summarizer: Summarizer, turns: list[ConversationTurn]) -> Operation[str]:
@@ -336,10 +385,17 @@ def append_turn(
     plan = plan_append(head, new_turn.turn, reader, policy.limits, has_summarizer=has_summarizer)
     summary = head.summary
     new_summary: str | None = None
-    if plan.summarize:
-        if prepared is None or not prepared.fits(head.summary, plan.evicted_turns):
-            raise SummaryNeeded(head.summary, plan.evicted_turns)
-        summary = new_summary = prepared.summary
+    promotion = policy.promotion
+    score = promotion is not None and bool(plan.evicted_turn_ids)
+    if plan.summarize or score:
+        if prepared is None or not prepared.serves(
+            head.summary, plan.evicted_turns, summarize=plan.summarize, score=score
+        ):
+            raise SummaryNeeded(
+                head.summary, plan.evicted_turns, summarize=plan.summarize, score=score
+            )
+        if plan.summarize:
+            summary = new_summary = prepared.summary
     uow.entries.save(
         namespace,
         turn_entry(
@@ -361,6 +417,9 @@ def append_turn(
                 )
                 uow.entries.save(archive, row)
         uow.entries.delete(namespace, [stored.entry_id for stored in evicted])
+    promoted: tuple[str, ...] = ()
+    if score and promotion is not None and prepared is not None and prepared.scores is not None:
+        promoted = promotion.store(uow, conversation_id, owner, plan.evicted_turns, prepared.scores)
     _save_head(
         uow,
         conversation_id,
@@ -373,7 +432,7 @@ def append_turn(
         total_messages=plan.total_messages if known_messages else None,
         user_id=owner,
     )
-    return Appended(plan.turn, plan, new_summary)
+    return Appended(plan.turn, plan, new_summary, promoted)
 
 
 def _count_messages(uow: UnitOfWork, namespace: str) -> int:
@@ -387,22 +446,24 @@ def append_turn_holding(
     conversation_id: str,
     new_turn: EncodedTurn,
     policy: Policy,
-    summarizer: Summarizer,
+    summarizer: Summarizer | None,
     prepared: PreparedSummary | None,
 ) -> HoldingWork[Appended]:
-    """:func:`append_turn`, calling the summarizer inside the unit of work if needed.
+    """:func:`append_turn`, calling the summarizer and scorer inside the unit of work if needed.
 
     Run by a :class:`~firefly_orm.bridges.steps.HoldingTransaction` on stores
     that lock rows: the head read ``for_update`` stays locked while the
-    summarizer runs, so the plan cannot go stale and other writers of the
-    conversation wait for the lock.  ``prepared`` is used when it still fits.
+    summarizer (and the promotion scorer) run, so the plan cannot go stale and
+    other writers of the conversation wait for the lock.  ``prepared`` is used
+    when it still fits.
     """
+    has_summarizer = summarizer is not None
     try:
-        return append_turn(uow, conversation_id, new_turn, policy, True, prepared)
+        return append_turn(uow, conversation_id, new_turn, policy, has_summarizer, prepared)
     except SummaryNeeded as exc:
         needed = exc
-    summary = yield from summarize(summarizer, needed.turns)
-    return append_turn(uow, conversation_id, new_turn, policy, True, needed.prepared(summary))
+    made = yield from prepare(needed, summarizer, policy.promotion)
+    return append_turn(uow, conversation_id, new_turn, policy, has_summarizer, made)
 
 
 def _save_head(

@@ -45,6 +45,8 @@ class TrimEvent:
         turns_remaining: Turns retained afterwards.
         messages_remaining: Model messages retained afterwards.
         tokens_remaining: The retained token total afterwards.
+        promoted_ids: The long-term items evicted turns were promoted to
+            (see ``ConversationMemory(long_term=...)``).
     """
 
     conversation_id: str
@@ -55,6 +57,7 @@ class TrimEvent:
     turns_remaining: int
     messages_remaining: int
     tokens_remaining: int
+    promoted_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

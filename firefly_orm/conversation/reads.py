@@ -36,7 +36,13 @@ from firefly_orm.conversation.rows import (
 from firefly_orm.errors import StoreCorruptedError
 from firefly_orm.protocols import UnitOfWork
 
-__all__ = ["read_context", "read_history", "read_recent", "read_user_conversations"]
+__all__ = [
+    "read_context",
+    "read_context_parts",
+    "read_history",
+    "read_recent",
+    "read_user_conversations",
+]
 
 
 def read_history(uow: UnitOfWork, conversation_id: str, limits: Limits) -> list[Any]:
@@ -55,6 +61,22 @@ def read_context(
     uow: UnitOfWork, conversation_id: str, limits: Limits, estimator: Estimator
 ) -> list[Any]:
     """The summary, the pinned turns, then the newest messages, within ``limits``."""
+    summary, messages = read_context_parts(uow, conversation_id, limits, estimator)
+    return messages if summary is None else [summary, *messages]
+
+
+def read_context_parts(
+    uow: UnitOfWork,
+    conversation_id: str,
+    limits: Limits,
+    estimator: Estimator,
+    style: str | None = None,
+) -> tuple[Any | None, list[Any]]:
+    """:func:`read_context` in two parts: the summary message (``None``: none), the rest.
+
+    ``style`` (``"pydantic-ai"`` or ``"dict"``) forces the style of the summary
+    and of turns without raw messages; ``None``: the style of the turns read.
+    """
     namespace = conversation_namespace(conversation_id)
     head = head_from_entry(uow.entries.get_by_key(namespace, HEAD_KEY))
     max_tokens: int = limits.max_tokens
@@ -88,12 +110,14 @@ def read_context(
         whole_turns=False,
         after_turn_id=last_pinned,
     )
-    style = message_style([*pinned[:kept], *recent[window.turn :]])
-    messages: list[Any] = [summary_message(head.summary or "", style)] if with_summary else []
+    if style is None:
+        style = message_style([*pinned[:kept], *recent[window.turn :]])
+    summary = summary_message(head.summary or "", style) if with_summary else None
+    messages: list[Any] = []
     for content in pinned[:kept]:
         messages.extend(turn_messages(content, style))
     messages.extend(history_messages(recent, window, style))
-    return messages
+    return summary, messages
 
 
 def read_recent(uow: UnitOfWork, conversation_id: str, count: int) -> list[ConversationTurn]:

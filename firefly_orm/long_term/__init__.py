@@ -12,12 +12,17 @@ async.
   the entry layout and the input checks;
 * :mod:`~firefly_orm.long_term.ops`: the transactions (plain functions over a
   unit of work, so another layer can write items inside its own);
-* :mod:`~firefly_orm.long_term.memory`: the :class:`LongTermMemory` class.
+* :mod:`~firefly_orm.long_term.memory`: the :class:`LongTermMemory` class;
+* :mod:`~firefly_orm.long_term.promotion`: promoting evicted conversation turns;
+* :mod:`~firefly_orm.long_term.tools`: ``remember`` / ``recall`` tools for a
+  pydantic-ai agent (:func:`long_term_toolset`).
 """
 
 from firefly_orm.long_term.memory import DEFAULT_NAMESPACE, LongTermMemory
 from firefly_orm.long_term.model import EPISODIC, KINDS, SEMANTIC, MemoryItem, Recalled
 from firefly_orm.long_term.ops import store_items
+from firefly_orm.long_term.promotion import Promotion, Scorer, default_scorer
+from firefly_orm.long_term.tools import RecalledMemory, long_term_toolset
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -26,6 +31,11 @@ __all__ = [
     "SEMANTIC",
     "LongTermMemory",
     "MemoryItem",
+    "Promotion",
     "Recalled",
+    "RecalledMemory",
+    "Scorer",
+    "default_scorer",
+    "long_term_toolset",
     "store_items",
 ]

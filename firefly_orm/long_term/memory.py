@@ -185,6 +185,11 @@ class LongTermMemory(MemoryLayer):
             f"store={type(self._store).__name__})"
         )
 
+    @staticmethod
+    def recall_floor(min_importance: Any) -> float | None:
+        """``min_importance`` checked as :meth:`recall` takes it (``None``: no floor)."""
+        return _check_min_importance(min_importance)
+
     # ------------------------------------------------------------------ shared core
     def _owner(self, user_id: Any) -> str | None:
         """``user_id`` if given (checked), else the memory's default owner."""

@@ -66,6 +66,17 @@ def test_defaults(env: pytest.MonkeyPatch) -> None:
         ("MONGODB_COLLECTION", "c1", "mongodb_collection", "c1"),
         ("MONGODB_POOL_SIZE", "7", "mongodb_pool_size", 7),
         ("SUMMARY_MODEL", "openai:gpt-4o-mini", "summary_model", "openai:gpt-4o-mini"),
+        ("MAX_MESSAGES", "40", "max_messages", 40),
+        ("PIN_COUNT", "2", "pin_count", 2),
+        ("RECENT_COUNT", "6", "recent_count", 6),
+        ("LONG_TERM_NAMESPACE", "facts", "long_term_namespace", "facts"),
+        ("LONG_TERM_LIMIT", "500", "long_term_limit", 500),
+        ("LONG_TERM_LIMIT", " ", "long_term_limit", None),
+        ("EPISODIC_RETENTION_DAYS", "7.5", "episodic_retention_days", 7.5),
+        ("SEARCH_LANGUAGE", "english", "search_language", "english"),
+        ("AUTO_PROMOTE", "true", "auto_promote", True),
+        ("AUTO_PROMOTE", "0", "auto_promote", False),
+        ("IMPORTANCE_THRESHOLD", "0.75", "importance_threshold", 0.75),
     ],
 )
 def test_each_variable(
@@ -354,6 +365,13 @@ BAD_VALUES: list[tuple[str, str, str, str]] = [
     ("sqlite", "SQLITE_PATH", "{dir}", "is a directory"),
     ("in_memory", "MAX_CONVERSATION_TOKENS", "0", "greater than or equal to 1"),
     ("in_memory", "SUMMARIZE_THRESHOLD", "-1", "greater than or equal to 0"),
+    ("in_memory", "LONG_TERM_LIMIT", "0", "greater than or equal to 1"),
+    ("in_memory", "EPISODIC_RETENTION_DAYS", "0", "greater than 0"),
+    ("in_memory", "EPISODIC_RETENTION_DAYS", "nan", "finite number"),
+    ("in_memory", "IMPORTANCE_THRESHOLD", "1.5", "less than or equal to 1"),
+    ("in_memory", "AUTO_PROMOTE", "maybe", "valid boolean"),
+    ("in_memory", "LONG_TERM_NAMESPACE", "", "non-empty"),
+    ("in_memory", "SEARCH_LANGUAGE", "english; drop", "configuration"),
 ]
 
 

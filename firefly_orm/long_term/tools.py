@@ -1,0 +1,234 @@
+"""Agent tools: a pydantic-ai toolset that lets the model remember facts and recall them.
+
+:func:`long_term_toolset` wraps a :class:`~firefly_orm.long_term.LongTermMemory`
+(or anything with one under ``.long_term``, such as a ``MemoryManager``) in a
+:class:`pydantic_ai.toolsets.FunctionToolset` with two tools:
+
+* ``remember(content, importance=0.5, tags=[])``: stores one item and answers
+  with a short confirmation naming its id;
+* ``recall(query, limit=5)``: the best matching items, as JSON-ready dicts
+  (``text``, ``importance``, ``tags``, ``score``), best first.
+
+The toolset is bound to one owner when it is built (the ``user_id`` given,
+else the memory's); the model never chooses whose memory it reads or writes.
+Both tools run the memory's ``async_`` operations, so a run never blocks its
+event loop on the database.  Arguments the memory refuses (an importance of 7,
+a blank text, an empty tag...) come back to the model as a retry prompt
+(:class:`pydantic_ai.ModelRetry`) naming the problem, and nothing is written;
+store failures (:class:`~firefly_orm.errors.StoreError`) end the run as usual.
+
+pydantic-ai is imported only when a toolset is built (extra ``pydantic-ai``),
+so importing this module costs nothing without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+# pydantic needs this TypedDict (not typing.TypedDict) before Python 3.12 to build
+# the tool's return schema; typing_extensions is a dependency of pydantic.
+from typing_extensions import TypedDict
+
+from firefly_orm.entry import validate_user_id
+from firefly_orm.errors import EntryValidationError, MissingExtraError
+from firefly_orm.long_term.memory import LongTermMemory
+from firefly_orm.long_term.model import Recalled
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers only
+    from pydantic_ai.toolsets import FunctionToolset
+
+__all__ = [
+    "DEFAULT_MAX_RESULTS",
+    "DEFAULT_RECALL_LIMIT",
+    "HasLongTermMemory",
+    "RecalledMemory",
+    "long_term_toolset",
+    "recalled_memory",
+]
+
+logger = logging.getLogger(__name__)
+
+#: The largest ``limit`` the ``recall`` tool accepts unless the toolset says otherwise.
+DEFAULT_MAX_RESULTS = 20
+#: How many results ``recall`` returns when the model gives no ``limit``.
+DEFAULT_RECALL_LIMIT = 5
+
+
+class HasLongTermMemory(Protocol):
+    """An object that carries a long-term memory (e.g. a ``MemoryManager``).
+
+    ``long_term`` is ``None`` when long-term memory is turned off.
+    """
+
+    @property
+    def long_term(self) -> LongTermMemory | None:
+        """The long-term memory, or ``None`` when it is disabled."""
+        ...
+
+
+class RecalledMemory(TypedDict):
+    """One result of the ``recall`` tool, as the model receives it (JSON-ready).
+
+    ``score`` is the text relevance (higher is better); compare it only within
+    one result list.
+    """
+
+    text: str
+    importance: float
+    tags: list[str]
+    score: float
+
+
+def recalled_memory(found: Recalled) -> RecalledMemory:
+    """The ``recall`` tool's view of one :class:`~firefly_orm.long_term.Recalled` result."""
+    item = found.item
+    return RecalledMemory(
+        text=item.text, importance=item.importance, tags=list(item.tags), score=found.score
+    )
+
+
+def _memory_of(source: LongTermMemory | HasLongTermMemory) -> LongTermMemory:
+    """The :class:`LongTermMemory` of ``source`` (itself, or its ``long_term``)."""
+    if isinstance(source, LongTermMemory):
+        return source
+    if not hasattr(source, "long_term"):
+        raise TypeError(
+            "long_term_toolset() needs a LongTermMemory or an object with a .long_term "
+            f"LongTermMemory (such as a MemoryManager), got {type(source).__name__}"
+        )
+    memory = source.long_term
+    if memory is None:
+        raise ValueError(
+            f"{type(source).__name__}.long_term is None: long-term memory is disabled, "
+            "so there is nothing for the tools to remember into"
+        )
+    if not isinstance(memory, LongTermMemory):
+        raise TypeError(
+            f"{type(source).__name__}.long_term must be a LongTermMemory, "
+            f"got {type(memory).__name__}"
+        )
+    return memory
+
+
+def _check_max_results(max_results: Any) -> int:
+    if isinstance(max_results, bool) or not isinstance(max_results, int) or max_results < 1:
+        raise ValueError(f"max_results must be a positive integer, got {max_results!r}")
+    return max_results
+
+
+# The tools' docstrings are what the model reads (pydantic-ai turns the summary
+# into the tool description and the ``Args:`` lines into parameter descriptions).
+
+_REMEMBER_DOC = """Save a fact to long-term memory, so it can be recalled in later conversations.
+
+Use it for information worth knowing next time: who the user is, their
+preferences, decisions made, commitments, important events. Write the content
+as one self-contained statement (for example "The user's name is Ada, she
+prefers tea"), not as a fragment of the chat, so it makes sense when recalled
+on its own. Do not save passing small talk.
+
+Args:
+    content: The fact to remember, as a self-contained statement in plain text.
+    importance: How much the fact matters, from 0.0 (trivia) to 1.0 (essential,
+        e.g. the user's name). More important memories come first among equally
+        relevant results and are kept longest.
+    tags: Optional short labels for the fact, such as "preference" or "project".
+"""
+
+_RECALL_DOC = """Search long-term memory for facts saved earlier, in this or past conversations.
+
+Use it before answering anything that depends on what you may already know
+about the user or earlier work. The query is matched word by word against the
+saved facts (a fact matches if it has any of the words; more shared words rank
+higher), so use the key words you expect in them, for example "user name" or
+"favourite drink tea coffee". Results come best match first,
+each with its text, importance, tags and relevance score; an empty list means
+nothing relevant has been saved.
+
+Args:
+    query: Plain-text words to look for.
+    limit: The most results to return, from 1 to {max_results}.
+"""
+
+
+def long_term_toolset(
+    memory: LongTermMemory | HasLongTermMemory,
+    *,
+    user_id: str | None = None,
+    max_results: int = DEFAULT_MAX_RESULTS,
+) -> FunctionToolset[Any]:
+    """A pydantic-ai toolset with ``remember`` and ``recall`` tools over ``memory``.
+
+    Pass it to an agent (``Agent(model, toolsets=[long_term_toolset(mgr)])``).
+    ``remember`` writes one item owned by the bound user and answers
+    ``"Remembered (id <id>)."``; ``recall`` answers a list of
+    :class:`RecalledMemory` dicts (the user's items that match the query best,
+    ranked as :meth:`LongTermMemory.recall` ranks them).  Both use the memory's
+    ``async_`` methods.  Bad arguments from the model raise
+    :class:`pydantic_ai.ModelRetry` (the model is told what to fix; nothing is
+    written).
+
+    Args:
+        memory: A :class:`LongTermMemory`, or an object whose ``long_term`` is
+            one (a ``MemoryManager``); the tools use its store, namespace,
+            language and limits.
+        user_id: The owner the tools read and write; default: the memory's
+            ``user_id``.  With neither, items are written without an owner and
+            ``recall`` searches every owner's items in the namespace, so bind a
+            user whenever several users share the store.
+        max_results: The largest ``limit`` the model may ask ``recall`` for.
+
+    Raises:
+        MissingExtraError: pydantic-ai is not installed (extra ``pydantic-ai``).
+        TypeError: ``memory`` is neither of the accepted kinds.
+        ValueError: ``memory.long_term`` is ``None`` (disabled), or
+            ``max_results`` is not a positive integer.
+        EntryValidationError: ``user_id`` is not a valid user id.
+
+    Example:
+        >>> from pydantic_ai import Agent
+        >>> ltm = LongTermMemory(user_id="ada")
+        >>> agent = Agent("test", toolsets=[long_term_toolset(ltm)])
+    """
+    try:
+        from pydantic_ai import ModelRetry
+        from pydantic_ai.toolsets import FunctionToolset
+    except ImportError as exc:
+        raise MissingExtraError("long_term_toolset", "pydantic-ai", "pydantic_ai") from exc
+
+    ltm = _memory_of(memory)
+    owner = ltm.user_id if user_id is None else validate_user_id(user_id)
+    most = _check_max_results(max_results)
+
+    async def remember(content: str, importance: float = 0.5, tags: Sequence[str] = ()) -> str:
+        try:
+            item_id = await ltm.async_remember(
+                content, importance=importance, tags=tags, user_id=owner
+            )
+        except EntryValidationError as exc:
+            logger.debug("remember tool: asked to retry (%s)", exc)
+            raise ModelRetry(f"Nothing was saved: {exc}. Fix the argument and call again.") from exc
+        logger.debug("remember tool: stored %s for user %r", item_id, owner)
+        return f"Remembered (id {item_id})."
+
+    async def recall(query: str, limit: int = DEFAULT_RECALL_LIMIT) -> list[RecalledMemory]:
+        if not 1 <= limit <= most:
+            raise ModelRetry(f"limit must be from 1 to {most}, got {limit}.")
+        try:
+            found = await ltm.async_recall(query, limit=limit, user_id=owner)
+        except EntryValidationError as exc:
+            logger.debug("recall tool: asked to retry (%s)", exc)
+            raise ModelRetry(f"{exc}. Fix the argument and call again.") from exc
+        logger.debug("recall tool: %d result(s) for user %r", len(found), owner)
+        return [recalled_memory(r) for r in found]
+
+    remember.__doc__ = _REMEMBER_DOC
+    recall.__doc__ = _RECALL_DOC.format(max_results=most)
+    toolset: FunctionToolset[Any] = FunctionToolset(
+        docstring_format="google", require_parameter_descriptions=True
+    )
+    toolset.add_function(remember, takes_ctx=False)
+    toolset.add_function(recall, takes_ctx=False)
+    return toolset
