@@ -31,12 +31,12 @@ install: $(STAMP)
 demo: install
 	$(PY) -m firefly_orm.demo
 
-LINT_PATHS := firefly_orm tests migrations $(wildcard bench)
+LINT_PATHS := firefly_orm tests migrations $(wildcard bench) $(wildcard examples)
 
 lint: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
-	$(VENV)/bin/mypy --strict firefly_orm tests
+	$(VENV)/bin/mypy --strict firefly_orm tests $(wildcard examples)
 
 format: install
 	$(VENV)/bin/ruff format $(LINT_PATHS)

@@ -16,7 +16,8 @@ any other reason.
 Store backends live in ONE registry, ``tests/store_backends.py`` (name -> open,
 reopen, close, clean-up, marks); the ``layer_backend`` fixture here runs a test on each
 memory-layer backend, and the contract suite takes its stores from the same registry.
-Test folders (``unit``, ``contract``, ``layers``, ``integration``, ``faults``) double as markers.
+Test folders (``unit``, ``contract``, ``layers``, ``integration``, ``faults``, ``examples``)
+double as markers.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ _REQUIRED = pytest.StashKey[frozenset[str]]()
 
 #: The test folders; each one's name is also a marker (declared in pyproject.toml),
 #: put on every test collected under it, so ``-m unit`` works like ``tests/unit``.
-SUITES = ("unit", "contract", "layers", "integration", "faults")
+SUITES = ("unit", "contract", "layers", "integration", "faults", "examples")
 TESTS_DIR = Path(__file__).resolve().parent
 #: Fixtures that reach a database; tests/unit may not use them.
 DATABASE_FIXTURES = frozenset(
