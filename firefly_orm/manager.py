@@ -277,6 +277,44 @@ class MemoryManager(MemoryLayer):
         child._started_lock = threading.Lock()
         return child
 
+    def for_user(self, user_id: str, *, working_scope_id: str | None = None) -> MemoryManager:
+        """This manager for one user: the same store and conversations, that user's memory.
+
+        A fork (its :meth:`clear_all` never clears shared conversations) whose
+        new conversations belong to ``user_id``, whose facts are the user's own
+        part of ``working_scope_id`` (default: this manager's scope; see
+        :func:`~firefly_orm.working.working_namespace`) and whose long-term
+        memory is this one's, bound to the user.
+
+        Raises:
+            EntryValidationError: A bad ``user_id``, or this manager is bound
+                to another user.
+        """
+        user_id = validate_user_id(user_id)
+        if self._user_id is not None and self._user_id != user_id:
+            raise EntryValidationError(
+                "user_id", f"this manager serves user {self._user_id!r} only"
+            )
+        scope = self._working.scope_id if working_scope_id is None else working_scope_id
+        view = self.fork(working_scope_id=scope)
+        shared = self._long_term
+        view._user_id = user_id
+        view._working = WorkingMemory(store=self._store, scope_id=scope, user_id=user_id)
+        view._long_term = LongTermMemory(
+            store=self._store,
+            namespace=shared.namespace,
+            user_id=user_id,
+            language=shared.language,
+            long_term_limit=shared.long_term_limit,
+            episodic_retention_days=shared.episodic_retention_days,
+        )
+        return view
+
+    @property
+    def user_id(self) -> str | None:
+        """The user this manager works for, or ``None``."""
+        return self._user_id
+
     def _record_started(self, conversation_id: str) -> str:
         if self._parent is not None:
             with self._started_lock:

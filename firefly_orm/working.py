@@ -42,7 +42,7 @@ from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 from firefly_orm.store import InMemoryStore, MemoryStore
 
-__all__ = ["WorkingMemory", "format_context", "read_facts"]
+__all__ = ["WorkingMemory", "format_context", "read_facts", "working_namespace"]
 
 #: Stop deleting after this many stray entries for one key (guards against a
 #: store whose delete silently does nothing).
@@ -84,6 +84,18 @@ def _facts(entries: list[MemoryEntry]) -> list[tuple[str, Any]]:
     return [(key, entry.content) for key, entry in newest.items()]
 
 
+def working_namespace(scope_id: str, user_id: str | None = None) -> str:
+    """The namespace of a working scope: ``working:<scope_id>``, or the user's own.
+
+    A user's scope is ``working-user:<len(user_id)>:<user_id>:<scope_id>``: the
+    length makes it unambiguous whatever either part contains, and the prefix
+    keeps it apart from every shared scope.
+    """
+    if user_id is None:
+        return f"working:{scope_id}"
+    return f"working-user:{len(user_id)}:{user_id}:{scope_id}"
+
+
 def read_facts(uow: UnitOfWork, namespace: str) -> list[tuple[str, Any]]:
     """The facts of ``namespace`` inside a unit of work (as :meth:`WorkingMemory.items`)."""
     return _facts(uow.entries.list(namespace))
@@ -117,6 +129,10 @@ class WorkingMemory(MemoryLayer):
         store: Where facts are kept; a new :class:`~firefly_orm.store.InMemoryStore`
             when ``None``.
         scope_id: Names the scope; facts live in namespace ``working:<scope_id>``.
+        user_id: The user whose facts these are: the scope is then that user's
+            own (namespace :func:`working_namespace`), so two users' memories on
+            one scope never see each other's facts, and every fact is tagged
+            with the user (``erase_user`` removes them).
 
     Example:
         >>> wm = WorkingMemory(scope_id="session-42")
@@ -142,7 +158,7 @@ class WorkingMemory(MemoryLayer):
         self._user_id = None if user_id is None else validate_user_id(user_id)
         super().__init__(store if store is not None else InMemoryStore())
         self._scope_id = scope_id
-        self._namespace = validate_namespace(f"working:{scope_id}")
+        self._namespace = validate_namespace(working_namespace(scope_id, self._user_id))
 
     # ------------------------------------------------------------------ properties
     @property
@@ -152,8 +168,13 @@ class WorkingMemory(MemoryLayer):
 
     @property
     def namespace(self) -> str:
-        """The store namespace of this scope (``working:<scope_id>``)."""
+        """The store namespace of this scope (:func:`working_namespace`)."""
         return self._namespace
+
+    @property
+    def user_id(self) -> str | None:
+        """The user whose facts these are, or ``None``."""
+        return self._user_id
 
     def __repr__(self) -> str:
         # No I/O here: a repr must not query a database.

@@ -377,3 +377,25 @@ async def test_async_on_sync_only_store_runs_in_worker_thread() -> None:
     # and the sync path works on it too
     wm.set("x", 1)
     assert wm.items() == [("x", 1)]
+
+
+def test_users_on_one_scope_never_see_each_others_facts(store: Any) -> None:
+    """Two users' memories on the same scope id: separate facts, erase_user takes one's only."""
+    from firefly_orm.manager import MemoryManager
+    from firefly_orm.working import working_namespace
+
+    ann = MemoryManager(store=store, user_id="ann")
+    bob = MemoryManager(store=store, user_id="bob")
+    ann.set_fact("name", "Ann")
+    bob.set_fact("name", "Bob")
+    assert (ann.get_fact("name"), bob.get_fact("name")) == ("Ann", "Bob")
+    assert MemoryManager(store=store).get_fact("name") is None  # the shared scope has none
+    ann.erase_user("ann")
+    assert (ann.get_fact("name"), bob.get_fact("name")) == (None, "Bob")
+    # an unambiguous namespace whatever the parts contain
+    assert working_namespace("c", "a:b") != working_namespace("b:c", "a")
+    assert working_namespace("x", None) == "working:x"
+    view = MemoryManager(store=store).for_user("carol", working_scope_id="s")
+    assert (view.user_id, view.working.scope_id, view.long_term.user_id) == ("carol", "s", "carol")
+    with pytest.raises(EntryValidationError, match="user"):
+        ann.for_user("bob")

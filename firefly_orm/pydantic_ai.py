@@ -1,0 +1,623 @@
+"""Agents with memory in one call: a pydantic-ai agent run on a :class:`MemoryManager`.
+
+:class:`MemoryAgent` wraps a pydantic-ai agent and a
+:class:`~firefly_orm.manager.MemoryManager`.  Each of its runs
+
+1. loads what the conversation's next model call should get, with
+   :meth:`MemoryManager.assemble_context
+   <firefly_orm.manager.MemoryManager.assemble_context>`: the summary of the
+   evicted turns, the long-term items recalled for the prompt, the working
+   facts, then the pinned and newest turns, within the token budget;
+2. runs the agent with that context as its ``message_history``;
+3. stores the run's new messages (``result.new_messages()``, never the loaded
+   context) as ONE turn with :meth:`MemoryManager.add_turn
+   <firefly_orm.manager.MemoryManager.add_turn>`, one unit of work, with the
+   run's token usage in the turn's metadata.
+
+A run that raises, is cancelled, or whose stream or iteration is left before
+the end stores nothing: the conversation stays exactly as it was.  (What the
+agent's tools wrote on their own, a fact for instance, is the tools' doing and
+stays.)
+
+::
+
+    from pydantic_ai import Agent
+    from firefly_orm import MemoryManager, SQLiteStore
+    from firefly_orm.pydantic_ai import MemoryAgent
+
+    agent = Agent("openai:gpt-4o", instructions="You are a support agent.")
+    support = MemoryAgent(agent, memory=MemoryManager(store=SQLiteStore("memory.sqlite3")))
+
+    result = await support.run("My order 1042 has not arrived.", user_id="ada")
+    cid = result.conversation_id                # a new conversation, owned by "ada"
+    result = await support.run("Any news?", conversation_id=cid, user_id="ada")
+
+The runs return pydantic-ai's own objects (``AgentRunResult``,
+``StreamedRunResult``, ``AgentRun``); the firefly_orm conversation id is
+``result.conversation_id`` (it is also pydantic-ai's conversation id of the
+run's messages).  ``run`` / ``run_sync`` / ``run_stream`` / ``iter`` take the
+agent's own keyword arguments (``deps``, ``model``, ``usage_limits``...),
+except ``message_history`` and ``conversation``: the history comes from memory.
+
+**Users.** ``user_id=`` runs for one user: a new conversation becomes theirs,
+another user's conversation is refused before the model is called, and the
+facts and long-term items the run sees (and its tools reach through
+:class:`MemoryDeps`) are that user's only (:meth:`MemoryAgent.memory_for`).
+
+**Tools.** An agent whose ``deps_type`` is :class:`MemoryDeps` (or a subclass
+whose other fields have defaults) gets one per run: the run's memory,
+conversation id and user, so a tool can ``await ctx.deps.memory.async_set_fact(...)``.
+Other deps types: pass ``deps=`` per run, or ``deps_factory=`` to build them
+from the :class:`MemoryDeps`.
+
+**Delegation.** :func:`delegate` gives a sub-agent a :class:`MemoryAgent` over
+a fork of the memory: the same store and conversations, its own facts (scope
+``delegation:<name>``).
+
+Async runs use the ``async_`` operations only (the event loop never blocks on
+the database); ``run_sync`` uses the sync ones.  Needs the ``pydantic-ai``
+extra; importing this module without it raises
+:class:`~firefly_orm.errors.MissingExtraError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
+
+from firefly_orm.errors import EntryValidationError, MissingExtraError
+
+try:  # absolute imports: the real pydantic-ai package, not this module
+    import pydantic_core
+    from pydantic_ai.agent import AbstractAgent
+    from pydantic_ai.exceptions import UserError
+    from pydantic_ai.messages import ModelMessage, UserContent
+    from pydantic_ai.result import StreamedRunResult
+    from pydantic_ai.run import AgentRun, AgentRunResult
+    from pydantic_ai.usage import RunUsage
+except ImportError as exc:
+    raise MissingExtraError("firefly_orm.pydantic_ai", "pydantic-ai", "pydantic_ai") from exc
+
+from firefly_orm.assemble import ContextShares
+from firefly_orm.bridges import steps
+from firefly_orm.bridges.steps import Operation, Transaction
+from firefly_orm.conversation.model import ConversationTurn, check_conversation_id, check_int
+from firefly_orm.conversation.rows import HEAD_KEY, conversation_namespace
+from firefly_orm.entry import validate_user_id
+from firefly_orm.long_term import LongTermMemory
+from firefly_orm.manager import MemoryManager
+from firefly_orm.protocols import UnitOfWork
+
+__all__ = [
+    "DELEGATION_SCOPE_PREFIX",
+    "MemoryAgent",
+    "MemoryDeps",
+    "delegate",
+    "prompt_text",
+    "response_text",
+    "usage_metadata",
+]
+
+logger = logging.getLogger("firefly_orm.pydantic_ai")
+
+DepsT = TypeVar("DepsT")
+OutputT = TypeVar("OutputT")
+
+#: The working scope of a delegated sub-agent is this prefix and its name.
+DELEGATION_SCOPE_PREFIX = "delegation:"
+#: Between a manager's working scope and a user id in that user's scope.
+#: pydantic-ai reads this conversation id as "start a new conversation".
+_PYDANTIC_AI_NEW = "new"
+#: The usage counters every stored turn records (others only when not zero).
+_USAGE_ALWAYS = ("requests", "tool_calls", "input_tokens", "output_tokens")
+#: Keyword arguments of the agent's run methods that memory supplies instead.
+_SUPPLIED_BY_MEMORY = ("message_history", "conversation")
+
+
+@dataclass(frozen=True)
+class MemoryDeps:
+    """What a tool needs to use the run's memory, as the agent's ``RunContext.deps``.
+
+    Give the agent ``deps_type=MemoryDeps`` and :class:`MemoryAgent` builds one
+    per run; a tool then reads or writes the memory of the same conversation and
+    user::
+
+        @agent.tool
+        async def remember_order(ctx: RunContext[MemoryDeps], order_id: str) -> str:
+            await ctx.deps.memory.async_set_fact("order_id", order_id)
+            return "noted"
+
+    Attributes:
+        memory: The manager of this run (for a ``user_id`` run, the user's view:
+            their facts and long-term items).  Use its ``async_`` methods.
+        conversation_id: The conversation the run belongs to (it may not be
+            stored yet: a new conversation is written with the run's turn).
+        user_id: The user the run is for, or ``None``.
+    """
+
+    memory: MemoryManager
+    conversation_id: str
+    user_id: str | None = None
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One run, prepared: where it reads and writes, and what the agent gets."""
+
+    memory: MemoryManager
+    conversation_id: str
+    user_id: str | None
+    prompt: str | Sequence[UserContent]
+    text: str
+    deps: Any
+    agent_kwargs: dict[str, Any]
+
+
+def prompt_text(user_prompt: str | Sequence[UserContent]) -> str:
+    """The text stored as a turn's ``user_prompt`` for a pydantic-ai user prompt.
+
+    A string is kept as it is; in a sequence of contents, text items are kept
+    and every other item (an image, a document...) becomes ``[<type name>]``,
+    one item per line.
+    """
+    if isinstance(user_prompt, str):
+        return user_prompt
+    return "\n".join(
+        item if isinstance(item, str) else f"[{type(item).__name__}]" for item in user_prompt
+    )
+
+
+def response_text(output: Any) -> str:
+    """The text stored as a turn's ``assistant_response`` for a run's output.
+
+    A string is kept; structured output (a pydantic model, a dataclass, a dict...)
+    is stored as its JSON; anything JSON cannot hold as ``str(output)``.
+    """
+    if isinstance(output, str):
+        return output
+    try:
+        return pydantic_core.to_json(output).decode()
+    except (TypeError, ValueError, pydantic_core.PydanticSerializationError):
+        return str(output)
+
+
+def usage_metadata(usage: RunUsage) -> dict[str, Any]:
+    """A run's token usage as stored in the turn's metadata (JSON-ready).
+
+    Always ``requests``, ``tool_calls``, ``input_tokens``, ``output_tokens`` and
+    ``total_tokens``; pydantic-ai's other counters (cache, audio, reasoning...)
+    only when they are not zero, and ``details`` when it has entries.
+    """
+    stored: dict[str, Any] = {name: getattr(usage, name) for name in _USAGE_ALWAYS}
+    stored["total_tokens"] = usage.total_tokens
+    for name, value in dataclasses.asdict(usage).items():
+        if name not in stored and value and isinstance(value, int | dict):
+            stored[name] = value
+    return stored
+
+
+def _conversation_owner(uow: UnitOfWork, conversation_id: str) -> tuple[bool, str | None]:
+    """Whether the conversation exists, and its owner (the ``user_id`` of its head row)."""
+    head = uow.entries.get_by_key(conversation_namespace(conversation_id), HEAD_KEY)
+    return (head is not None, None if head is None else head.user_id)
+
+
+class MemoryAgent(Generic[DepsT, OutputT]):
+    """A pydantic-ai agent whose runs load and store a conversation's memory.
+
+    Args:
+        agent: The pydantic-ai agent (any ``AbstractAgent``).  Give it
+            ``instructions=`` rather than ``system_prompt=``: pydantic-ai sends a
+            system prompt only when the history is empty, so it would live in
+            the first stored turn and go when that turn is evicted.
+        memory: The manager the runs use (its store, conversation limits,
+            summarizer, facts and long-term memory).  A manager bound to a user
+            (``MemoryManager(user_id=...)``) runs for that user only.
+        name: Recorded as ``"agent"`` in the metadata of every turn this agent
+            stores (who spoke, in a conversation several agents share).
+        max_tokens: The context's token budget (default: the conversation's
+            ``max_tokens``).
+        max_messages: At most this many context messages (default: the
+            conversation's ``max_messages``).
+        recall_limit: At most this many long-term items recalled for the prompt
+            (0: none).
+        min_importance: Leave out long-term items less important than this.
+        shares: The budget shares of long-term items and facts
+            (:class:`~firefly_orm.assemble.ContextShares`).
+        deps_factory: Builds the agent's deps from the run's
+            :class:`MemoryDeps` when a run is given no ``deps=`` (for a deps
+            type of your own that carries memory).  Without it, an agent whose
+            ``deps_type`` is :class:`MemoryDeps` (or a subclass) gets one, any
+            other agent ``None``.
+
+    Raises:
+        TypeError: ``agent`` is not a pydantic-ai agent or ``memory`` not a
+            :class:`~firefly_orm.manager.MemoryManager`.
+        EntryValidationError: A bad context option.
+
+    Example:
+        >>> from pydantic_ai import Agent
+        >>> from pydantic_ai.models.test import TestModel
+        >>> agent = Agent(TestModel(custom_output_text="Hi!"))
+        >>> support = MemoryAgent(agent, memory=MemoryManager())
+        >>> result = support.run_sync("Hello", user_id="ada")
+        >>> result.output
+        'Hi!'
+        >>> [t.user_prompt for t in support.memory.conversation.get_turns(result.conversation_id)]
+        ['Hello']
+    """
+
+    def __init__(
+        self,
+        agent: AbstractAgent[DepsT, OutputT],
+        *,
+        memory: MemoryManager,
+        name: str | None = None,
+        max_tokens: int | None = None,
+        max_messages: int | None = None,
+        recall_limit: int = 5,
+        min_importance: float = 0.0,
+        shares: ContextShares | None = None,
+        deps_factory: Callable[[MemoryDeps], DepsT] | None = None,
+    ) -> None:
+        if not isinstance(agent, AbstractAgent):
+            raise TypeError(f"agent must be a pydantic-ai agent, got {type(agent).__name__}")
+        if not isinstance(memory, MemoryManager):
+            raise TypeError(f"memory must be a MemoryManager, got {type(memory).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        if deps_factory is not None and not callable(deps_factory):
+            raise TypeError("deps_factory must be callable")
+        if shares is not None and not isinstance(shares, ContextShares):
+            raise EntryValidationError("shares", "must be a ContextShares")
+        self._agent = agent
+        self._memory = memory
+        self._name = name
+        self._context_options: dict[str, Any] = {
+            "max_tokens": None if max_tokens is None else check_int("max_tokens", max_tokens, 1),
+            "max_messages": (
+                None if max_messages is None else check_int("max_messages", max_messages, 1)
+            ),
+            "recall_limit": check_int("recall_limit", recall_limit, 0),
+            "min_importance": min_importance,
+            "shares": shares,
+        }
+        LongTermMemory.recall_floor(min_importance)  # checked now, not at the first run
+        self._deps_factory = deps_factory
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def agent(self) -> AbstractAgent[DepsT, OutputT]:
+        """The wrapped pydantic-ai agent."""
+        return self._agent
+
+    @property
+    def memory(self) -> MemoryManager:
+        """The manager the runs use."""
+        return self._memory
+
+    @property
+    def name(self) -> str | None:
+        """The name recorded in the metadata of the turns this agent stores."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"MemoryAgent(agent={self._agent!r}, memory={self._memory!r}, name={self._name!r})"
+
+    # ------------------------------------------------------------------ users
+    def memory_for(self, user_id: str | None) -> MemoryManager:
+        """The manager a run for ``user_id`` uses (no I/O).
+
+        ``None``: :attr:`memory` itself.  A user of a manager bound to no user:
+        a view of it that shares the store and the conversations and keeps the
+        user's own facts and long-term items
+        (:meth:`MemoryManager.for_user <firefly_orm.MemoryManager.for_user>`).
+        A manager bound to a user serves that user only.
+
+        Raises:
+            EntryValidationError: A bad ``user_id``, or another user than the
+                one the manager is bound to.
+        """
+        bound = self._memory.user_id
+        if user_id is None:
+            return self._memory
+        user_id = validate_user_id(user_id)
+        if bound is not None:
+            if user_id != bound:
+                raise EntryValidationError(
+                    "user_id", f"this agent's memory belongs to user {bound!r}"
+                )
+            return self._memory
+        return self._memory.for_user(user_id)
+
+    # ------------------------------------------------------------------ runs
+    async def run(
+        self,
+        user_prompt: str | Sequence[UserContent],
+        *,
+        conversation_id: str | None = None,
+        user_id: str | None = None,
+        deps: DepsT | None = None,
+        **agent_kwargs: Any,
+    ) -> AgentRunResult[OutputT]:
+        """Run the agent on the conversation's memory and store the run as one turn.
+
+        Args:
+            user_prompt: The user's message.
+            conversation_id: The conversation to continue; ``None`` starts a new
+                one (written with this run's turn; read it from
+                ``result.conversation_id``).
+            user_id: The user the run is for (see :meth:`memory_for`); default:
+                the user the manager is bound to, if any.
+            deps: The agent's deps for this run (default: see ``deps_factory``).
+            **agent_kwargs: Passed to the agent's ``run`` (``model``,
+                ``usage_limits``, ``instructions``...).
+
+        Returns:
+            pydantic-ai's result; its turn is stored by the time it returns.
+
+        Raises:
+            TypeError: ``message_history`` or ``conversation`` among the
+                keyword arguments, or no user prompt.
+            EntryValidationError: A bad id, or a conversation of another user
+                (the model is not called, nothing is written).
+            Exception: Whatever the run raised (nothing is written).
+        """
+        prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
+        store = prepared.memory.store
+        history = await steps.arun(store, self._load(prepared))
+        result = await self._agent.run(
+            prepared.prompt,
+            message_history=history,
+            conversation_id=prepared.conversation_id,
+            deps=prepared.deps,
+            **prepared.agent_kwargs,
+        )
+        await steps.arun(store, self._store(prepared, result))
+        return cast(AgentRunResult[OutputT], result)
+
+    def run_sync(
+        self,
+        user_prompt: str | Sequence[UserContent],
+        *,
+        conversation_id: str | None = None,
+        user_id: str | None = None,
+        deps: DepsT | None = None,
+        **agent_kwargs: Any,
+    ) -> AgentRunResult[OutputT]:
+        """Sync form of :meth:`run` (the agent's ``run_sync``; memory's sync methods)."""
+        prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
+        store = prepared.memory.store
+        history = steps.run(store, self._load(prepared))
+        result = self._agent.run_sync(
+            prepared.prompt,
+            message_history=history,
+            conversation_id=prepared.conversation_id,
+            deps=prepared.deps,
+            **prepared.agent_kwargs,
+        )
+        steps.run(store, self._store(prepared, result))
+        return cast(AgentRunResult[OutputT], result)
+
+    @asynccontextmanager
+    async def run_stream(
+        self,
+        user_prompt: str | Sequence[UserContent],
+        *,
+        conversation_id: str | None = None,
+        user_id: str | None = None,
+        deps: DepsT | None = None,
+        **agent_kwargs: Any,
+    ) -> AsyncIterator[StreamedRunResult[DepsT, OutputT]]:
+        """:meth:`run` with the agent's ``run_stream``: stream the answer, store it at the end.
+
+        ``async with memory_agent.run_stream(prompt, conversation_id=cid) as stream:``
+        gives pydantic-ai's ``StreamedRunResult``.  When the block ends with
+        the stream received in full (``stream_text``, ``stream_output`` or
+        ``get_output`` ran to the end), the turn is stored as the block exits;
+        if the block raises, is cancelled or leaves the stream unfinished,
+        nothing is stored.  Arguments and errors as for :meth:`run`.
+        """
+        prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
+        store = prepared.memory.store
+        history = await steps.arun(store, self._load(prepared))
+        settled: AgentRunResult[Any] | None = None
+        async with self._agent.run_stream(
+            prepared.prompt,
+            message_history=history,
+            conversation_id=prepared.conversation_id,
+            deps=prepared.deps,
+            **prepared.agent_kwargs,
+        ) as stream:
+            yield cast(StreamedRunResult[DepsT, OutputT], stream)
+            if stream.is_complete:
+                try:
+                    settled = stream.result
+                except UserError:  # the run failed after its output was streamed
+                    settled = None
+        if settled is None:
+            logger.info(
+                "stream on conversation %r left before its end: nothing stored",
+                prepared.conversation_id,
+            )
+            return
+        await steps.arun(store, self._store(prepared, settled))
+
+    @asynccontextmanager
+    async def iter(
+        self,
+        user_prompt: str | Sequence[UserContent],
+        *,
+        conversation_id: str | None = None,
+        user_id: str | None = None,
+        deps: DepsT | None = None,
+        **agent_kwargs: Any,
+    ) -> AsyncIterator[AgentRun[DepsT, OutputT]]:
+        """:meth:`run` with the agent's ``iter``: drive the run node by node.
+
+        ``async with memory_agent.iter(prompt, conversation_id=cid) as agent_run:``
+        gives pydantic-ai's ``AgentRun``.  When the block ends with the run
+        finished (``agent_run.result`` set), the turn is stored as the block
+        exits; a block that raises, is cancelled or stops iterating early
+        stores nothing.  Arguments and errors as for :meth:`run`.
+        """
+        prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
+        store = prepared.memory.store
+        history = await steps.arun(store, self._load(prepared))
+        async with self._agent.iter(
+            prepared.prompt,
+            message_history=history,
+            conversation_id=prepared.conversation_id,
+            deps=prepared.deps,
+            **prepared.agent_kwargs,
+        ) as agent_run:
+            yield cast(AgentRun[DepsT, OutputT], agent_run)
+        result = agent_run.result
+        if result is None:
+            logger.info(
+                "run on conversation %r left before its end: nothing stored",
+                prepared.conversation_id,
+            )
+            return
+        await steps.arun(store, self._store(prepared, result))
+
+    # ------------------------------------------------------------------ shared core
+    def _prepare(
+        self,
+        user_prompt: str | Sequence[UserContent],
+        conversation_id: str | None,
+        user_id: str | None,
+        deps: DepsT | None,
+        agent_kwargs: Mapping[str, Any],
+    ) -> _Run:
+        """Check a run's arguments and decide its memory, conversation and deps (no I/O)."""
+        supplied = sorted(set(agent_kwargs) & set(_SUPPLIED_BY_MEMORY))
+        if supplied:
+            raise TypeError(
+                f"MemoryAgent loads the history from memory: drop {', '.join(supplied)} "
+                "and pass conversation_id= to continue a conversation"
+            )
+        if user_prompt is None or not isinstance(user_prompt, str | Sequence):
+            raise TypeError("a user prompt (str or a sequence of user contents) is required")
+        if conversation_id is None:
+            conversation_id = uuid.uuid4().hex
+        else:
+            conversation_id = check_conversation_id(conversation_id)
+            if conversation_id == _PYDANTIC_AI_NEW:
+                raise EntryValidationError(
+                    "conversation_id",
+                    f"{_PYDANTIC_AI_NEW!r} means a new conversation to pydantic-ai; "
+                    "pass None to start one",
+                )
+        memory = self.memory_for(user_id)
+        owner = memory.long_term.user_id
+        if deps is None:
+            deps = self._deps_for(MemoryDeps(memory, conversation_id, owner))
+        return _Run(
+            memory=memory,
+            conversation_id=conversation_id,
+            user_id=owner,
+            prompt=user_prompt,
+            text=prompt_text(user_prompt),
+            deps=deps,
+            agent_kwargs=dict(agent_kwargs),
+        )
+
+    def _deps_for(self, memory_deps: MemoryDeps) -> DepsT | None:
+        if self._deps_factory is not None:
+            return self._deps_factory(memory_deps)
+        deps_type = self._agent.deps_type
+        if isinstance(deps_type, type) and issubclass(deps_type, MemoryDeps):
+            if deps_type is MemoryDeps:
+                return cast(DepsT, memory_deps)
+            return cast(
+                DepsT,
+                deps_type(
+                    memory=memory_deps.memory,
+                    conversation_id=memory_deps.conversation_id,
+                    user_id=memory_deps.user_id,
+                ),
+            )
+        return None
+
+    def _load(self, prepared: _Run) -> Operation[list[ModelMessage]]:
+        """The context of the run's model call; a conversation of another user is refused."""
+        cid = prepared.conversation_id
+        exists, owner = yield from Transaction.read(_conversation_owner, cid)
+        if exists and prepared.user_id is not None and owner != prepared.user_id:
+            raise EntryValidationError("user_id", f"conversation {cid!r} belongs to another user")
+        context = yield from prepared.memory._assemble_context(
+            cid, query=prepared.text, style="pydantic-ai", **self._context_options
+        )
+        logger.debug(
+            "conversation %r: %d context message(s) for the run%s",
+            cid,
+            len(context),
+            "" if exists else " (new conversation)",
+        )
+        return cast(list[ModelMessage], context)
+
+    def _store(self, prepared: _Run, result: AgentRunResult[Any]) -> Operation[ConversationTurn]:
+        """Store the run's new messages as one turn, with its usage in the metadata."""
+        metadata: dict[str, Any] = {"usage": usage_metadata(result.usage), "run_id": result.run_id}
+        if self._name is not None:
+            metadata["agent"] = self._name
+        new_messages = result.new_messages()
+        turn = yield from prepared.memory._add_turn(
+            prepared.conversation_id,
+            prepared.text,
+            response_text(result.output),
+            new_messages,
+            metadata=metadata,
+            user_id=prepared.user_id,
+        )
+        logger.debug(
+            "conversation %r: stored turn %d (%d message(s), %d tokens used)",
+            prepared.conversation_id,
+            turn.turn_id,
+            len(new_messages),
+            metadata["usage"]["total_tokens"],
+        )
+        return turn
+
+
+def delegate(
+    memory: MemoryManager,
+    agent: AbstractAgent[DepsT, OutputT],
+    *,
+    name: str,
+    **options: Any,
+) -> MemoryAgent[DepsT, OutputT]:
+    """A :class:`MemoryAgent` for a delegated sub-agent: shared conversations, its own facts.
+
+    The sub-agent works on ``memory.fork(working_scope_id="delegation:<name>")``:
+    the same store, conversations and long-term memory as ``memory``, and a
+    working scope of its own, so the facts it sets are invisible to the other
+    agents and theirs to it, while a conversation they all run on
+    (``conversation_id=``) holds every agent's turns, each marked with its
+    agent's ``name`` in the metadata.  Per-user runs (``user_id=``) get the
+    user's part of that scope.
+
+    Args:
+        memory: The manager the agents share.
+        agent: The sub-agent.
+        name: Names the sub-agent (its scope and the ``"agent"`` of its turns).
+        **options: The other :class:`MemoryAgent` options (``max_tokens``,
+            ``recall_limit``, ``deps_factory``...).
+
+    Example::
+
+        researcher = delegate(mgr, research_agent, name="researcher")
+        writer = delegate(mgr, writing_agent, name="writer")
+        found = await researcher.run("Find the refund policy", conversation_id=cid)
+        draft = await writer.run("Draft the answer", conversation_id=cid)
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise EntryValidationError("name", "must be a non-blank string")
+    fork = memory.fork(working_scope_id=f"{DELEGATION_SCOPE_PREFIX}{name}")
+    return MemoryAgent(agent, memory=fork, name=name, **options)
