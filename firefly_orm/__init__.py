@@ -18,6 +18,8 @@ __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
     "MemoryManager": "firefly_orm.manager",
+    "Artifacts": "firefly_orm.artifacts",
+    "ArtifactWorkspace": "firefly_orm.artifacts",
     "ConversationMemory": "firefly_orm.conversation",
     "ConversationTurn": "firefly_orm.conversation",
     "WorkingMemory": "firefly_orm.working",
@@ -49,6 +51,8 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "ArtifactWorkspace",
+    "Artifacts",
     "AsyncMemoryStore",
     "ConcurrencyError",
     "ConversationMemory",
@@ -97,6 +101,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from firefly_orm.artifacts import Artifacts, ArtifactWorkspace
     from firefly_orm.conversation import ConversationMemory, ConversationTurn
     from firefly_orm.entry import MemoryEntry, MemoryScope
     from firefly_orm.errors import (

@@ -1,0 +1,310 @@
+"""kill -9 during artifact writes: no part of a write is ever left half done (issue 12).
+
+Several child processes (``artifact_writer.py``) write, delete and promote
+files of one workspace (``keep_versions=True``), logging each attempt and
+each acknowledged operation (fsynced).  The parent SIGKILLs them at random
+moments while they write and restarts them, for a bounded time, then reads
+everything the workspace holds and checks that the four parts of every write
+(file row, its metadata, audit row, version snapshot) agree:
+
+* every audit row of a write or promotion has its version snapshot (same
+  path, sha and time) and every snapshot its audit row: none without the other;
+* per path, the audit rows form one chain (each ``old_sha`` is the previous
+  ``new_sha``, from ``""``) ending at the file's current sha (``""`` once
+  deleted), and the file row's version counts the writes since it was created;
+* every file's bytes hash to the sha its metadata records;
+* every acknowledged write, delete and promotion is in the audit log, and
+  every audit row comes from an operation some writer attempted.
+
+Figures printed per store: operations attempted / acknowledged / kills /
+audit rows / versions.  ``FIREFLY_FAULTS_SECONDS`` changes the time per store
+(default 10).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faults.harness import StoreSpec, close_store
+
+from firefly_orm.artifacts import Artifacts
+
+SECONDS = float(os.environ.get("FIREFLY_FAULTS_SECONDS", "10"))
+CHILDREN = 3
+WRITER = Path(__file__).resolve().parent / "artifact_writer.py"
+WORKSPACE = "crash"
+#: A child is killed this long (seconds, uniform) after its first acknowledged operation.
+KILL_WINDOW = (0.1, 1.5)
+#: The loop goes on past ``SECONDS`` (up to four times as long) until the writers
+#: acknowledged this many changes (slow stores, a loaded machine).
+MIN_ACKED = 20
+
+
+@pytest.fixture(
+    params=[
+        "sqlite",
+        "file",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("mongo", marks=pytest.mark.mongo),
+    ]
+)
+def spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreSpec]:
+    """The shared store, initialised, with the workspace created before the children start."""
+    name = "t_" + os.urandom(5).hex()
+    kind = str(request.param)
+    if kind == "sqlite":
+        spec = StoreSpec(kind, str(tmp_path / "shared.sqlite3"))
+    elif kind == "file":
+        spec = StoreSpec(kind, str(tmp_path / "files"))
+    elif kind == "postgres":
+        spec = StoreSpec(kind, str(request.getfixturevalue("postgres_url")), name)
+    else:  # a server of its own: killed writers leave open transactions behind
+        spec = StoreSpec(kind, str(request.getfixturevalue("dedicated_mongo_url")), name)
+    store = spec.open()
+    try:
+        if hasattr(store, "initialize"):
+            store.initialize()
+        Artifacts(store=store).create(WORKSPACE, keep_versions=True)
+    finally:
+        close_store(store)
+    try:
+        yield spec
+    finally:
+        if kind == "postgres":
+            from dbutil import drop_schema
+
+            drop_schema(spec.location, name)
+        elif kind == "mongo" and os.environ.get("FIREFLY_ORM_TEST_MONGO_URL"):
+            from dbutil import drop_mongo_database
+
+            drop_mongo_database(spec.location, name)
+
+
+# --------------------------------------------------------------------------- the kill loop
+
+
+@dataclass
+class Child:
+    process: subprocess.Popen[bytes]
+    log: Path
+    stderr: Path
+    kill_at: float | None = None
+
+
+@dataclass
+class Figures:
+    kills: int = 0
+    logs: list[Path] = field(default_factory=list)
+    crashed: list[str] = field(default_factory=list)
+
+
+def _acknowledged(log: Path) -> bool:
+    try:
+        data = log.read_bytes()
+    except FileNotFoundError:
+        return False
+    return data.startswith(b"A\t") or b"\nA\t" in data
+
+
+def kill_loop(spec: StoreSpec, workdir: Path, rng: random.Random) -> Figures:
+    """Run ``CHILDREN`` writers for ``SECONDS``, SIGKILLing and restarting each while it writes."""
+    figures = Figures()
+    generation = 0
+
+    def spawn(slot: int) -> Child:
+        nonlocal generation
+        generation += 1
+        log = workdir / f"writer-{slot}-{generation}.log"
+        err = workdir / f"writer-{slot}-{generation}.err"
+        config = {
+            "store": json.dumps(spec.__dict__),
+            "log": str(log),
+            "tag": f"w{slot}g{generation}",
+            "seed": str(rng.randrange(2**32)),
+        }
+        with open(err, "wb") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, str(WRITER), json.dumps(config)],
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+            )
+        figures.logs.append(log)
+        return Child(process, log, err)
+
+    def kill(child: Child) -> None:
+        child.process.kill()
+        child.process.wait()
+        figures.kills += 1
+
+    slots = [spawn(slot) for slot in range(CHILDREN)]
+    started = time.monotonic()
+    deadline, hard_deadline = started + SECONDS, started + 4 * SECONDS
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= hard_deadline or (
+                now >= deadline and len(read_ledger(figures.logs).acked) >= MIN_ACKED
+            ):
+                break
+            for slot, child in enumerate(slots):
+                code = child.process.poll()
+                if code is not None:
+                    figures.crashed.append(child.stderr.read_text(errors="replace")[-3000:])
+                    slots[slot] = spawn(slot)
+                elif child.kill_at is None:
+                    if _acknowledged(child.log):
+                        child.kill_at = now + rng.uniform(*KILL_WINDOW)
+                elif now >= child.kill_at:
+                    kill(child)
+                    slots[slot] = spawn(slot)
+            time.sleep(0.005)
+    finally:
+        for child in slots:
+            if child.process.poll() is None:
+                kill(child)
+    return figures
+
+
+# --------------------------------------------------------------------------- the audit
+
+
+@dataclass
+class Ledger:
+    attempted: set[str] = field(default_factory=set)
+    #: (tag, op, path, sha) of every acknowledged operation that changed something
+    acked: list[tuple[str, str, str, str]] = field(default_factory=list)
+
+
+def read_ledger(logs: list[Path]) -> Ledger:
+    ledger = Ledger()
+    for log in logs:
+        if not log.exists():
+            continue
+        for line in log.read_text(encoding="utf-8").splitlines():
+            parts = line.split("\t")
+            if parts[0] == "T" and len(parts) == 4:
+                ledger.attempted.add(parts[1])
+            elif parts[0] == "A" and len(parts) == 5 and parts[4] != "-":
+                ledger.acked.append((parts[1], parts[2], parts[3], parts[4]))
+    return ledger
+
+
+def check_workspace(store: Any, ledger: Ledger) -> tuple[list[str], dict[str, int]]:
+    """Every disagreement between the parts of the workspace, and its row counts."""
+    ws = Artifacts(store=store).open(WORKSPACE, keep_versions=True)
+    snapshot = ws.export_snapshot()
+    problems: list[str] = []
+    files = {f.path: f for f in snapshot.files}
+    for file in snapshot.files:
+        if hashlib.sha256(file.data).hexdigest() != file.info.sha256:
+            problems.append(f"{file.path}: bytes do not hash to the recorded sha")
+    # audit rows of writes <-> version snapshots, one to one
+    written = [r for r in snapshot.audit if r.op != "delete"]
+    audit_keys = sorted((r.path, r.new_sha, r.at) for r in written)
+    version_keys = sorted((v.path, v.info.sha256, v.info.updated_at) for v in snapshot.versions)
+    if audit_keys != version_keys:
+        only_audit = sorted(set(audit_keys) - set(version_keys))[:5]
+        only_versions = sorted(set(version_keys) - set(audit_keys))[:5]
+        problems.append(
+            f"audit rows and versions disagree: only audited {only_audit}, "
+            f"only versioned {only_versions}"
+        )
+    # one chain per path, ending at the file
+    by_path: dict[str, list[Any]] = defaultdict(list)
+    for record in snapshot.audit:
+        by_path[record.path].append(record)
+    for path in sorted(set(by_path) | set(files)):
+        previous, writes_since_create = "", 0
+        for record in by_path[path]:
+            if record.old_sha != previous:
+                problems.append(
+                    f"{path}: audit chain broken at {record.op} by {record.actor} "
+                    f"(old {record.old_sha[:8]} after {previous[:8]})"
+                )
+            previous = record.new_sha
+            writes_since_create = 0 if record.op == "delete" else writes_since_create + 1
+        current = files[path].info.sha256 if path in files else ""
+        if previous != current:
+            problems.append(
+                f"{path}: the audit log ends at {previous[:8]}, the file is {current[:8]}"
+            )
+        if path in files and files[path].info.version != writes_since_create:
+            problems.append(
+                f"{path}: version {files[path].info.version}, {writes_since_create} audited writes"
+            )
+    # acknowledged operations are audited; audit rows come from attempted operations
+    audited = {(r.actor, r.op if r.op != "promote" else "promote") for r in snapshot.audit}
+    for tag, op, path, sha in ledger.acked:
+        wanted = {"write": ("create", "update"), "delete": ("delete",), "promote": ("promote",)}
+        if not any((tag, one) in audited for one in wanted[op]):
+            problems.append(f"acknowledged {op} {tag} of {path} ({sha[:8]}) is not audited")
+    for record in snapshot.audit:
+        if record.actor not in ledger.attempted:
+            problems.append(f"audit row by {record.actor}, which nobody attempted")
+    counts = {
+        "files": len(snapshot.files),
+        "audit": len(snapshot.audit),
+        "versions": len(snapshot.versions),
+    }
+    return problems, counts
+
+
+def test_kill_9_leaves_no_write_half_done(spec: StoreSpec, tmp_path: Path) -> None:
+    rng = random.Random()
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    figures = kill_loop(spec, logs, rng)
+    ledger = read_ledger(figures.logs)
+    store = spec.open()
+    try:
+        problems, counts = check_workspace(store, ledger)
+    finally:
+        close_store(store)
+    print(
+        f"\n[kill -9 artifacts / {spec.kind}] attempted={len(ledger.attempted)} "
+        f"acknowledged-changes={len(ledger.acked)} kills={figures.kills} "
+        f"audit rows={counts['audit']} versions={counts['versions']} files={counts['files']} "
+        f"problems={len(problems)} writer-errors={len(figures.crashed)}"
+    )
+    assert not figures.crashed, "a writer failed by itself:\n" + "\n".join(figures.crashed[:3])
+    assert figures.kills >= 5, f"only {figures.kills} kills: the children did not get going"
+    assert len(ledger.acked) >= MIN_ACKED, "too few acknowledged operations to mean anything"
+    assert not problems, "\n".join(problems[:20])
+
+
+def test_the_check_finds_a_missing_part(tmp_path: Path) -> None:
+    """The audit above is not vacuous: remove one part of one write and it reports it."""
+    spec = StoreSpec("sqlite", str(tmp_path / "check.sqlite3"))
+    store = spec.open()
+    try:
+        ws = Artifacts(store=store).create(WORKSPACE, keep_versions=True)
+        ledger = Ledger()
+        for n in range(3):
+            tag = f"w0g0:{n}"
+            ledger.attempted.add(tag)
+            info = ws.write_text("f0.txt", f"{tag} text", actor=tag)
+            ledger.acked.append((tag, "write", "f0.txt", info.sha256))
+        assert check_workspace(store, ledger)[0] == []
+        version = store.load(ws.layout.versions)[1]
+        store.delete(ws.layout.versions, version.entry_id)
+        problems = check_workspace(store, ledger)[0]
+        assert any("audit rows and versions disagree" in p for p in problems), problems
+        audit = store.load(ws.layout.audit)[1]
+        store.delete(ws.layout.audit, audit.entry_id)
+        problems = check_workspace(store, ledger)[0]
+        assert any("audit chain broken" in p for p in problems), problems
+        assert any("is not audited" in p for p in problems), problems
+    finally:
+        store.close()
