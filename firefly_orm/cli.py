@@ -8,6 +8,7 @@ Usage::
     firefly-orm stats [--json]
     firefly-orm cleanup-expired
     firefly-orm export CONVERSATION_ID [-o FILE]     # or: export --all -o all.json
+    firefly-orm export --long-term-namespace NS -o items.json
     firefly-orm import FILE
     firefly-orm demo
 
@@ -21,10 +22,15 @@ every other command needs a database at head and says so otherwise.  Errors
 are reported as one line on stderr (passwords hidden) with a non-zero exit
 status: 1 = not at head / not found, 2 = usage or bad input, 3 = any other error.
 
-``import`` reads and validates the whole file (UTF-8 JSON in one of the shapes
-``export`` writes) before writing anything, then writes every conversation in
-one unit of work: a bad file, or a write that fails, leaves the database as
-it was (exit 2 for a file that cannot be read or is invalid).
+``export --all`` carries every conversation and the long-term items of every
+namespace that holds live ``LONG_TERM`` entries (``--long-term-namespace NS``,
+repeatable, picks namespaces instead; ``--no-long-term`` leaves them out).
+
+``import`` reads and checks the shape of the whole file (UTF-8 JSON in one of
+the shapes ``export`` writes, :mod:`firefly_orm.export_file`) before it opens
+the database, then writes every conversation and every long-term item in ONE
+transaction: a bad item, or a write that fails, leaves the database as it was
+(exit 2 for a file that cannot be read or is invalid).
 """
 
 from __future__ import annotations
@@ -43,11 +49,20 @@ from typing import Any, TextIO
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Connection
+from sqlalchemy.orm import Session
 
 from firefly_orm import migrate
+from firefly_orm.bridges.steps import Transaction, retrying, run
 from firefly_orm.conversation import ConversationMemory, conversation_namespace
-from firefly_orm.entry import MemoryEntry, utcnow
+from firefly_orm.conversation.transfer import refresh_statistics
+from firefly_orm.entry import (
+    DEFAULT_SEARCH_LANGUAGE,
+    MemoryEntry,
+    MemoryScope,
+    utcnow,
+    validate_namespace,
+)
 from firefly_orm.envnames import ENV_POSTGRES_SCHEMA as ENV_POSTGRES_SCHEMA
 from firefly_orm.envnames import ENV_POSTGRES_URL as ENV_POSTGRES_URL
 from firefly_orm.envnames import ENV_SQLITE_PATH as ENV_SQLITE_PATH
@@ -56,6 +71,7 @@ from firefly_orm.errors import (
     EntryValidationError,
     FireflyOrmError,
     MigrationRequiredError,
+    StoreCorruptedError,
     redact_url,
     scrub_secret,
     url_secrets,
@@ -63,7 +79,16 @@ from firefly_orm.errors import (
 from firefly_orm.export_file import (
     EXPORT_FORMAT_VERSION as EXPORT_FORMAT_VERSION,
 )
-from firefly_orm.export_file import conversations_in, decode_export_file, export_document
+from firefly_orm.export_file import (
+    ImportDocument,
+    LongTermSection,
+    decode_export_file,
+    export_document,
+    read_import_document,
+)
+from firefly_orm.long_term import LongTermMemory
+from firefly_orm.protocols import UnitOfWork
+from firefly_orm.sql import SQLUnitOfWork
 
 __all__ = ["EXIT_ERROR", "EXIT_NOT_AT_HEAD", "EXIT_OK", "EXIT_USAGE", "Progress", "main"]
 
@@ -362,16 +387,29 @@ def collect_stats(store: Any) -> dict[str, Any]:
 
     Returns:
         ``{"total", "expired", "conversations", "by_scope": {scope: n},
-        "by_prefix": {namespace text before the first ':': n}}``.
+        "by_prefix": {namespace text before the first ':': n},
+        "long_term": {"entries", "expired", "by_namespace": {namespace: n}}}``;
+        ``long_term`` counts the entries of scope ``LONG_TERM`` (long-term
+        memory items and any other entry of that scope).
     """
     table = _table()
     c = table.c
     now = utcnow()
+    long_term = c.scope == MemoryScope.LONG_TERM.value
     with store.engine.connect() as conn:
         total = conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one()
         expired = conn.execute(
             sa.select(sa.func.count()).select_from(table).where(c.expires_at <= now)
         ).scalar_one()
+        long_term_expired = conn.execute(
+            sa.select(sa.func.count()).select_from(table).where(long_term, c.expires_at <= now)
+        ).scalar_one()
+        long_term_by_namespace = {
+            str(namespace): int(n)
+            for namespace, n in conn.execute(
+                sa.select(c.namespace, sa.func.count()).where(long_term).group_by(c.namespace)
+            )
+        }
         by_scope = {
             str(scope): int(n)
             for scope, n in conn.execute(sa.select(c.scope, sa.func.count()).group_by(c.scope))
@@ -390,6 +428,11 @@ def collect_stats(store: Any) -> dict[str, Any]:
         "conversations": conversations,
         "by_scope": dict(sorted(by_scope.items())),
         "by_prefix": dict(sorted(by_prefix.items())),
+        "long_term": {
+            "entries": sum(long_term_by_namespace.values()),
+            "expired": int(long_term_expired),
+            "by_namespace": dict(sorted(long_term_by_namespace.items())),
+        },
     }
 
 
@@ -404,12 +447,17 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     print(f"entries:       {stats['total']}")
     print(f"expired:       {stats['expired']}")
     print(f"conversations: {stats['conversations']}")
+    long_term = stats["long_term"]
+    print(f"long-term:     {long_term['entries']} ({long_term['expired']} expired)")
     print("by scope:")
     for scope, n in stats["by_scope"].items():
         print(f"  {scope:<16} {n}")
     print("by namespace prefix:")
     for prefix, n in stats["by_prefix"].items():
         print(f"  {prefix:<16} {n}")
+    print("long-term entries by namespace:")
+    for namespace, n in long_term["by_namespace"].items():
+        print(f"  {namespace:<16} {n}")
     return EXIT_OK
 
 
@@ -446,9 +494,88 @@ def _conversation_memory(store: Any) -> ConversationMemory:
     return ConversationMemory(store=store)
 
 
+def _warn(message: str) -> None:
+    print(f"firefly-orm: warning: {message}", file=sys.stderr)
+
+
+def long_term_namespaces(store: Any) -> dict[str, Counter[str | None]]:
+    """Every namespace holding live ``LONG_TERM`` entries, with their search languages.
+
+    Returns:
+        ``{namespace: Counter({search_language: entries})}`` (``None``: the
+        entries are indexed with ``simple``), namespaces in sorted order.
+    """
+    c = _table().c
+    live = sa.or_(c.expires_at.is_(None), c.expires_at > utcnow())
+    query = (
+        sa.select(c.namespace, c.search_language, sa.func.count())
+        .where(c.scope == MemoryScope.LONG_TERM.value, live)
+        .group_by(c.namespace, c.search_language)
+    )
+    found: dict[str, Counter[str | None]] = {}
+    with store.engine.connect() as conn:
+        for namespace, language, n in conn.execute(query):
+            found.setdefault(str(namespace), Counter())[language] += int(n)
+    return dict(sorted(found.items()))
+
+
+def _section_language(namespace: str, languages: Counter[str | None]) -> str | None:
+    """The search language most of a namespace's items use (a warning when they differ)."""
+    ranked = sorted(languages.items(), key=lambda kv: (-kv[1], kv[0] or ""))
+    language = ranked[0][0] if ranked else None
+    if len(ranked) > 1:
+        counts = ", ".join(f"{lang or DEFAULT_SEARCH_LANGUAGE}: {n}" for lang, n in ranked)
+        _warn(
+            f"long-term namespace {namespace!r} mixes search languages ({counts}); "
+            f"the export records {language or DEFAULT_SEARCH_LANGUAGE!r}, and an import indexes "
+            "every item of the namespace with it"
+        )
+    return language
+
+
+def _export_long_term(
+    store: Any, args: argparse.Namespace, named: list[str]
+) -> list[LongTermSection] | None:
+    """The long-term sections ``export`` writes, or ``None`` for none.
+
+    Named namespaces (``--long-term-namespace``) must hold live long-term
+    entries laid out as :class:`~firefly_orm.long_term.LongTermMemory` items
+    (else an error); with ``--all``, every namespace holding live ``LONG_TERM``
+    entries is exported, and one whose entries are not such items (written
+    with the ``LONG_TERM`` scope by other code) is skipped with a warning.
+    """
+    if args.no_long_term or (not named and not args.all):
+        return None
+    found = long_term_namespaces(store)
+    if named:
+        missing = [ns for ns in named if ns not in found]
+        if missing:
+            raise CliError(
+                f"no long-term items in namespace(s): {', '.join(map(repr, missing))}",
+                EXIT_NOT_AT_HEAD,
+            )
+    wanted = named or list(found)
+    sections: list[LongTermSection] = []
+    for namespace in wanted:
+        language = _section_language(namespace, found[namespace])
+        memory = LongTermMemory(store=store, namespace=namespace, language=language)
+        try:
+            items = memory.export_items()
+        except StoreCorruptedError as exc:
+            if named:
+                raise
+            _warn(f"long-term namespace {namespace!r} not exported: {exc}")
+            continue
+        sections.append(LongTermSection(namespace, items, language))
+    return sections
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
-    if not args.all and not args.conversation_ids:
-        raise CliError("give CONVERSATION_ID(s) or --all", EXIT_USAGE)
+    named = list(dict.fromkeys(validate_namespace(ns) for ns in args.long_term_namespaces or ()))
+    if named and args.no_long_term:
+        raise CliError("--no-long-term and --long-term-namespace exclude each other", EXIT_USAGE)
+    if not args.all and not args.conversation_ids and not named:
+        raise CliError("give CONVERSATION_ID(s), --all or --long-term-namespace", EXIT_USAGE)
     target = _resolve_target(args)
     with _store(target, args) as store:
         conv = _conversation_memory(store)
@@ -459,13 +586,18 @@ def _cmd_export(args: argparse.Namespace) -> int:
             raise CliError(f"no such conversation: {', '.join(missing)}", EXIT_NOT_AT_HEAD)
         progress = Progress(len(ids), "export", enabled=args.progress)
         exported = [conv.export_conversation(cid) for cid in progress.iterate(ids)]
-    data = export_document(exported, single=not args.all)
+        long_term = _export_long_term(store, args, named)
+    data = export_document(exported, single=not args.all, long_term=long_term)
     text = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True)
+    what = f"{len(exported)} conversation(s)"
+    if long_term is not None:
+        items = sum(len(section.items) for section in long_term)
+        what += f" and {items} long-term item(s) from {len(long_term)} namespace(s)"
     if args.output and args.output != "-":
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n", encoding="utf-8")
-        print(f"exported {len(exported)} conversation(s) to {out}", file=sys.stderr)
+        print(f"exported {what} to {out}", file=sys.stderr)
     else:
         print(text)
     return EXIT_OK
@@ -483,26 +615,78 @@ def _read_import(path: str) -> Any:
         raise CliError(f"{path}: {exc}", EXIT_USAGE) from None
 
 
+def _import_document(
+    uow: UnitOfWork, store: Any, document: ImportDocument, conversation_id: str | None
+) -> tuple[list[str], list[int]]:
+    """Transaction: write ``document``'s conversations and long-term items in ``uow``.
+
+    The memory layers run on ``store.bind_session`` over a Session joined to
+    the unit of work's connection, so each of their operations is a SAVEPOINT
+    of this one transaction: everything the file holds is committed together,
+    or (when anything raises) nothing.
+
+    Returns:
+        The conversation ids, and the number of items written per long-term section.
+
+    Raises:
+        EntryValidationError: A bad conversation or item; a long-term item is
+            named ``long_term[i].items[j].<field>``.
+    """
+    if not isinstance(uow, SQLUnitOfWork) or not isinstance(uow.target, Connection):
+        raise TypeError("an import needs a SQL store's own unit of work")
+    with Session(bind=uow.target) as session:
+        bound = store.bind_session(session)
+        ids = _conversation_memory(bound).import_conversations(
+            document.conversations, conversation_id=conversation_id
+        )
+        written: list[int] = []
+        for position, section in enumerate(document.long_term):
+            memory = LongTermMemory(
+                store=bound, namespace=section.namespace, language=section.language
+            )
+            try:
+                written.append(len(memory.import_items(section.items)))
+            except EntryValidationError as exc:
+                message = str(exc).removeprefix(f"{exc.field}: ")
+                raise EntryValidationError(
+                    f"long_term[{position}].{exc.field}",
+                    f"{message} (namespace {section.namespace!r})",
+                ) from None
+    return ids, written
+
+
 def _cmd_import(args: argparse.Namespace) -> int:
     if args.conversation_id is not None and not args.conversation_id:
         raise CliError("--conversation-id must not be empty", EXIT_USAGE)
     data = _read_import(args.file)
     try:
-        items = conversations_in(data, args.conversation_id)
+        document = read_import_document(data, args.conversation_id)
     except ValueError as exc:
         raise CliError(f"{args.file}: {exc}; nothing imported", EXIT_USAGE) from None
     target = _resolve_target(args)
     with _store(target, args) as store:
-        conv = _conversation_memory(store)
         try:
-            # Every conversation is validated, then all are written in one unit of
-            # work: a bad item or a failed write leaves the store as it was.
-            ids = conv.import_conversations(items, conversation_id=args.conversation_id)
+            # Shapes are checked; every conversation and item is validated and
+            # written in one transaction: a bad item or a failed write leaves
+            # the store as it was.
+            ids, written = run(
+                store,
+                retrying(
+                    Transaction.write(_import_document, store, document, args.conversation_id)
+                ),
+            )
         except EntryValidationError as exc:
             raise CliError(f"{args.file}: {exc}; nothing imported", EXIT_USAGE) from None
+        turns = sum(len(c["turns"]) for c in document.conversations)
+        run(store, refresh_statistics(turns + sum(written)))
     progress = Progress(len(ids), "import", enabled=args.progress)
     for cid in progress.iterate(ids):
         print(cid, flush=True)
+    for section, n in zip(document.long_term, written, strict=True):
+        print(
+            f"imported {n} long-term item(s) into namespace {section.namespace!r}",
+            file=sys.stderr,
+        )
     return EXIT_OK
 
 
@@ -592,13 +776,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("revision", nargs="?", default="head")
     p = add("cleanup-expired", "delete expired entries", _cmd_cleanup)
     p.add_argument("--batch-size", type=int, default=500, help="entries per transaction")
-    p = add("stats", "entries per scope and namespace prefix, expired, conversations", _cmd_stats)
+    p = add(
+        "stats",
+        "entries per scope and namespace prefix, expired, conversations, long-term entries",
+        _cmd_stats,
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
-    p = add("export", "export conversations as JSON", _cmd_export)
+    p = add("export", "export conversations and long-term items as JSON", _cmd_export)
     p.add_argument("conversation_ids", nargs="*", metavar="CONVERSATION_ID")
-    p.add_argument("--all", action="store_true", help="every conversation")
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="every conversation, and the long-term items of every namespace holding some",
+    )
+    p.add_argument(
+        "--long-term-namespace",
+        dest="long_term_namespaces",
+        action="append",
+        metavar="NAMESPACE",
+        help="export this namespace's long-term items (repeatable; instead of every namespace)",
+    )
+    p.add_argument("--no-long-term", action="store_true", help="leave long-term items out of --all")
     p.add_argument("-o", "--output", help="file to write (default: stdout)")
-    p = add("import", "import conversations from an export file ('-' = stdin)", _cmd_import)
+    p = add(
+        "import",
+        "import conversations and long-term items from an export file ('-' = stdin)",
+        _cmd_import,
+    )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--conversation-id", help="import under this id (one conversation only)")
     add("demo", "run the demo (firefly_orm.demo; other arguments go to it)", _cmd_demo)

@@ -2,31 +2,64 @@
 
 An export file is UTF-8 JSON in one of three shapes: one conversation (what
 :meth:`~firefly_orm.ConversationMemory.export_conversation` returns), a list of
-them, or ``{"format_version": 1, "conversations": [...]}``.  Reading checks the
-whole document before anything is imported.
+them, or a *bundle*::
+
+    {"format_version": 2,
+     "conversations": [...],
+     "long_term": [{"namespace": "long-term", "language": null, "items": [...]}]}
+
+Format versions: **1** holds conversations only; **2** adds the ``long_term``
+section, one entry per namespace of long-term items, each item in the shape
+:meth:`MemoryItem.to_dict <firefly_orm.long_term.MemoryItem.to_dict>` writes,
+and ``language`` the text-search configuration the items are indexed with
+(``null``: ``simple``).  ``export`` writes the lowest version that holds what
+it exports (version 1 when there is no ``long_term`` section), so files
+without long-term items stay readable by earlier releases; ``import`` reads
+both.  Reading checks the whole document's shape before anything is imported;
+the items themselves are checked by
+:meth:`LongTermMemory.import_items <firefly_orm.long_term.LongTermMemory.import_items>`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from firefly_orm.entry import validate_namespace, validate_search_language
+from firefly_orm.errors import EntryValidationError
 
 __all__ = [
     "BUNDLE_KEYS",
     "CONVERSATION_KEYS",
     "EXPORT_FORMAT_VERSION",
+    "LONG_TERM_FORMAT_VERSION",
+    "LONG_TERM_KEYS",
+    "ImportDocument",
+    "LongTermSection",
     "conversations_in",
     "decode_export_file",
     "export_document",
+    "read_import_document",
 ]
 
-#: Version of the ``export --all`` bundle.
-EXPORT_FORMAT_VERSION = 1
+#: The newest version of the export bundle (what ``import`` reads up to).
+EXPORT_FORMAT_VERSION = 2
+#: The first version with a ``long_term`` section.
+LONG_TERM_FORMAT_VERSION = 2
 
 #: Keys of one exported conversation (what ``export_conversation`` writes).
 CONVERSATION_KEYS = frozenset({"conversation_id", "turns", "summary", "total_tokens"})
-#: Keys of an ``export --all`` file.
-BUNDLE_KEYS = frozenset({"format_version", "conversations"})
+#: Keys of an export bundle, per format version.
+_BUNDLE_KEYS_BY_VERSION = {
+    1: frozenset({"format_version", "conversations"}),
+    LONG_TERM_FORMAT_VERSION: frozenset({"format_version", "conversations", "long_term"}),
+}
+#: Keys of an export bundle (any version): a JSON object with one of them is a bundle.
+BUNDLE_KEYS = _BUNDLE_KEYS_BY_VERSION[EXPORT_FORMAT_VERSION]
+#: Keys of one namespace of the ``long_term`` section.
+LONG_TERM_KEYS = frozenset({"namespace", "language", "items"})
 #: Byte-order marks of encodings an export file is never written in.
 FOREIGN_BOMS = {
     b"\x00\x00\xfe\xff": "UTF-32",
@@ -36,15 +69,69 @@ FOREIGN_BOMS = {
 }
 
 
+@dataclass(frozen=True)
+class LongTermSection:
+    """The long-term items of one namespace, as an export file holds them.
+
+    Attributes:
+        namespace: The store namespace the items live in (and are imported into).
+        items: The items, each a dict in the shape ``MemoryItem.to_dict`` writes
+            (checked on import by ``LongTermMemory.import_items``).
+        language: The text-search configuration the items are indexed with
+            (``None``: ``simple``); an import indexes them with it again.
+    """
+
+    namespace: str
+    items: list[Any]
+    language: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready form written to the file."""
+        return {"namespace": self.namespace, "language": self.language, "items": self.items}
+
+
+@dataclass(frozen=True)
+class ImportDocument:
+    """What an import file holds: its conversations and its long-term items (checked shapes)."""
+
+    conversations: list[dict[str, Any]]
+    long_term: list[LongTermSection] = field(default_factory=list)
+
+    @property
+    def item_count(self) -> int:
+        """How many long-term items the file holds, in every namespace."""
+        return sum(len(section.items) for section in self.long_term)
+
+
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def export_document(exported: list[dict[str, Any]], *, single: bool) -> Any:
-    """What ``firefly-orm export`` writes: one conversation, or a versioned bundle."""
-    if single and len(exported) == 1:
-        return exported[0]
-    return {"format_version": EXPORT_FORMAT_VERSION, "conversations": exported}
+def export_document(
+    exported: list[dict[str, Any]],
+    *,
+    single: bool,
+    long_term: Sequence[LongTermSection] | None = None,
+) -> Any:
+    """What ``firefly-orm export`` writes: one conversation, or a versioned bundle.
+
+    Args:
+        exported: The exported conversations.
+        single: Write a lone conversation as itself rather than as a bundle
+            (only without ``long_term``).
+        long_term: The long-term sections; ``None`` leaves the section out
+            and writes format version 1 (an empty list writes an empty section,
+            version 2).
+    """
+    if long_term is None:
+        if single and len(exported) == 1:
+            return exported[0]
+        return {"format_version": 1, "conversations": exported}
+    return {
+        "format_version": LONG_TERM_FORMAT_VERSION,
+        "conversations": exported,
+        "long_term": [section.to_dict() for section in long_term],
+    }
 
 
 def decode_export_file(raw: bytes) -> Any:
@@ -71,26 +158,44 @@ def decode_export_file(raw: bytes) -> Any:
         raise ValueError(f"it is not JSON: {exc}") from None
 
 
-def conversations_in(data: Any, override_id: str | None) -> list[dict[str, Any]]:
-    """The conversations of an import document, in one of the shapes ``export`` writes.
+def read_import_document(data: Any, override_id: str | None) -> ImportDocument:
+    """The conversations and long-term items of an import document, shapes checked.
 
-    ``{"format_version": 1, "conversations": [...]}``, a list of conversations,
-    or one conversation ``{"conversation_id", "turns", ...}``; each conversation
-    has a list of ``turns`` and a ``conversation_id`` (unless ``override_id``).
-    Raises ``ValueError`` naming what is wrong.
+    ``data`` is a bundle (``{"format_version", "conversations"[, "long_term"]}``,
+    see the module docstring), a list of conversations, or one conversation
+    ``{"conversation_id", "turns", ...}``; each conversation has a list of
+    ``turns`` and a ``conversation_id`` (unless ``override_id``).  Each
+    ``long_term`` entry names a namespace (once), may name a ``language`` and
+    has a list of ``items``.
+
+    Raises:
+        ValueError: What is wrong, and where (``long_term[1]: "items" must be a list``).
     """
+    long_term: list[LongTermSection] = []
     if isinstance(data, dict) and not BUNDLE_KEYS.isdisjoint(data):
-        unknown = sorted(set(data) - BUNDLE_KEYS)
+        version = data.get("format_version", EXPORT_FORMAT_VERSION)
+        if (
+            isinstance(version, bool)
+            or not isinstance(version, int)
+            or version not in _BUNDLE_KEYS_BY_VERSION
+        ):
+            raise ValueError(
+                f"format_version {version!r} is not supported "
+                f"(expected {' or '.join(map(str, _BUNDLE_KEYS_BY_VERSION))})"
+            )
+        unknown = sorted(set(data) - _BUNDLE_KEYS_BY_VERSION[version])
+        if unknown == ["long_term"]:
+            raise ValueError(
+                f'"long_term" needs format_version {LONG_TERM_FORMAT_VERSION} '
+                f"(the file says {version})"
+            )
         if unknown:
             raise ValueError(f"unexpected key(s) {', '.join(map(repr, unknown))} in the file")
-        version = data.get("format_version", EXPORT_FORMAT_VERSION)
-        if version != EXPORT_FORMAT_VERSION or isinstance(version, bool):
-            raise ValueError(
-                f"format_version {version!r} is not supported (expected {EXPORT_FORMAT_VERSION})"
-            )
         items = data.get("conversations")
         if not isinstance(items, list):
             raise ValueError(f'"conversations" must be a list, got {type(items).__name__}')
+        if "long_term" in data:
+            long_term = _long_term_sections(data["long_term"])
     elif isinstance(data, list):
         items = data
     elif isinstance(data, dict):
@@ -108,4 +213,40 @@ def conversations_in(data: Any, override_id: str | None) -> list[dict[str, Any]]
             raise ValueError(f'{where}: "turns" must be a list')
         if not override_id and not item.get("conversation_id"):
             raise ValueError(f'{where}: no "conversation_id" (or pass --conversation-id)')
-    return items
+    return ImportDocument(items, long_term)
+
+
+def conversations_in(data: Any, override_id: str | None) -> list[dict[str, Any]]:
+    """The conversations of an import document (:func:`read_import_document`)."""
+    return read_import_document(data, override_id).conversations
+
+
+def _long_term_sections(raw: Any) -> list[LongTermSection]:
+    """The ``long_term`` section of a bundle, each namespace's shape checked."""
+    if not isinstance(raw, list):
+        raise ValueError(f'"long_term" must be a list, got {type(raw).__name__}')
+    sections: list[LongTermSection] = []
+    seen: dict[str, int] = {}
+    for position, section in enumerate(raw):
+        where = f"long_term[{position}]"
+        if not isinstance(section, dict):
+            raise ValueError(f"{where}: must be an object, got {type(section).__name__}")
+        unknown = sorted(set(section) - LONG_TERM_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: unexpected key(s) {', '.join(map(repr, unknown))}")
+        try:
+            namespace = validate_namespace(section.get("namespace"))
+            language = section.get("language")
+            if language is not None:
+                language = validate_search_language(language, "language")
+        except EntryValidationError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if not isinstance(section.get("items"), list):
+            raise ValueError(f'{where}: "items" must be a list')
+        if namespace in seen:
+            raise ValueError(
+                f"{where}: namespace {namespace!r} is already long_term[{seen[namespace]}]"
+            )
+        seen[namespace] = position
+        sections.append(LongTermSection(namespace, section["items"], language))
+    return sections

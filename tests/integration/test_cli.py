@@ -9,16 +9,21 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from dbutil import drop_schema
 
 from firefly_orm import migrate
+from firefly_orm.cli import long_term_namespaces
 from firefly_orm.conversation import ConversationMemory
 from firefly_orm.entry import MemoryEntry, MemoryScope, utcnow
+from firefly_orm.long_term import DEFAULT_NAMESPACE, EPISODIC, LongTermMemory
 from firefly_orm.sql import SQLAlchemyStore
 
 EXE = Path(sys.executable).with_name("firefly-orm")
@@ -51,9 +56,10 @@ class Target:
         return SQLAlchemyStore(self.url, schema_name=self.schema)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    if request.param == "sqlite":
+@contextmanager
+def make_target(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Target]:
+    """A SQLite file under ``tmp_path`` (not created yet) or a fresh PostgreSQL schema."""
+    if kind == "sqlite":
         url = f"sqlite:///{tmp_path / 'deep' / 'dir' / 'cli.sqlite3'}"
         yield Target(url, ["--url", url])
         return
@@ -62,10 +68,13 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
     try:
         yield Target(url, ["--url", url, "--schema", schema], schema)
     finally:
-        engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-        with engine.begin() as conn:
-            conn.execute(sa.schema.DropSchema(schema, cascade=True, if_exists=True))
-        engine.dispose()
+        drop_schema(url, schema)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    with make_target(request.param, tmp_path, request) as made:
+        yield made
 
 
 def test_migrate_current_check_downgrade_stamp(target: Target) -> None:
@@ -136,33 +145,74 @@ def _count(target: Target, where: str) -> int:
         store.close()
 
 
+def _seed_long_term(target: Target) -> None:
+    """Three long-term items in the default namespace, one of them expired."""
+    store = target.store()
+    try:
+        memory = LongTermMemory(store=store)
+        memory.remember("Ada prefers tea over coffee", importance=0.9, tags=["drinks"])
+        memory.remember("Bob plays chess on Sundays", user_id="bob")
+        past = (utcnow() - timedelta(days=1)).isoformat()
+        memory.import_items([{"text": "an old event", "kind": EPISODIC, "expires_at": past}])
+    finally:
+        store.close()
+
+
+def _count_by_namespace(target: Target, where: str) -> dict[str, int]:
+    table = f'"{target.schema}".memory_entries' if target.schema else "memory_entries"
+    store = target.store()
+    try:
+        with store.engine.connect() as conn:
+            query = f"SELECT namespace, count(*) FROM {table} WHERE {where} GROUP BY namespace"
+            return {str(ns): int(n) for ns, n in conn.execute(sa.text(query))}
+    finally:
+        store.close()
+
+
 def test_stats_and_cleanup(target: Target) -> None:
     assert run("migrate", *target.args).returncode == 0
     _seed(target, expired=3)
+    _seed_long_term(target)
     result = run("stats", "--json", *target.args)
     assert result.returncode == 0, result.stderr
     stats = json.loads(result.stdout)
     total = _count(target, "1=1")
     assert stats["total"] == total
-    assert stats["expired"] == 3
+    assert stats["expired"] == 3 + 1
     assert stats["conversations"] == _count_conversation_namespaces(target)
     assert stats["conversations"] == 2
     assert stats["by_prefix"]["working"] == 2
     assert stats["by_prefix"]["facts"] == 4
+    assert stats["by_prefix"][DEFAULT_NAMESPACE] == 3
     assert sum(stats["by_prefix"].values()) == total
     assert stats["by_scope"]["working"] == 2
-    assert stats["by_scope"]["long_term"] == 4
+    assert stats["by_scope"]["long_term"] == 4 + 3
     assert sum(stats["by_scope"].values()) == total
+    # Long-term entries: every LONG_TERM row, live and expired, per namespace.
+    long_term = stats["long_term"]
+    assert long_term["by_namespace"] == _count_by_namespace(target, "scope = 'long_term'")
+    assert long_term["by_namespace"] == {"facts": 4, DEFAULT_NAMESPACE: 3}
+    assert long_term["entries"] == _count(target, "scope = 'long_term'") == 7
+    assert long_term["expired"] == 3 + 1
 
     text = run("stats", *target.args)
     assert text.returncode == 0 and "conversations: 2" in text.stdout
+    lines = text.stdout.splitlines()
+    assert "long-term:     7 (4 expired)" in lines
+    by_namespace = lines[lines.index("long-term entries by namespace:") + 1 :]
+    assert [line.split() for line in by_namespace] == [["facts", "4"], [DEFAULT_NAMESPACE, "3"]]
 
     cleanup = run("cleanup-expired", "--batch-size", "2", *target.args)
     assert cleanup.returncode == 0, cleanup.stderr
-    assert cleanup.stdout.strip() == "deleted 3 expired entries"
+    assert cleanup.stdout.strip() == "deleted 4 expired entries"
     assert "[" not in cleanup.stderr  # stderr is not a terminal: no progress bar
     after = json.loads(run("stats", "--json", *target.args).stdout)
-    assert after["expired"] == 0 and after["total"] == total - 3
+    assert after["expired"] == 0 and after["total"] == total - 4
+    assert after["long_term"] == {
+        "entries": 3,
+        "expired": 0,
+        "by_namespace": {"facts": 1, DEFAULT_NAMESPACE: 2},
+    }
 
 
 def _count_conversation_namespaces(target: Target) -> int:
@@ -224,16 +274,27 @@ def test_export_import_round_trip(target: Target, tmp_path: Path) -> None:
     finally:
         dest.close()
 
-    # --all to stdout, re-imported as a list
+    # --all to stdout: conversations, and the long-term section (version 2).  The
+    # "facts" entries have the LONG_TERM scope but are not long-term memory items
+    # (plain contents written with store.save): skipped with a warning.
     everything = run("export", "--all", *target.args)
     assert everything.returncode == 0, everything.stderr
     bundle = json.loads(everything.stdout)
-    assert bundle["format_version"] == 1 and len(bundle["conversations"]) == 2
+    assert bundle["format_version"] == 2 and len(bundle["conversations"]) == 2
+    assert bundle["long_term"] == []
+    warning = "firefly-orm: warning: long-term namespace 'facts' not exported: "
+    assert warning in everything.stderr and "is not a long-term item" in everything.stderr
     all_file = tmp_path / "all.json"
     all_file.write_text(everything.stdout)
     again = run("import", str(all_file), "--url", dest_url)
     assert again.returncode == 0, again.stderr
     assert len(again.stdout.split()) == 2
+
+    # --no-long-term writes the version 1 bundle, as earlier releases did.
+    conversations_only = run("export", "--all", "--no-long-term", *target.args)
+    assert conversations_only.returncode == 0 and conversations_only.stderr == ""
+    old_style = json.loads(conversations_only.stdout)
+    assert old_style == {"format_version": 1, "conversations": bundle["conversations"]}
 
     missing = run("export", "no-such-conversation", *target.args)
     assert "no such conversation" in assert_one_line_error(missing, 1)
@@ -450,6 +511,98 @@ def _doc(*conversations: object) -> bytes:
     return json.dumps({"format_version": 1, "conversations": list(conversations)}).encode()
 
 
+#: A long-term item stored before each hostile import (the files try to replace it).
+_KEPT_ITEM = {"text": "kept as it was", "key": "kept", "importance": 0.4, "tags": ["old"]}
+#: The same key with new contents: written, then undone when a later part fails.
+_REPLACING_ITEM = {"text": "replaced", "key": "kept", "importance": 0.9}
+
+
+def _section(*items: object, namespace: str = DEFAULT_NAMESPACE, **extra: object) -> object:
+    return {"namespace": namespace, "items": list(items), **extra}
+
+
+def _bundle(*sections: object, conversations: tuple[object, ...] = (_GOOD,)) -> bytes:
+    """A version 2 bundle: a good conversation (written first), then ``sections``."""
+    data = {"format_version": 2, "conversations": list(conversations), "long_term": sections}
+    return json.dumps(data).encode()
+
+
+def _raw_bundle(long_term: str, version: int = 2) -> bytes:
+    return (
+        f'{{"format_version": {version}, "conversations": [], "long_term": {long_term}}}'.encode()
+    )
+
+
+#: Hostile long-term sections.  Each file starts with a good conversation and,
+#: where it says "replaces", an item replacing the stored one: the write of
+#: those happens before the bad part is reached, so the unit of work must undo it.
+HOSTILE_LONG_TERM: list[tuple[str, bytes, str]] = [
+    ("lt-not-a-list", _raw_bundle("{}"), '"long_term" must be a list, got dict'),
+    ("lt-in-version-1", _raw_bundle("[]", version=1), '"long_term" needs format_version 2'),
+    ("lt-section-not-object", _raw_bundle("[1]"), "long_term[0]: must be an object"),
+    (
+        "lt-unknown-section-key",
+        _bundle(_section(owner=1)),
+        "long_term[0]: unexpected key(s) 'owner'",
+    ),
+    ("lt-no-namespace", _raw_bundle('[{"items": []}]'), "long_term[0]: namespace"),
+    ("lt-empty-namespace", _bundle(_section(namespace="")), "long_term[0]: namespace"),
+    ("lt-nul-namespace", _bundle(_section(namespace="a\x00b")), "long_term[0]: namespace"),
+    ("lt-int-namespace", _raw_bundle('[{"namespace": 5, "items": []}]'), "namespace"),
+    (
+        "lt-items-not-list",
+        _raw_bundle('[{"namespace": "n", "items": {}}]'),
+        '"items" must be a list',
+    ),
+    ("lt-no-items", _raw_bundle('[{"namespace": "n"}]'), '"items" must be a list'),
+    ("lt-bad-language", _bundle(_section(language="Bad Lang")), "long_term[0]: language"),
+    ("lt-duplicate-namespace", _bundle(_section(), _section()), "already long_term[0]"),
+    (
+        "lt-replaces-then-bad-importance",
+        _bundle(_section(_REPLACING_ITEM, {"text": "x", "importance": 7})),
+        "long_term[0].items[1].importance: must be a number from 0.0 to 1.0, got 7 "
+        "(namespace 'long-term')",
+    ),
+    ("lt-item-not-dict", _bundle(_section("text")), "long_term[0].items[0]: must be a dict"),
+    ("lt-blank-text", _bundle(_section({"text": "  "})), "long_term[0].items[0].text"),
+    ("lt-no-text", _bundle(_section({"importance": 0.5})), "long_term[0].items[0].text"),
+    ("lt-unknown-field", _bundle(_section({"text": "a", "colour": 1})), "items[0].colour"),
+    ("lt-bad-kind", _bundle(_section({"text": "a", "kind": "dream"})), "items[0].kind"),
+    ("lt-bad-tags", _bundle(_section({"text": "a", "tags": "x"})), "items[0].tags"),
+    (
+        "lt-bad-created-at",
+        _bundle(_section({"text": "a", "created_at": "yesterday"})),
+        "items[0].created_at",
+    ),
+    (
+        "lt-naive-created-at",
+        _bundle(_section({"text": "a", "created_at": "2024-05-01T10:00:00"})),
+        "items[0].created_at: must be timezone-aware",
+    ),
+    ("lt-bool-importance", _bundle(_section({"text": "a", "importance": True})), "importance"),
+    (
+        "lt-same-item-twice",
+        _bundle(_section({"text": "a", "key": "k"}, {"text": "b", "key": "k"})),
+        "items[1]: names the same item as items[0]",
+    ),
+    (
+        "lt-replaces-then-second-section-bad",
+        _bundle(_section(_REPLACING_ITEM), _section({"text": "a", "id": ""}, namespace="other")),
+        "long_term[1].items[0].id",
+    ),
+    (
+        # Passes the item checks, refused by the store when written: after the
+        # conversation and the first section are already in the transaction.
+        "lt-replaces-then-unwritable-metadata",
+        _bundle(
+            _section(_REPLACING_ITEM),
+            _section({"text": "a", "metadata": {"m": "\ud800"}}, namespace="other"),
+        ),
+        "surrogate",
+    ),
+]
+
+
 HOSTILE_IMPORTS: list[tuple[str, bytes, str]] = [
     ("utf16-bom", '{"conversation_id": "u", "turns": []}'.encode("utf-16"), "UTF-16"),
     ("utf32-bom", '{"conversation_id": "u", "turns": []}'.encode("utf-32"), "UTF-32"),
@@ -466,7 +619,13 @@ HOSTILE_IMPORTS: list[tuple[str, bytes, str]] = [
     ),
     ("conversations-is-a-string", b'{"conversations": "x"}', '"conversations" must be a list'),
     ("conversations-is-null", b'{"conversations": null}', '"conversations" must be a list'),
-    ("format-version-2", b'{"format_version": 2, "conversations": []}', "format_version 2"),
+    (
+        "format-version-3",
+        b'{"format_version": 3, "conversations": []}',
+        "format_version 3 is not supported (expected 1 or 2)",
+    ),
+    ("format-version-string", b'{"format_version": "1", "conversations": []}', "'1'"),
+    ("format-version-list", b'{"format_version": [1], "conversations": []}', "[1]"),
     ("bundle-extra-key", b'{"format_version": 1, "conversations": [], "x": 1}', "'x'"),
     ("scalar", b"5", "got int"),
     ("string", b'"conversation"', "got str"),
@@ -505,24 +664,25 @@ HOSTILE_IMPORTS: list[tuple[str, bytes, str]] = [
 ]
 
 
-def _snapshot(target: Target) -> list[dict[str, object]]:
-    """Every stored row (namespace, key, content...), read in-process: the store's content."""
+def _snapshot(target: Target) -> list[tuple[Any, ...]]:
+    """Every stored row, every column, in entry id order: the store's whole content."""
     store = target.store()
     try:
         store.initialize()  # migrates a fresh database; a no-op at head
-        conv = ConversationMemory(store=store)
-        exported = [conv.export_conversation(cid) for cid in sorted(conv.conversation_ids)]
-        table = f'"{target.schema}".memory_entries' if target.schema else "memory_entries"
+        table: sa.Table = MemoryEntry.__table__  # type: ignore[attr-defined]
         with store.engine.connect() as conn:
-            count = conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
-        return [{"rows": int(count)}, *exported]
+            rows = conn.execute(sa.select(table).order_by(table.c.entry_id)).all()
+        return [tuple(row) for row in rows]
     finally:
         store.close()
 
 
 @pytest.mark.parametrize(
     ("content", "expected"),
-    [pytest.param(content, expected, id=name) for name, content, expected in HOSTILE_IMPORTS],
+    [
+        pytest.param(content, expected, id=name)
+        for name, content, expected in HOSTILE_IMPORTS + HOSTILE_LONG_TERM
+    ],
 )
 def test_hostile_import_file_is_refused_and_writes_nothing(
     target: Target, tmp_path: Path, content: bytes, expected: str
@@ -534,10 +694,11 @@ def test_hostile_import_file_is_refused_and_writes_nothing(
     store = target.store()
     try:
         ConversationMemory(store=store).import_conversation(_KEEP)
+        LongTermMemory(store=store).import_items([_KEPT_ITEM])
     finally:
         store.close()
     before = _snapshot(target)
-    assert len(before) == 2
+    assert [item["text"] for item in _items(target, DEFAULT_NAMESPACE)] == ["kept as it was"]
 
     path = tmp_path / "hostile.json"
     path.write_bytes(content)
@@ -595,3 +756,275 @@ def test_import_accepts_utf8_bom_stdin_and_conversation_id(tmp_path: Path) -> No
         for c in json.loads(run("export", "--all", "--url", url).stdout)["conversations"]
     ]
     assert sorted(ids) == ["copy", "good", "keep"]
+
+
+# --------------------------------------------------------------------------- long-term items
+
+#: The item fields an export carries and an import must restore exactly (not
+#: the id: an unkeyed item imported into another database gets an id derived
+#: from the exported one).
+ITEM_FIELDS = ("text", "importance", "tags", "kind", "key", "user_id", "created_at", "metadata")
+#: A second namespace, indexed with stemming (PostgreSQL's ``english``).
+TEAM = "team-notes"
+
+
+def _seed_items(target: Target) -> None:
+    """Long-term items with every field set, in two namespaces, plus one expired item."""
+    store = target.store()
+    try:
+        memory = LongTermMemory(store=store)
+        memory.remember(
+            "Ada prefers tea over coffee",
+            importance=0.8,
+            tags=["drinks", "prefs"],
+            key="drink",
+            user_id="ada",
+            metadata={"source": {"chat": 1}, "list": [1, "two", None, 2.5], "ok": True},
+        )
+        memory.remember(
+            "Met Bob at the Lisbon conference",
+            importance=0.3,
+            kind=EPISODIC,
+            tags=["events"],
+            expires_at=utcnow() + timedelta(days=30),
+        )
+        memory.remember('Unicode: naïve café, 日本語, emoji 🫖, quote " and \\', importance=0.0)
+        memory.remember("Bob's most important fact", importance=1.0, user_id="bob")
+        memory.remember("Bob's keyed fact", key="drink", user_id="bob")  # same key, other user
+        past = (utcnow() - timedelta(hours=1)).isoformat()
+        memory.import_items([{"text": "long gone", "kind": EPISODIC, "expires_at": past}])
+        team = LongTermMemory(store=store, namespace=TEAM, language="english")
+        team.remember("Deploys run on Fridays", importance=0.7, tags=["ops"])
+        team.remember("The staging database is rebuilt nightly", key="staging")
+    finally:
+        store.close()
+
+
+def _items(target: Target, namespace: str) -> list[dict[str, Any]]:
+    """The live items of ``namespace``, oldest first, as exported (ids included)."""
+    store = target.store()
+    try:
+        return LongTermMemory(store=store, namespace=namespace).export_items()
+    finally:
+        store.close()
+
+
+def _fields(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{name: item[name] for name in ITEM_FIELDS} for item in items]
+
+
+def _languages(target: Target) -> dict[str, list[str | None]]:
+    """The search language of every live long-term entry, per namespace."""
+    store = target.store()
+    try:
+        found = long_term_namespaces(store)
+    finally:
+        store.close()
+    return {ns: sorted(languages, key=str) for ns, languages in found.items()}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("source_kind", "dest_kind"), [("sqlite", "postgres"), ("postgres", "sqlite")]
+)
+def test_long_term_items_round_trip_across_backends(
+    request: pytest.FixtureRequest, tmp_path: Path, source_kind: str, dest_kind: str
+) -> None:
+    with (
+        make_target(source_kind, tmp_path / "source", request) as source,
+        make_target(dest_kind, tmp_path / "dest", request) as dest,
+    ):
+        for db in (source, dest):
+            assert run("migrate", *db.args).returncode == 0
+        cid = _seed(source)
+        _seed_items(source)
+        source_items = {ns: _items(source, ns) for ns in (DEFAULT_NAMESPACE, TEAM)}
+        assert [len(items) for items in source_items.values()] == [5, 2]  # not the expired one
+
+        out = tmp_path / "backup.json"
+        exported = run("export", "--all", "-o", str(out), *source.args)
+        assert exported.returncode == 0, exported.stderr
+        assert "exported 2 conversation(s) and 7 long-term item(s) from 2 namespace(s)" in (
+            exported.stderr
+        )
+        data = json.loads(out.read_text(encoding="utf-8"))
+        assert data["format_version"] == 2
+        assert [(s["namespace"], s["language"]) for s in data["long_term"]] == [
+            (DEFAULT_NAMESPACE, None),
+            (TEAM, "english"),
+        ]
+        assert [s["items"] for s in data["long_term"]] == list(source_items.values())
+
+        imported = run("import", str(out), *dest.args)
+        assert imported.returncode == 0, imported.stderr
+        assert sorted(imported.stdout.split()) == sorted(
+            c["conversation_id"] for c in data["conversations"]
+        )
+        assert imported.stderr.splitlines() == [
+            f"imported 5 long-term item(s) into namespace '{DEFAULT_NAMESPACE}'",
+            f"imported 2 long-term item(s) into namespace '{TEAM}'",
+        ]
+        dest_items = {ns: _items(dest, ns) for ns in (DEFAULT_NAMESPACE, TEAM)}
+        for ns, items in source_items.items():
+            assert _fields(dest_items[ns]) == _fields(items), ns
+            # keyed items keep their id (derived from namespace, owner and key)
+            keyed = {i["id"] for i in items if i["key"] is not None}
+            assert keyed == {i["id"] for i in dest_items[ns] if i["key"] is not None}
+        assert _languages(dest) == {DEFAULT_NAMESPACE: [None], TEAM: ["english"]}
+        store = dest.store()
+        try:
+            conv = ConversationMemory(store=store)
+            assert [t.user_prompt for t in conv.get_turns(cid)] == ["hello", "how are you?"]
+            recalled = LongTermMemory(store=store, user_id="ada").recall("tea or coffee?")
+            assert [r.item.text for r in recalled] == ["Ada prefers tea over coffee"]
+        finally:
+            store.close()
+        stats = json.loads(run("stats", "--json", *dest.args).stdout)["long_term"]
+        assert stats == {
+            "entries": 7,
+            "expired": 0,
+            "by_namespace": {DEFAULT_NAMESPACE: 5, TEAM: 2},
+        }
+
+        # Importing the same file again writes each item once, unchanged.
+        rows = _snapshot(dest)
+        again = run("import", str(out), *dest.args)
+        assert again.returncode == 0, again.stderr
+        assert {ns: _items(dest, ns) for ns in (DEFAULT_NAMESPACE, TEAM)} == dest_items
+        assert len(_snapshot(dest)) == len(rows)
+
+        # Restoring the backup over its own source replaces every item in place.
+        source_rows = _snapshot(source)
+        restored = run("import", str(out), *source.args)
+        assert restored.returncode == 0, restored.stderr
+        assert {ns: _items(source, ns) for ns in (DEFAULT_NAMESPACE, TEAM)} == source_items
+        assert len(_snapshot(source)) == len(source_rows)
+
+
+def test_export_long_term_namespace_options(target: Target, tmp_path: Path) -> None:
+    assert run("migrate", *target.args).returncode == 0
+    _seed(target)  # raw LONG_TERM entries in "facts": not long-term memory items
+    _seed_items(target)
+    store = target.store()
+    try:  # a namespace whose items were indexed with two languages
+        LongTermMemory(store=store, namespace="mixed").remember("plain words")
+        LongTermMemory(store=store, namespace="mixed", language="english").remember("stemmed")
+        LongTermMemory(store=store, namespace="mixed", language="english").remember("again")
+    finally:
+        store.close()
+
+    one = run("export", "--long-term-namespace", TEAM, *target.args)
+    assert one.returncode == 0, one.stderr
+    data = json.loads(one.stdout)
+    assert data["conversations"] == []
+    assert data["long_term"] == [
+        {"namespace": TEAM, "language": "english", "items": _items(target, TEAM)}
+    ]
+    # repeated (and repeated twice): in the order given, once each
+    two = run(
+        "export",
+        "--long-term-namespace", TEAM,
+        "--long-term-namespace", DEFAULT_NAMESPACE,
+        "--long-term-namespace", TEAM,
+        *target.args,
+    )  # fmt: skip
+    assert [s["namespace"] for s in json.loads(two.stdout)["long_term"]] == [
+        TEAM,
+        DEFAULT_NAMESPACE,
+    ]
+    # with conversation ids: a bundle of those conversations and the named items
+    store = target.store()
+    try:
+        cid = ConversationMemory(store=store).conversation_ids[0]
+    finally:
+        store.close()
+    both = json.loads(run("export", cid, "--long-term-namespace", TEAM, *target.args).stdout)
+    assert [c["conversation_id"] for c in both["conversations"]] == [cid]
+    assert [s["namespace"] for s in both["long_term"]] == [TEAM]
+    # a conversation alone is still the plain conversation object
+    assert "turns" in json.loads(run("export", cid, *target.args).stdout)
+
+    everything = run("export", "--all", *target.args)
+    assert everything.returncode == 0, everything.stderr
+    sections = json.loads(everything.stdout)["long_term"]
+    assert [s["namespace"] for s in sections] == [DEFAULT_NAMESPACE, "mixed", TEAM]
+    assert sections[1]["language"] == "english" and len(sections[1]["items"]) == 3
+    warnings = everything.stderr.splitlines()
+    assert len(warnings) == 2, everything.stderr
+    assert warnings[0].startswith("firefly-orm: warning: long-term namespace 'facts' not exported")
+    assert warnings[1] == (
+        "firefly-orm: warning: long-term namespace 'mixed' mixes search languages "
+        "(english: 2, simple: 1); the export records 'english', and an import indexes "
+        "every item of the namespace with it"
+    )
+
+    named_raw = run("export", "--long-term-namespace", "facts", *target.args)
+    assert "is not a long-term item" in assert_one_line_error(named_raw, 3)
+    missing = run(
+        "export", "--long-term-namespace", "nowhere", "--long-term-namespace", TEAM, *target.args
+    )
+    assert "no long-term items in namespace(s): 'nowhere'" in assert_one_line_error(missing, 1)
+    conflict = run("export", "--all", "--no-long-term", "--long-term-namespace", TEAM, *target.args)
+    assert "exclude each other" in assert_one_line_error(conflict, 2)
+    nothing = run("export", *target.args)
+    assert "--long-term-namespace" in assert_one_line_error(nothing, 2)
+    empty = run("export", "--long-term-namespace", "", *target.args)
+    assert "namespace" in assert_one_line_error(empty, 2)
+
+
+@pytest.mark.postgres
+def test_import_refused_by_postgres_writes_nothing(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """A write PostgreSQL refuses (a text-search configuration it does not have)
+    after the conversation and a first namespace: exit 3, nothing written."""
+    with make_target("postgres", tmp_path, request) as target:
+        before = _snapshot(target)
+        path = tmp_path / "unknown-language.json"
+        path.write_bytes(
+            _bundle(
+                _section({"text": "fine"}),
+                _section({"text": "indexed how?"}, namespace="other", language="no_such_config"),
+            )
+        )
+        result = run("import", str(path), *target.args)
+        line = assert_one_line_error(result, 3)
+        assert "no_such_config" in line
+        assert result.stdout == ""
+        assert _snapshot(target) == before
+
+
+@pytest.mark.postgres
+def test_large_import_refreshes_planner_statistics_once_committed(
+    request: pytest.FixtureRequest, tmp_path: Path, postgres_admin_engine: sa.Engine
+) -> None:
+    """The import's writes are joined into one transaction (no store of their own
+    to analyze), so the command refreshes the statistics after the commit: at
+    ``ANALYZE_AFTER_ROWS`` rows written (turns plus items), not below."""
+    from firefly_orm.conversation.transfer import ANALYZE_AFTER_ROWS
+
+    def analyze_count(schema: str) -> int:
+        with postgres_admin_engine.connect() as conn:
+            return int(
+                conn.execute(
+                    sa.text(
+                        "SELECT analyze_count FROM pg_stat_user_tables "
+                        "WHERE schemaname = :s AND relname = 'memory_entries'"
+                    ),
+                    {"s": schema},
+                ).scalar_one()
+            )
+
+    turns = [{"user_prompt": f"q{i}", "assistant_response": "a"} for i in range(10)]
+    for rows, expected in ((ANALYZE_AFTER_ROWS - 1, 0), (ANALYZE_AFTER_ROWS, 1)):
+        with make_target("postgres", tmp_path, request) as target:
+            assert run("migrate", *target.args).returncode == 0
+            items = [{"text": f"item {i}", "id": f"i{i}"} for i in range(rows - len(turns))]
+            path = tmp_path / f"{rows}.json"
+            path.write_bytes(
+                _bundle(_section(*items), conversations=({"conversation_id": "c", "turns": turns},))
+            )
+            result = run("import", str(path), *target.args)
+            assert result.returncode == 0, result.stderr
+            assert target.schema is not None
+            assert analyze_count(target.schema) == expected, rows
