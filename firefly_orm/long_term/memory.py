@@ -418,7 +418,13 @@ class LongTermMemory(MemoryLayer):
         entries: builtins.list[MemoryEntry] = []
         seen: dict[str, int] = {}
         for i, draft in enumerate(drafts):
-            entry = draft.entry(self._namespace, draft.entry_id(self._namespace), self._language)
+            try:
+                entry = draft.entry(
+                    self._namespace, draft.entry_id(self._namespace), self._language
+                )
+            except EntryValidationError as exc:
+                message = str(exc).removeprefix(f"{exc.field}: ")
+                raise EntryValidationError(f"items[{i}].{exc.field}", message) from None
             first = seen.setdefault(entry.entry_id, i)
             if first != i:
                 raise EntryValidationError(f"items[{i}]", f"names the same item as items[{first}]")

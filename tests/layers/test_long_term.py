@@ -605,6 +605,7 @@ async def test_bad_reads_are_refused(store: Any, mode: str) -> None:
         ({"text": "ok", "id": ""}, "items[1].id"),
         ({"text": "ok", "key": "same"}, "items[1]"),
         ("not a dict", "items[1]"),
+        ({"text": "ok", "metadata": {"k": "\ud800"}}, "items[1].metadata"),
     ],
 )
 async def test_bad_import_writes_nothing(store: Any, mode: str, bad: Any, field: str) -> None:
