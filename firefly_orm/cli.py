@@ -10,6 +10,7 @@ Usage::
     firefly-orm export CONVERSATION_ID [-o FILE]     # or: export --all -o all.json
     firefly-orm export --long-term-namespace NS -o items.json
     firefly-orm import FILE
+    firefly-orm import-upstream SOURCE   # Firefly framework data: dir, SQLite file, mongodb://
     firefly-orm demo
 
 The database comes from ``--url``, else ``FIREFLY_AGENTIC_MEMORY_POSTGRES_URL``,
@@ -690,6 +691,49 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_import_upstream(args: argparse.Namespace) -> int:
+    from datetime import UTC
+
+    from firefly_orm.upstream_import import (
+        ImportProgress,
+        UpstreamSourceError,
+        import_upstream,
+        upstream_source,
+    )
+
+    try:
+        source = upstream_source(
+            args.source,
+            database=args.mongo_database,
+            collection=args.mongo_collection,
+            table=args.sqlite_table,
+        )
+    except (UpstreamSourceError, EntryValidationError) as exc:
+        raise CliError(f"{exc}; nothing imported", EXIT_USAGE) from None
+
+    def on_progress(progress: ImportProgress) -> None:
+        if args.progress:
+            print(progress.describe(), file=sys.stderr, flush=True)
+
+    target = _resolve_target(args)
+    with _store(target, args) as store:
+        try:
+            # One unit of work per namespace; a rerun skips what is already there.
+            summary = import_upstream(
+                source,
+                store,
+                replace_existing=args.replace_existing,
+                skip_invalid=args.skip_invalid,
+                assume_timezone=UTC if args.assume_utc else None,
+                on_progress=on_progress,
+            )
+        except UpstreamSourceError as exc:
+            raise CliError(f"{exc}; nothing imported", EXIT_USAGE) from None
+        run(store, refresh_statistics(summary.imported))
+    print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.describe())
+    return EXIT_OK if summary.ok else EXIT_USAGE
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         import importlib
@@ -805,6 +849,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", metavar="FILE")
     p.add_argument("--conversation-id", help="import under this id (one conversation only)")
+    p = add(
+        "import-upstream",
+        "import the Firefly framework memory module's data "
+        "(a FileStore directory, a SQLiteStore file or a mongodb:// URL)",
+        _cmd_import_upstream,
+    )
+    p.add_argument("source", metavar="SOURCE", help="directory, SQLite file or mongodb:// URL")
+    p.add_argument("--mongo-database", help="upstream MongoDB database (default firefly_memory)")
+    p.add_argument("--mongo-collection", help="upstream MongoDB collection (default entries)")
+    p.add_argument("--sqlite-table", help="upstream SQLite table (default firefly_memory)")
+    p.add_argument(
+        "--replace-existing",
+        action="store_true",
+        help="overwrite entries the database already holds (default: keep them)",
+    )
+    p.add_argument(
+        "--skip-invalid",
+        action="store_true",
+        help="import a namespace's valid entries even when some of its records are invalid",
+    )
+    p.add_argument(
+        "--assume-utc", action="store_true", help="read date-times without a UTC offset as UTC"
+    )
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     add("demo", "run the demo (firefly_orm.demo; other arguments go to it)", _cmd_demo)
     return parser
 
@@ -819,7 +887,11 @@ def _one_line(exc: BaseException, args: argparse.Namespace | None) -> str:
 
 def _secrets(args: argparse.Namespace | None) -> list[str]:
     """Every secret in the URLs this command may have used."""
-    urls = (getattr(args, "url", None), os.environ.get(ENV_POSTGRES_URL))
+    urls = (
+        getattr(args, "url", None),
+        getattr(args, "source", None),
+        os.environ.get(ENV_POSTGRES_URL),
+    )
     return [secret for raw in urls if raw for secret in url_secrets(raw)]
 
 

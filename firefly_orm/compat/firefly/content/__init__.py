@@ -1,0 +1,1 @@
+"""Upstream's ``content`` package: only what the memory module uses (``compression``)."""
