@@ -32,6 +32,7 @@ from firefly_orm.conversation.edits import (
     erase_user_entries,
     update_turn,
 )
+from firefly_orm.conversation.idempotency import check_idempotency_key, fingerprint
 from firefly_orm.conversation.messages import estimate_turn
 from firefly_orm.conversation.model import (
     AsyncSummarizer,
@@ -280,6 +281,7 @@ class ConversationMemory(MemoryLayer):
         *,
         metadata: Mapping[str, Any] | None = None,
         user_id: str | None = None,
+        idempotency_key: str | None = None,
     ) -> Operation[ConversationTurn]:
         """Add a turn (creating the conversation if needed), evicting as needed.
 
@@ -288,6 +290,14 @@ class ConversationMemory(MemoryLayer):
         the commit the ``on_trim`` / ``on_summarize`` observers are told.
         With ``long_term``, evicted turns scored at or above the threshold are
         promoted in the same unit of work.
+
+        ``idempotency_key``: makes the append exactly-once.  A retry with the
+        same key (after an error that left you unsure whether the turn was
+        stored, such as a connection lost after COMMIT) returns the turn
+        already stored instead of adding another, for
+        :data:`~firefly_orm.conversation.idempotency.IDEMPOTENCY_WINDOW` (a
+        day); the same key with a different prompt, answer or raw messages
+        raises ``EntryValidationError``.  Observers are told only once.
 
         From async code (``async_add_turn``) an async summarizer is awaited and a
         sync one runs in a worker thread, so the event loop is not blocked.
@@ -305,6 +315,7 @@ class ConversationMemory(MemoryLayer):
         response = check_text("assistant_response", assistant_response)
         checked_metadata = check_metadata(metadata)
         owner = None if user_id is None else validate_user_id(user_id)
+        key = check_idempotency_key(idempotency_key)
         encoded = encode_raw_messages(raw_messages)
         tokens, per_message = estimate_turn(self._estimator, prompt, response, encoded)
         turn = ConversationTurn(
@@ -316,11 +327,26 @@ class ConversationMemory(MemoryLayer):
         )
         appended = yield from ops.add_turn(
             conversation_id,
-            ops.EncodedTurn(turn, encoded, per_message, owner),
+            ops.EncodedTurn(
+                turn,
+                encoded,
+                per_message,
+                owner,
+                key,
+                None if key is None else fingerprint(prompt, response, encoded),
+            ),
             self._policy,
             self._summarizer,
         )
         plan = appended.plan
+        if plan is None:
+            logger.debug(
+                "conversation %r: turn %d was already added under idempotency key %r",
+                conversation_id,
+                appended.turn.turn_id,
+                key,
+            )
+            return appended.turn
         if plan.evicted_turn_ids:
             evicted = plan.evicted_turns
             event = TrimEvent(

@@ -45,6 +45,7 @@ from firefly_orm.bridges.steps import (
     is_coroutine_callable,
     retrying,
 )
+from firefly_orm.conversation.idempotency import marker_entry, replayed_turn
 from firefly_orm.conversation.model import AsyncSummarizer, ConversationTurn, Summarizer
 from firefly_orm.conversation.plan import (
     AppendPlan,
@@ -124,22 +125,29 @@ class EncodedTurn:
 
     ``message_tokens``: one token estimate per raw message (``None`` without
     them); ``user_id``: the owner a new conversation gets (an existing one must
-    belong to that user).
+    belong to that user); ``idempotency_key`` / ``fingerprint``: see
+    :mod:`firefly_orm.conversation.idempotency`.
     """
 
     turn: ConversationTurn
     encoded_raw: dict[str, Any] | None
     message_tokens: list[int] | None = None
     user_id: str | None = None
+    idempotency_key: str | None = None
+    fingerprint: str | None = None
 
 
 @dataclass(frozen=True)
 class Appended:
     """What :func:`add_turn` did: the stored turn, the plan, the new summary if one was
-    made, and the ids of the long-term items evicted turns were promoted to."""
+    made, and the ids of the long-term items evicted turns were promoted to.
+
+    ``plan`` is ``None`` when the turn had already been added under its
+    idempotency key (nothing was written: ``turn`` is the stored one).
+    """
 
     turn: ConversationTurn
-    plan: AppendPlan
+    plan: AppendPlan | None
     new_summary: str | None
     promoted_ids: tuple[str, ...] = ()
 
@@ -378,6 +386,11 @@ def append_turn(
         raise EntryValidationError(
             "user_id", f"conversation {conversation_id!r} belongs to another user"
         )
+    key = new_turn.idempotency_key
+    if key is not None and new_turn.fingerprint is not None:
+        replayed = replayed_turn(uow, namespace, key, new_turn.fingerprint)
+        if replayed is not None:
+            return Appended(replayed, None, None)
     if head.total_messages is None and head.turn_count and policy.limits.max_messages:
         head = replace(head, total_messages=_count_messages(uow, namespace))
     known_messages = head.total_messages is not None or head.turn_count == 0
@@ -417,6 +430,11 @@ def append_turn(
                 )
                 uow.entries.save(archive, row)
         uow.entries.delete(namespace, [stored.entry_id for stored in evicted])
+    if key is not None and new_turn.fingerprint is not None:
+        marker = marker_entry(namespace, key, plan.turn, new_turn.fingerprint, owner)
+        # A plain upsert (it may replace an expired marker): racing writers of one key
+        # are serialised by the head's versioned save below, so only one commits.
+        uow.entries.save(namespace, marker)
     promoted: tuple[str, ...] = ()
     if score and promotion is not None and prepared is not None and prepared.scores is not None:
         promoted = promotion.store(uow, conversation_id, owner, plan.evicted_turns, prepared.scores)
