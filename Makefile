@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-EXTRAS := postgres,mongo,pydantic-ai,tiktoken,dev
+EXTRAS := postgres,mongo,pydantic-ai,tiktoken,docs,dev
 
 # Use the local PostgreSQL when it answers and no URL was given (CI exports its own).
 LOCAL_PG_URL := postgresql+psycopg://postgres@127.0.0.1:5432/test
@@ -18,7 +18,7 @@ endif
 
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-unit test-fast lint format bench bench-quick migrate clean
+.PHONY: install demo test test-unit test-fast lint format bench bench-quick migrate clean docs
 
 $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,18 +31,22 @@ install: $(STAMP)
 demo: install
 	$(PY) -m firefly_orm.demo
 
-LINT_PATHS := firefly_orm tests migrations $(wildcard bench) $(wildcard examples)
+LINT_PATHS := firefly_orm tests migrations docs/tooling $(wildcard bench) $(wildcard examples)
 
 lint: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
-	$(VENV)/bin/mypy --strict firefly_orm tests $(wildcard examples)
+	$(VENV)/bin/mypy --strict firefly_orm tests docs/tooling $(wildcard examples)
 
 format: install
 	$(VENV)/bin/ruff format $(LINT_PATHS)
 	$(VENV)/bin/ruff check --fix $(LINT_PATHS)
 
-test: install lint
+# The API reference (mkdocs.yml, docs/), warnings as errors, into site/.
+docs: install
+	$(VENV)/bin/mkdocs build --strict --site-dir site
+
+test: install lint docs
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # tests/unit only: no database, no server process (well under a minute).
@@ -62,4 +66,4 @@ migrate: install
 	$(VENV)/bin/alembic upgrade head
 
 clean:
-	rm -rf $(VENV) dist build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) dist build site .pytest_cache .mypy_cache .ruff_cache

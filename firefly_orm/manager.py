@@ -76,19 +76,24 @@ class MemoryManager(MemoryLayer):
         working_scope_id: Scope of this manager's facts (``working:<scope_id>``).
         summarizer: Called with the evicted turns to build a conversation's summary
             (e.g. :func:`~firefly_orm.summarization.create_llm_summarizer`).
-        max_messages, pin_count, recent_count: Conversation policies (see
+        max_messages: Conversation policy: at most this many model messages (see
             :class:`~firefly_orm.conversation.ConversationMemory`).
+        pin_count: Conversation policy: how many first turns are never evicted.
+        recent_count: Conversation policy: how many of the newest turns an
+            eviction keeps at least.
         user_id: The user this manager works for: its new conversations, its
             facts and its long-term items belong to that user (:meth:`erase_user`
             removes them all).
-        long_term_namespace, long_term_limit, episodic_retention_days,
-        search_language: The :class:`~firefly_orm.long_term.LongTermMemory`
-            of :attr:`long_term` (its ``namespace``, ``long_term_limit``,
-            ``episodic_retention_days`` and ``language``).
+        long_term_namespace: The ``namespace`` of :attr:`long_term` (the
+            :class:`~firefly_orm.long_term.LongTermMemory`).
+        long_term_limit: The ``long_term_limit`` of :attr:`long_term`.
+        episodic_retention_days: The ``episodic_retention_days`` of :attr:`long_term`.
+        search_language: The ``language`` of :attr:`long_term`.
         auto_promote: Promote evicted conversation turns to :attr:`long_term`
             (off by default; see ``ConversationMemory(long_term=...)``).
-        importance_threshold, promotion_scorer: How turns are promoted
+        importance_threshold: The lowest score promoted
             (:mod:`firefly_orm.long_term.promotion`).
+        promotion_scorer: Rates an evicted turn for promotion.
 
     Example:
         >>> mgr = MemoryManager()
