@@ -48,6 +48,9 @@ class Sizes:
     async_turns: int
     async_reads: int
     async_wm_ops: int
+    recall_levels: tuple[int, ...]  # W6: long-term entries in the store at each measurement
+    recall_reads: int  # W6: timed recalls per level (selective words)
+    recall_common_reads: int  # W6b: timed recalls per level (with common words; SQL only)
 
 
 QUICK = Sizes(
@@ -66,6 +69,9 @@ QUICK = Sizes(
     async_turns=15,
     async_reads=30,
     async_wm_ops=80,
+    recall_levels=(1_000, 10_000),
+    recall_reads=60,
+    recall_common_reads=20,
 )
 
 FULL = Sizes(
@@ -84,6 +90,9 @@ FULL = Sizes(
     async_turns=30,
     async_reads=150,
     async_wm_ops=500,
+    recall_levels=(1_000, 10_000, 100_000),
+    recall_reads=200,
+    recall_common_reads=40,
 )
 
 

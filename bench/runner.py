@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import raw, workloads
+from bench import raw, recall, workloads
 from bench.common import (
     FULL,
     QUICK,
@@ -40,12 +40,17 @@ DURABILITY = (
 )
 
 
+#: The workload ids ``--only`` accepts.
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5b", "W6", "async")
+
+
 class Runner:
     """Collects rows and errors; runs each workload guarded so one failure never stops the rest."""
 
-    def __init__(self, sizes: Sizes, seed: int) -> None:
+    def __init__(self, sizes: Sizes, seed: int, only: frozenset[str] | None = None) -> None:
         self.sizes = sizes
         self.seed = seed
+        self.only = only
         self.rows: list[Row] = []
         self.errors: list[str] = []
         self.meta: dict[str, Any] = {}
@@ -69,6 +74,10 @@ class Runner:
             self.rows.extend(result)
         return result
 
+    def wants(self, *workloads: str) -> bool:
+        """Whether any of these workloads runs (``--only``; every workload by default)."""
+        return self.only is None or any(w in self.only for w in workloads)
+
     # ------------------------------------------------------------------ one backend
     def run_backend(
         self,
@@ -76,9 +85,51 @@ class Runner:
         make_pair: Callable[..., tuple[Any, Any]],
         durability: Callable[[Any, Any], dict[str, Any]],
         make_async_pair: Callable[[], tuple[Any, Any]] | None,
+        make_recall_pair: Callable[[str], tuple[Any, Any]],
     ) -> None:
         sizes, seed = self.sizes, self.seed
         pool = TextPool(seed)
+        if self.wants("W1", "W2", "W3"):
+            self._conversation_rows(backend, make_pair, durability, pool)
+        if self.wants("W4"):
+            self.attempt(
+                f"{backend}: W4 scale",
+                lambda: workloads.w4_scale(make_pair, sizes, pool, backend, seed, self.log),
+            )
+        w5_budget = budget_for_turns(pool.turn_tokens, W5_KEPT_TURNS)
+        if self.wants("W5"):
+            self.attempt(
+                f"{backend}: W5 long conversation",
+                lambda: workloads.w5_long(
+                    lambda label: make_pair(label, max_tokens=w5_budget), sizes, pool, backend
+                ),
+            )
+        if self.wants("W5b"):
+            self.attempt(
+                f"{backend}: W5b long conversation without eviction",
+                lambda: workloads.w5_long(make_pair, sizes, pool, backend, evict=False),
+            )
+        if self.wants("W6"):
+            self.attempt(
+                f"{backend}: W6 long-term recall",
+                lambda: recall.w6_recall(make_recall_pair, sizes, seed, backend, self.log),
+            )
+        if make_async_pair is not None and self.wants("async"):
+            factory = make_async_pair
+            self.attempt(
+                f"{backend} async: W1/W2/W3",
+                lambda: asyncio.run(self._async_rows(factory, f"{backend} async", pool)),
+            )
+
+    def _conversation_rows(
+        self,
+        backend: str,
+        make_pair: Callable[..., tuple[Any, Any]],
+        durability: Callable[[Any, Any], dict[str, Any]],
+        pool: TextPool,
+    ) -> None:
+        """W1 (also when only W2 is asked for: W2 reads W1's conversations), W2, W3."""
+        sizes, seed = self.sizes, self.seed
         pair = self.attempt(f"{backend}: set-up", lambda: make_pair("w1"))
         if pair is None:
             return
@@ -86,45 +137,27 @@ class Runner:
         try:
             self.attempt(f"{backend}: warm-up", lambda: workloads.warm_up(ours, base, pool))
             self.meta.setdefault("durability", {})[backend] = durability(ours, base)
-            result = self.attempt(
-                f"{backend}: W1 append",
-                lambda: workloads.w1_append(ours, base, sizes, pool, backend),
-            )
-            if result is not None:
-                row, cids = result
-                self.rows.append(row)
-                self.attempt(
-                    f"{backend}: W2 read",
-                    lambda: workloads.w2_read(ours, base, cids, sizes, pool, backend, seed),
+            if self.wants("W1", "W2"):
+                result = self.attempt(
+                    f"{backend}: W1 append",
+                    lambda: workloads.w1_append(ours, base, sizes, pool, backend),
                 )
-            self.attempt(
-                f"{backend}: W3 working memory",
-                lambda: workloads.w3_working(ours, base, sizes, backend, seed),
-            )
+                if result is not None:
+                    row, cids = result
+                    self.rows.append(row)
+                    if self.wants("W2"):
+                        self.attempt(
+                            f"{backend}: W2 read",
+                            lambda: workloads.w2_read(ours, base, cids, sizes, pool, backend, seed),
+                        )
+            if self.wants("W3"):
+                self.attempt(
+                    f"{backend}: W3 working memory",
+                    lambda: workloads.w3_working(ours, base, sizes, backend, seed),
+                )
         finally:
             ours.close()
             base.close()
-        self.attempt(
-            f"{backend}: W4 scale",
-            lambda: workloads.w4_scale(make_pair, sizes, pool, backend, seed, self.log),
-        )
-        w5_budget = budget_for_turns(pool.turn_tokens, W5_KEPT_TURNS)
-        self.attempt(
-            f"{backend}: W5 long conversation",
-            lambda: workloads.w5_long(
-                lambda label: make_pair(label, max_tokens=w5_budget), sizes, pool, backend
-            ),
-        )
-        self.attempt(
-            f"{backend}: W5b long conversation without eviction",
-            lambda: workloads.w5_long(make_pair, sizes, pool, backend, evict=False),
-        )
-        if make_async_pair is not None:
-            factory = make_async_pair
-            self.attempt(
-                f"{backend} async: W1/W2/W3",
-                lambda: asyncio.run(self._async_rows(factory, f"{backend} async", pool)),
-            )
 
     async def _async_rows(
         self, factory: Callable[[], tuple[Any, Any]], backend: str, pool: TextPool
@@ -153,6 +186,10 @@ class Runner:
             ours = AsyncOurs(SQLiteStore(tmp / "ours-async.sqlite3"))
             return ours, raw.AsyncRawSQLite(str(tmp / "raw-async.sqlite3"))
 
+        def make_recall_pair(label: str) -> tuple[Any, Any]:
+            ours = recall.SQLOurs(SQLiteStore(tmp / f"ours-{label}.sqlite3"))
+            return ours, recall.RawSQLiteRecall(str(tmp / f"raw-{label}.sqlite3"))
+
         def durability(ours: Any, base: Any) -> dict[str, Any]:
             with ours.store.engine.connect() as conn:
                 mine = {
@@ -161,7 +198,13 @@ class Runner:
                 }
             return {"ours": mine, "baseline": base.durability(), "note": "synchronous 2 = FULL"}
 
-        self.run_backend("sqlite", make_pair, durability, make_async_pair if with_async else None)
+        self.run_backend(
+            "sqlite",
+            make_pair,
+            durability,
+            make_async_pair if with_async else None,
+            make_recall_pair,
+        )
 
     # ------------------------------------------------------------------ Postgres
     def run_postgres(self, with_async: bool) -> None:
@@ -203,6 +246,11 @@ class Runner:
             ours = AsyncOurs(PostgreSQLStore(url, schema_name=ours_schema))
             return ours, raw.AsyncRawPostgres(conninfo, raw_schema)
 
+        def make_recall_pair(label: str) -> tuple[Any, Any]:
+            ours_schema, raw_schema = names(label)
+            ours = recall.SQLOurs(PostgreSQLStore(url, schema_name=ours_schema))
+            return ours, recall.RawPostgresRecall(conninfo, raw_schema)
+
         def durability(ours: Any, base: Any) -> dict[str, Any]:
             with ours.store.engine.connect() as conn:
                 mine = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
@@ -210,7 +258,11 @@ class Runner:
 
         try:
             self.run_backend(
-                "postgres", make_pair, durability, make_async_pair if with_async else None
+                "postgres",
+                make_pair,
+                durability,
+                make_async_pair if with_async else None,
+                make_recall_pair,
             )
         finally:
             for schema in schemas:
@@ -259,6 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         help="MongoDB for the mongo rows (default: $FIREFLY_ORM_TEST_MONGO_URL, else a "
         "SecantusDB subprocess when installed, else the rows are skipped)",
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=WORKLOADS,
+        help="run only this workload (repeatable; default all; W2 also runs W1, whose "
+        "conversations it reads; W6 includes W6b)",
+    )
     parser.add_argument("--no-async", action="store_true", help="skip the async rows")
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--tmpdir", help="where the SQLite files go (default: a new temp dir)")
@@ -274,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         return profile_main(quick=args.quick, seed=args.seed)
 
     sizes = QUICK if args.quick else FULL
-    runner = Runner(sizes, args.seed)
+    runner = Runner(sizes, args.seed, frozenset(args.only) if args.only else None)
     backends = args.backend or ["sqlite", "postgres", "mongo"]
     tmp = Path(tempfile.mkdtemp(prefix="firefly-bench-", dir=args.tmpdir))
     runner.meta.update(
@@ -282,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             "quick": args.quick,
             "sizes": sizes.__dict__,
             "seed": args.seed,
+            "only": sorted(args.only) if args.only else None,
             "machine": {
                 "platform": platform.platform(),
                 "cpus": os.cpu_count(),
