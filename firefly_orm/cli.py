@@ -11,6 +11,8 @@ Usage::
     firefly-orm export --long-term-namespace NS -o items.json
     firefly-orm import FILE
     firefly-orm import-upstream SOURCE   # Firefly framework data: dir, SQLite file, mongodb://
+    firefly-orm artifacts export KEY DIR [--user USER] [--force]
+    firefly-orm artifacts import DIR [--key KEY] [--user USER] [--replace]
     firefly-orm demo
 
 The database comes from ``--url``, else ``FIREFLY_AGENTIC_MEMORY_POSTGRES_URL``,
@@ -32,6 +34,14 @@ the shapes ``export`` writes, :mod:`firefly_orm.export_file`) before it opens
 the database, then writes every conversation and every long-term item in ONE
 transaction: a bad item, or a write that fails, leaves the database as it was
 (exit 2 for a file that cannot be read or is invalid).
+
+``artifacts export`` writes an artifact workspace as a directory in Flyte's
+layout (:mod:`firefly_orm.artifacts.flyte`), under a temporary name renamed
+into place; an existing ``DIR`` must be empty, or hold an exported workspace
+and ``--force`` be given.  ``artifacts import`` reads and checks the whole
+directory before it opens the database and writes the workspace in one
+transaction (exit 2 for a refused directory, or an existing workspace without
+``--replace``; exit 1 for a workspace to export that does not exist).
 """
 
 from __future__ import annotations
@@ -72,6 +82,7 @@ from firefly_orm.errors import (
     EntryValidationError,
     FireflyOrmError,
     MigrationRequiredError,
+    NotFoundError,
     StoreCorruptedError,
     redact_url,
     scrub_secret,
@@ -734,6 +745,61 @@ def _cmd_import_upstream(args: argparse.Namespace) -> int:
     return EXIT_OK if summary.ok else EXIT_USAGE
 
 
+# --------------------------------------------------------------------------- artifact workspaces
+
+
+def _cmd_artifacts_export(args: argparse.Namespace) -> int:
+    from firefly_orm.artifacts import Artifacts
+    from firefly_orm.artifacts.flyte import export_directory
+
+    target = _resolve_target(args)
+    with _store(target, args) as store:
+        workspace = Artifacts(store=store, user_id=args.user).workspace(args.key)
+        try:
+            snapshot = export_directory(workspace, args.directory, overwrite=args.force)
+        except NotFoundError as exc:
+            raise CliError(str(exc), EXIT_NOT_AT_HEAD) from None
+    print(
+        f"exported artifact workspace {snapshot.key!r} to {args.directory}: "
+        f"{len(snapshot.files)} file(s), {len(snapshot.audit)} audit record(s), "
+        f"{len(snapshot.versions)} version(s), {len(snapshot.messages)} message(s)",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+def _cmd_artifacts_import(args: argparse.Namespace) -> int:
+    from firefly_orm.artifacts import Artifacts, WorkspaceExistsError
+    from firefly_orm.artifacts.flyte import read_directory
+
+    try:
+        # The whole directory is read and checked before the database is opened.
+        snapshot = read_directory(args.directory, key=args.key)
+    except EntryValidationError as exc:
+        raise CliError(f"{args.directory}: {exc}; nothing imported", EXIT_USAGE) from None
+    target = _resolve_target(args)
+    with _store(target, args) as store:
+        artifacts = Artifacts(store=store, user_id=args.user)
+        try:
+            workspace = artifacts.import_snapshot(snapshot, replace=args.replace)
+        except WorkspaceExistsError:
+            raise CliError(
+                f"artifact workspace {snapshot.key!r} already exists; "
+                "pass --replace to replace it (nothing imported)",
+                EXIT_USAGE,
+            ) from None
+        except EntryValidationError as exc:
+            raise CliError(f"{args.directory}: {exc}; nothing imported", EXIT_USAGE) from None
+    print(workspace.key)
+    print(
+        f"imported artifact workspace {workspace.key!r} from {args.directory}: "
+        f"{len(snapshot.files)} file(s), {len(snapshot.audit)} audit record(s), "
+        f"{len(snapshot.versions)} version(s), {len(snapshot.messages)} message(s)",
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     try:
         import importlib
@@ -873,6 +939,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--assume-utc", action="store_true", help="read date-times without a UTC offset as UTC"
     )
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p = add("artifacts", "export or import an artifact workspace (Flyte's directory layout)", None)
+    actions = p.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")
+    owner_help = "the workspace's owner (default: a shared workspace)"
+    p = actions.add_parser("export", help="write workspace KEY to directory DIR", parents=[common])
+    p.set_defaults(func=_cmd_artifacts_export)
+    p.add_argument("key", metavar="KEY")
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--user", help=owner_help)
+    p.add_argument(
+        "--force", action="store_true", help="replace DIR when it holds an exported workspace"
+    )
+    p = actions.add_parser("import", help="import directory DIR as a workspace", parents=[common])
+    p.set_defaults(func=_cmd_artifacts_import)
+    p.add_argument("directory", metavar="DIR")
+    p.add_argument("--key", help="the workspace key (default: the one DIR records, else its name)")
+    p.add_argument("--user", help=owner_help)
+    p.add_argument("--replace", action="store_true", help="replace the workspace if it exists")
     add("demo", "run the demo (firefly_orm.demo; other arguments go to it)", _cmd_demo)
     return parser
 
