@@ -51,6 +51,9 @@ class Sizes:
     recall_levels: tuple[int, ...]  # W6: long-term entries in the store at each measurement
     recall_reads: int  # W6: timed recalls per level (selective words)
     recall_common_reads: int  # W6b: timed recalls per level (with common words; SQL only)
+    artifact_files: int  # W7: files per workspace, written round-robin
+    artifact_steps: int  # W7: timed steps of (CAS write, CAS write +versions, read)
+    async_artifact_steps: int
 
 
 QUICK = Sizes(
@@ -72,6 +75,9 @@ QUICK = Sizes(
     recall_levels=(1_000, 10_000),
     recall_reads=60,
     recall_common_reads=20,
+    artifact_files=10,
+    artifact_steps=80,
+    async_artifact_steps=60,
 )
 
 FULL = Sizes(
@@ -93,6 +99,9 @@ FULL = Sizes(
     recall_levels=(1_000, 10_000, 100_000),
     recall_reads=200,
     recall_common_reads=40,
+    artifact_files=20,
+    artifact_steps=400,
+    async_artifact_steps=200,
 )
 
 

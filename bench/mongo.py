@@ -1,4 +1,4 @@
-"""MongoDB rows: W1 (append), W2 (read), W5/W5b (long conversation), W6 (recall) against pymongo.
+"""MongoDB rows: W1, W2, W5/W5b, W6 (recall) and W7 (artifact CAS writes) against pymongo.
 
 The server: ``--mongo-url``, else ``$FIREFLY_ORM_TEST_MONGO_URL``, else a SecantusDB
 server (the MongoDB wire-protocol server the test suite uses here) started as a
@@ -460,6 +460,24 @@ def _w6_rows(runner: Any, server: str, run_id: str, databases: list[str]) -> Non
     )
 
 
+def _w7_rows(runner: Any, server: str, run_id: str, databases: list[str], pool: TextPool) -> None:
+    """W7 on MongoDB: artifact CAS writes and reads against pymongo (sync only)."""
+    from bench.artifacts import MongoOursArtifacts, RawMongoArtifacts, w7_artifacts
+
+    def make_pair(label: str) -> tuple[MongoOursArtifacts, RawMongoArtifacts]:
+        name = f"ffbench_{run_id}_{label}"
+        databases.extend((name, name + "_raw"))
+        return MongoOursArtifacts(server, name), RawMongoArtifacts(server, name + "_raw")
+
+    def durability(ours: MongoOursArtifacts, base: RawMongoArtifacts) -> dict[str, Any]:
+        return {"ours": ours.durability(), "baseline": base.durability()}
+
+    runner.attempt(
+        "mongo: W7 artifact CAS write / read",
+        lambda: w7_artifacts(make_pair, runner.sizes, pool, "mongo", runner.seed, durability),
+    )
+
+
 def run_mongo(runner: Any, url: str | None) -> None:
     """Run the MongoDB rows through ``runner`` (a :class:`bench.runner.Runner`).
 
@@ -499,6 +517,8 @@ def run_mongo(runner: Any, url: str | None) -> None:
                     _w5_row(runner, make_pair, runner.sizes, pool, evict)
             if runner.wants("W6"):
                 _w6_rows(runner, server, run_id, databases)
+            if runner.wants("W7"):
+                _w7_rows(runner, server, run_id, databases, pool)
         finally:
             if source == _SUBPROCESS:  # its storage is deleted with it (dropping is slow)
                 runner.log(f"mongo: {len(databases)} bench databases go with the server")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import raw, recall, workloads
+from bench import artifacts, raw, recall, workloads
 from bench.common import (
     FULL,
     QUICK,
@@ -41,7 +41,7 @@ DURABILITY = (
 
 
 #: The workload ids ``--only`` accepts.
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5b", "W6", "async")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7", "async")
 
 
 class Runner:
@@ -86,6 +86,8 @@ class Runner:
         durability: Callable[[Any, Any], dict[str, Any]],
         make_async_pair: Callable[[], tuple[Any, Any]] | None,
         make_recall_pair: Callable[[str], tuple[Any, Any]],
+        make_artifact_pair: Callable[[str], tuple[Any, Any]],
+        make_async_artifact_pair: Callable[[], tuple[Any, Any]] | None,
     ) -> None:
         sizes, seed = self.sizes, self.seed
         pool = TextPool(seed)
@@ -114,6 +116,21 @@ class Runner:
                 f"{backend}: W6 long-term recall",
                 lambda: recall.w6_recall(make_recall_pair, sizes, seed, backend, self.log),
             )
+        if self.wants("W7"):
+            self.attempt(
+                f"{backend}: W7 artifact CAS write / read",
+                lambda: artifacts.w7_artifacts(
+                    make_artifact_pair, sizes, pool, backend, seed, durability
+                ),
+            )
+            if make_async_artifact_pair is not None:
+                artifact_factory = make_async_artifact_pair
+                self.attempt(
+                    f"{backend} async: W7 artifact CAS write / read",
+                    lambda: asyncio.run(
+                        self._async_artifacts(artifact_factory, f"{backend} async", pool)
+                    ),
+                )
         if make_async_pair is not None and self.wants("async"):
             factory = make_async_pair
             self.attempt(
@@ -171,6 +188,18 @@ class Runner:
             await ours.close()
             await base.close()
 
+    async def _async_artifacts(
+        self, factory: Callable[[], tuple[Any, Any]], backend: str, pool: TextPool
+    ) -> list[Row]:
+        ours, base = factory()
+        try:
+            return await artifacts.async_w7_artifacts(
+                ours, base, self.sizes, pool, backend, self.seed
+            )
+        finally:
+            await ours.close()
+            await base.close()
+
     # ------------------------------------------------------------------ SQLite
     def run_sqlite(self, tmp: Path, with_async: bool) -> None:
         from firefly_orm.sql import SQLiteStore
@@ -190,6 +219,14 @@ class Runner:
             ours = recall.SQLOurs(SQLiteStore(tmp / f"ours-{label}.sqlite3"))
             return ours, recall.RawSQLiteRecall(str(tmp / f"raw-{label}.sqlite3"))
 
+        def make_artifact_pair(label: str) -> tuple[Any, Any]:
+            ours = artifacts.OursArtifacts(SQLiteStore(tmp / f"ours-{label}.sqlite3"))
+            return ours, artifacts.RawSQLiteArtifacts(str(tmp / f"raw-{label}.sqlite3"))
+
+        def make_async_artifact_pair() -> tuple[Any, Any]:
+            ours = artifacts.AsyncOursArtifacts(SQLiteStore(tmp / "ours-w7-async.sqlite3"))
+            return ours, artifacts.AsyncRawSQLiteArtifacts(str(tmp / "raw-w7-async.sqlite3"))
+
         def durability(ours: Any, base: Any) -> dict[str, Any]:
             with ours.store.engine.connect() as conn:
                 mine = {
@@ -204,6 +241,8 @@ class Runner:
             durability,
             make_async_pair if with_async else None,
             make_recall_pair,
+            make_artifact_pair,
+            make_async_artifact_pair if with_async else None,
         )
 
     # ------------------------------------------------------------------ Postgres
@@ -251,6 +290,16 @@ class Runner:
             ours = recall.SQLOurs(PostgreSQLStore(url, schema_name=ours_schema))
             return ours, recall.RawPostgresRecall(conninfo, raw_schema)
 
+        def make_artifact_pair(label: str) -> tuple[Any, Any]:
+            ours_schema, raw_schema = names(label)
+            ours = artifacts.OursArtifacts(PostgreSQLStore(url, schema_name=ours_schema))
+            return ours, artifacts.RawPostgresArtifacts(conninfo, raw_schema)
+
+        def make_async_artifact_pair() -> tuple[Any, Any]:
+            ours_schema, raw_schema = names("w7_async")
+            ours = artifacts.AsyncOursArtifacts(PostgreSQLStore(url, schema_name=ours_schema))
+            return ours, artifacts.AsyncRawPostgresArtifacts(conninfo, raw_schema)
+
         def durability(ours: Any, base: Any) -> dict[str, Any]:
             with ours.store.engine.connect() as conn:
                 mine = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
@@ -263,6 +312,8 @@ class Runner:
                 durability,
                 make_async_pair if with_async else None,
                 make_recall_pair,
+                make_artifact_pair,
+                make_async_artifact_pair if with_async else None,
             )
         finally:
             for schema in schemas:
@@ -324,13 +375,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="profile W1 and W2 on SQLite with pyinstrument instead of benchmarking",
+        help="profile W1 and W2 (with --only W7: W7) on SQLite (W7: or --backend postgres) "
+        "with pyinstrument instead of benchmarking",
     )
     args = parser.parse_args(argv)
     if args.profile:
         from bench.profile import main as profile_main
 
-        return profile_main(quick=args.quick, seed=args.seed)
+        return profile_main(
+            quick=args.quick,
+            seed=args.seed,
+            only=frozenset(args.only or ()),
+            backend=(args.backend or ["sqlite"])[0],
+            tmpdir=args.tmpdir,
+        )
 
     sizes = QUICK if args.quick else FULL
     runner = Runner(sizes, args.seed, frozenset(args.only) if args.only else None)
