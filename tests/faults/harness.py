@@ -489,6 +489,8 @@ class KillLoop:
     Args:
         make_config: ``(slot, generation, log path) -> WriterConfig``.
         workdir: Where the logs go.
+        enough: When given, the loop goes on past ``duration`` (up to four times
+            as long) until it returns true (a loaded machine starts writers slowly).
     """
 
     def __init__(
@@ -500,6 +502,7 @@ class KillLoop:
         duration: float,
         kill_window: tuple[float, float] = (0.02, 0.6),
         rng: random.Random | None = None,
+        enough: Callable[[], bool] | None = None,
     ) -> None:
         self.make_config = make_config
         self.workdir = workdir
@@ -507,6 +510,7 @@ class KillLoop:
         self.duration = duration
         self.kill_window = kill_window
         self.rng = rng or random.Random()
+        self.enough = enough
         self.figures = KillFigures()
         self._generation = 0
 
@@ -537,10 +541,19 @@ class KillLoop:
     def run(self) -> KillFigures:
         """Run the loop; return its figures (the children are all dead afterwards)."""
         slots = [self._spawn(slot) for slot in range(self.children)]
-        deadline = time.monotonic() + self.duration
+        started = time.monotonic()
+        deadline, hard_deadline = started + self.duration, started + 4 * self.duration
+        checked = started
         try:
-            while time.monotonic() < deadline:
+            while True:
                 now = time.monotonic()
+                if now >= deadline:
+                    if self.enough is None or now >= hard_deadline:
+                        break
+                    if now - checked >= 0.5:
+                        checked = now
+                        if self.enough():
+                            break
                 for slot, child in enumerate(slots):
                     code = child.process.poll()
                     if code is not None:  # ended by itself: a writer error

@@ -94,7 +94,14 @@ def test_kill_9_loses_no_acknowledged_turn(spec: StoreSpec, tmp_path: Path) -> N
             seed=rng.randrange(2**32),
         )
 
-    loop = KillLoop(config, logs, children=CHILDREN, duration=SECONDS, rng=rng)
+    loop = KillLoop(
+        config,
+        logs,
+        children=CHILDREN,
+        duration=SECONDS,
+        rng=rng,
+        enough=lambda: len(read_ledger(loop.figures.logs).acked) >= 20,
+    )
     figures = loop.run()
     ledger = read_ledger(figures.logs)
 

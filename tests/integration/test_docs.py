@@ -161,6 +161,9 @@ def public_members(cls: type) -> set[str]:
             names.update(vars(owner).get("__annotations__", {}))
         else:
             foreign.update(dir(owner))
+            # a foreign model's fields (beanie's ``id`` / ``revision_id``), which
+            # ``init_beanie`` also sets on subclasses as class attributes
+            foreign.update(getattr(owner, "model_fields", None) or {})
     return {
         name
         for name in names - foreign

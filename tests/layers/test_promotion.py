@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pydantic_ai import Agent
 from pydantic_ai import messages as pai
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from store_backends import OpenedBackend
+from store_backends import OpenedBackend, backend_params, open_backend
 
 from firefly_orm.assemble import LONG_TERM_CONTEXT_PREFIX, ContextShares
 from firefly_orm.conversation import ConversationMemory, ConversationTurn, TrimEvent
@@ -406,10 +407,21 @@ def name_reporting_model() -> tuple[FunctionModel, list[str]]:
     return FunctionModel(respond), seen
 
 
-async def test_selectools_unified_memory_example(layer_backend: OpenedBackend, mode: str) -> None:
+@pytest.fixture(params=backend_params(["sqlite", "postgres", "mongo"]))
+def database_backend(request: pytest.FixtureRequest) -> Iterator[OpenedBackend]:
+    """The database backends the issue names for the example."""
+    opened = open_backend(request, str(request.param))
+    try:
+        yield opened
+    finally:
+        opened.close()
+
+
+async def test_selectools_unified_memory_example(
+    database_backend: OpenedBackend, mode: str
+) -> None:
     """A name said early ages out of the window, is promoted, and a later run recalls it."""
-    if layer_backend.name not in ("sqlite", "postgres", "mongodb"):
-        pytest.skip("the example is run on the database backends")
+    layer_backend = database_backend
 
     def manager(store: Any) -> MemoryManager:
         return MemoryManager(
