@@ -31,12 +31,12 @@ install: $(STAMP)
 demo: install
 	$(PY) -m firefly_orm.demo
 
-LINT_PATHS := firefly_orm tests migrations docs/tooling $(wildcard bench) $(wildcard examples)
+LINT_PATHS := firefly_orm tests migrations docs/tooling scripts $(wildcard bench) $(wildcard examples)
 
 lint: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
-	$(VENV)/bin/mypy --strict firefly_orm tests docs/tooling $(wildcard examples)
+	$(VENV)/bin/mypy --strict firefly_orm tests docs/tooling scripts $(wildcard examples)
 
 format: install
 	$(VENV)/bin/ruff format $(LINT_PATHS)
@@ -47,6 +47,7 @@ docs: install
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 test: install lint docs
+	./scripts/ensure-pgbouncer.sh
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # tests/unit only: no database, no server process (well under a minute).

@@ -33,6 +33,7 @@ import pytest
 # (before anything imports it).
 pytest.register_assert_rewrite("firefly_orm.testing")
 
+from pg_servers import pgbouncer_url  # noqa: E402,F401  (a fixture: PgBouncer in front)
 from store_backends import OpenedBackend, layer_params, open_backend  # noqa: E402
 
 DB_NAMES = ("postgres", "mongo")
@@ -75,7 +76,7 @@ SUITES = ("unit", "contract", "layers", "integration", "faults", "examples")
 TESTS_DIR = Path(__file__).resolve().parent
 #: Fixtures that reach a database; tests/unit may not use them.
 DATABASE_FIXTURES = frozenset(
-    {"postgres_url", "postgres_admin_engine", "mongo_url", "layer_backend"}
+    {"postgres_url", "postgres_admin_engine", "mongo_url", "layer_backend", "pgbouncer_url"}
 )
 
 

@@ -79,6 +79,9 @@ class Backend:
     drop: Callable[[Place], None] | None = None
     #: ``"postgres"`` or ``"mongo"`` when the backend needs that database.
     database: str | None = None
+    #: The fixture giving the URL to open when it is not the database's own
+    #: (``"pgbouncer_url"``: PostgreSQL through PgBouncer); the admin engine stays direct.
+    url_fixture: str | None = None
     #: The modes the store supports (``"sync"``, ``"async"``).
     modes: tuple[str, ...] = MODES
     #: Whether ``reopen`` hands back the first store (its data lives in the object).
@@ -147,7 +150,7 @@ def open_backend(request: pytest.FixtureRequest, name: str) -> OpenedBackend:
     if backend.database == "postgres":
         place = replace(
             place,
-            postgres_url=request.getfixturevalue("postgres_url"),
+            postgres_url=request.getfixturevalue(backend.url_fixture or "postgres_url"),
             postgres_admin=request.getfixturevalue("postgres_admin_engine"),
         )
     elif backend.database == "mongo":
@@ -181,6 +184,12 @@ def _open_postgres(place: Place) -> Any:
     from firefly_orm.sql import PostgreSQLStore
 
     return PostgreSQLStore(place.postgres(), schema_name=place.name)
+
+
+def _open_pgbouncer(place: Place) -> Any:
+    from firefly_orm.sql import PostgreSQLStore
+
+    return PostgreSQLStore(place.postgres(), schema_name=place.name, pooler="transaction")
 
 
 def _open_postgres_default_schema(place: Place) -> Any:
@@ -278,6 +287,16 @@ BACKENDS: dict[str, Backend] = {
             aclose=_aclose,
             drop=_drop_postgres_schema,
             database="postgres",
+        ),
+        # PostgreSQL through PgBouncer in transaction pooling mode (tests/pg_servers.py).
+        Backend(
+            "pgbouncer",
+            _open_pgbouncer,
+            close=_close,
+            aclose=_aclose,
+            drop=_drop_postgres_schema,
+            database="postgres",
+            url_fixture="pgbouncer_url",
         ),
         # The default schema ("firefly_memory") is shared with anything else using the
         # test database, so it is not dropped: the contract suite only writes

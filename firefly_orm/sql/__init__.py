@@ -18,6 +18,8 @@ Where things are:
 * :mod:`~firefly_orm.sql.runners`: where an operation gets its transaction
   (the store's engines, or a SAVEPOINT of a caller's session).
 * :mod:`~firefly_orm.sql.engines`: the store's engines and their disposal.
+* :mod:`~firefly_orm.sql.replica`: where reads go with a read replica
+  (read-your-writes window, ``consistent_reads``).
 * :mod:`~firefly_orm.sql.store`: the store (lifecycle, migrations, errors).
 * :mod:`~firefly_orm.sql.presets`: :class:`SQLiteStore`, :class:`PostgreSQLStore`.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from sqlalchemy.engine import URL
 
@@ -13,7 +13,21 @@ from firefly_orm.config import MAX_TIMEOUT_SECONDS
 from firefly_orm.errors import EntryValidationError, redact_url
 from firefly_orm.sql.store import SQLAlchemyStore
 
-__all__ = ["PostgreSQLStore", "SQLiteStore"]
+__all__ = [
+    "POOLER_MODES",
+    "POOLER_OPTION",
+    "PostgreSQLStore",
+    "SQLiteStore",
+    "pooler_connect_args",
+    "split_pooler_option",
+]
+
+#: The URL query parameter declaring a connection pooler (``?pooler=transaction``);
+#: the store removes it before the driver sees the URL.
+POOLER_OPTION = "pooler"
+#: Pool modes of a pooler in front of PostgreSQL that the store works behind.
+POOLER_MODES = ("transaction", "session")
+Pooler = Literal["transaction", "session"]
 
 
 class SQLiteStore(SQLAlchemyStore):
@@ -45,6 +59,16 @@ class PostgreSQLStore(SQLAlchemyStore):
         timeout: Seconds to wait for a connection (connect and pool checkout); finite,
             positive, at most :data:`firefly_orm.config.MAX_TIMEOUT_SECONDS`.
         schema_name: Schema for our tables (created by the migrations).
+        pooler: The pool mode of a connection pooler between the store and
+            PostgreSQL (PgBouncer, ...): ``"transaction"`` or ``"session"``; also
+            given as ``?pooler=transaction`` on the URL.  ``"transaction"``
+            turns psycopg's server-side prepared statements off (a later
+            transaction may run on another server connection, which does not
+            have them); nothing else of the store keeps session state between
+            transactions (the migration lock is ``pg_advisory_xact_lock``).
+            ``"session"`` changes nothing.  ``None``: no pooler.
+        **kwargs: :class:`~firefly_orm.sql.store.SQLAlchemyStore`'s other
+            arguments (``replica_url``, ``replica_window``, ``engine_kwargs``, ...).
     """
 
     def __init__(
@@ -55,6 +79,7 @@ class PostgreSQLStore(SQLAlchemyStore):
         pool_min_size: int = 2,
         timeout: float = 30.0,
         schema_name: str | None = migrate.DEFAULT_SCHEMA,
+        pooler: Pooler | None = None,
         **kwargs: Any,
     ) -> None:
         if pool_size < 1 or pool_min_size < 0 or pool_min_size > pool_size:
@@ -74,6 +99,16 @@ class PostgreSQLStore(SQLAlchemyStore):
         if parsed.get_driver_name() in ("psycopg2", "pg8000", "asyncpg"):
             # psycopg 3 is the driver we ship (sync and async); keep one.
             parsed = parsed.set(drivername="postgresql+psycopg")
+        parsed, declared = split_pooler_option(parsed, "url")
+        replica = kwargs.get("replica_url")
+        if replica is not None:
+            kwargs["replica_url"], on_replica = split_pooler_option(
+                migrate.normalize_url(replica), "replica_url"
+            )
+            declared = _agree(declared, on_replica, "replica_url")
+        self.pooler: Pooler | None = _agree(
+            _check_pooler(pooler, "pooler") if pooler is not None else None, declared, "pooler"
+        )
         super().__init__(parsed, schema_name=schema_name, **kwargs)
 
     def _engine_options(self, url: URL) -> dict[str, Any]:
@@ -86,7 +121,10 @@ class PostgreSQLStore(SQLAlchemyStore):
             # keeps idle connections fresh.  Pass
             # engine_kwargs={"pool_pre_ping": True} to trade speed for that.
             "pool_recycle": 1800,
-            "connect_args": {"connect_timeout": max(1, int(self.timeout))},
+            "connect_args": {
+                "connect_timeout": max(1, int(self.timeout)),
+                **pooler_connect_args(self.pooler),
+            },
         }
 
     def _after_initialize(self) -> None:
@@ -94,3 +132,47 @@ class PostgreSQLStore(SQLAlchemyStore):
         conns = [self.engine.connect() for _ in range(self.pool_min_size)]
         for conn in conns:
             conn.close()
+
+
+def _check_pooler(value: object, field: str) -> Pooler:
+    if value not in POOLER_MODES:
+        hint = (
+            " (statement pooling cannot run multi-statement transactions; use transaction)"
+            if value == "statement"
+            else ""
+        )
+        raise EntryValidationError(
+            field, f"{value!r} is not a pool mode firefly_orm works behind: {POOLER_MODES}{hint}"
+        )
+    return cast(Pooler, value)
+
+
+def split_pooler_option(url: URL, field: str = "url") -> tuple[URL, Pooler | None]:
+    """``url`` without the ``pooler`` query parameter, and the pool mode it declared.
+
+    Raises:
+        EntryValidationError: An unknown pool mode, or ``pooler`` given twice
+            (``field`` names the argument in the message).
+    """
+    if POOLER_OPTION not in url.query:
+        return url, None
+    value = url.query[POOLER_OPTION]
+    if not isinstance(value, str):
+        raise EntryValidationError(field, f"give {POOLER_OPTION}= once")
+    return url.difference_update_query([POOLER_OPTION]), _check_pooler(value, field)
+
+
+def pooler_connect_args(pooler: str | None) -> dict[str, Any]:
+    """psycopg connect arguments for a pooler in ``pooler`` mode (``None``: no pooler).
+
+    Behind a transaction pooler a statement psycopg prepared on one server
+    connection is missing on the next one (or left behind on the first): no
+    server-side prepared statements then (``prepare_threshold=None``).
+    """
+    return {"prepare_threshold": None} if pooler == "transaction" else {}
+
+
+def _agree(first: Pooler | None, second: Pooler | None, field: str) -> Pooler | None:
+    if first is not None and second is not None and first != second:
+        raise EntryValidationError(field, f"pooler declared twice: {first!r} and {second!r}")
+    return first if first is not None else second

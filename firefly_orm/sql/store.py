@@ -32,10 +32,12 @@ from firefly_orm.errors import (
     EntryValidationError,
     FireflyOrmError,
     StoreError,
+    redact_url,
     scrub_secret,
 )
 from firefly_orm.sql import ops
-from firefly_orm.sql.engines import Engines, is_memory_sqlite
+from firefly_orm.sql.engines import Engines, Mode, is_memory_sqlite
+from firefly_orm.sql.replica import DEFAULT_REPLICA_WINDOW, ReadRouter, consistent_reads
 from firefly_orm.sql.runners import EngineRunner, Runner
 from firefly_orm.sql.statements import TABLE
 from firefly_orm.sql.uow import AsyncSQLUnitOfWork, SQLUnitOfWork
@@ -214,26 +216,52 @@ class _StoreOperations:
         return await self._runner.acall("cleanup_expired", ops.cleanup_expired, write=True)
 
     def unit_of_work(
-        self, *, read_only: bool = False, session: Session | None = None
+        self,
+        *,
+        read_only: bool = False,
+        session: Session | None = None,
+        consistent: bool = False,
     ) -> AbstractContextManager[SQLUnitOfWork]:
         """A unit of work: one transaction, or a SAVEPOINT in the caller's ``session``.
 
         Args:
             read_only: Start a plain (deferred) transaction.  On SQLite write
                 units of work start with ``BEGIN IMMEDIATE``; read-only ones let
-                readers run alongside writers under WAL.
+                readers run alongside writers under WAL.  With a read replica,
+                read-only units of work run there (see ``replica_url``).
             session: The caller's Session; the work joins its transaction through
                 a SAVEPOINT and the caller's commit decides the outcome.
+            consistent: A read-only unit of work on the primary even when a
+                replica would serve it (see also :meth:`consistent_reads`).
         """
         runner = self._runner if session is None else self._runner.join(session)
-        return runner.unit_of_work(read_only=read_only)
+        return runner.unit_of_work(read_only=read_only, consistent=consistent)
 
     def async_unit_of_work(
-        self, *, read_only: bool = False, session: AsyncSession | None = None
+        self,
+        *,
+        read_only: bool = False,
+        session: AsyncSession | None = None,
+        consistent: bool = False,
     ) -> AbstractAsyncContextManager[AsyncSQLUnitOfWork]:
         """Async unit of work on the native async engine (or the caller's AsyncSession)."""
         runner = self._runner if session is None else self._runner.join(session)
-        return runner.async_unit_of_work(read_only=read_only)
+        return runner.async_unit_of_work(read_only=read_only, consistent=consistent)
+
+    def consistent_reads(self) -> AbstractContextManager[None]:
+        """A block whose reads all go to the primary, never to a read replica.
+
+        For reads that must see what another process has just written (the
+        replica may lag)::
+
+            with store.consistent_reads():
+                turns = memory.get_turns(conversation_id)
+
+        It holds for the calling thread or asyncio task (a context variable),
+        for every store, and works around ``await`` calls as well.  Without a
+        replica every read is on the primary anyway.
+        """
+        return consistent_reads()
 
 
 # --------------------------------------------------------------------------- the store
@@ -251,7 +279,16 @@ class SQLAlchemyStore(_StoreOperations):
         async_url: URL for the async engine when it differs from ``url``.
         schema_name: PostgreSQL schema for our tables (``None``: the connection's
             default schema). Not supported on SQLite.
-        engine_kwargs: Extra keyword arguments for engines the store creates.
+        engine_kwargs: Extra keyword arguments for engines the store creates
+            (the replica's too).
+        replica_url: A read replica (PostgreSQL streaming standby) of the same
+            database: reads and read-only units of work run there, writes and
+            every read inside a write on the primary.  Not supported on SQLite.
+        replica_window: Read-your-writes: for this many seconds after this
+            process wrote through a store on the same primary, its reads stay on
+            the primary (set it above the replica's worst replay lag);
+            :meth:`consistent_reads` and ``unit_of_work(consistent=True)`` force
+            the primary for one block or unit of work.
 
     Operations initialise the store on first use (running the migrations);
     call :meth:`initialize` yourself to fail fast at start-up, or
@@ -271,6 +308,8 @@ class SQLAlchemyStore(_StoreOperations):
         async_url: str | URL | None = None,
         schema_name: str | None = None,
         engine_kwargs: dict[str, Any] | None = None,
+        replica_url: str | URL | None = None,
+        replica_window: float = DEFAULT_REPLICA_WINDOW,
     ) -> None:
         if url is None and engine is None and async_engine is None:
             raise EntryValidationError("url", "give a database URL, an engine or an async_engine")
@@ -299,10 +338,29 @@ class SQLAlchemyStore(_StoreOperations):
                 "async engine would see a different, empty one); use InMemoryStore",
             )
         self._schema = self._engines.schema = migrate.validate_schema_name(schema_name)
+        self._replica = self._replica_engines(replica_url, dialect, engine_kwargs)
         self._initialized = False
         self._runner = EngineRunner(
-            self._engines, self._wrap, self.ensure_initialized, self.async_ensure_initialized
+            self._engines,
+            self._wrap,
+            self.ensure_initialized,
+            self.async_ensure_initialized,
+            ReadRouter(self._engines, self._replica, replica_window),
         )
+
+    def _replica_engines(
+        self, url: str | URL | None, dialect: str, engine_kwargs: dict[str, Any] | None
+    ) -> Engines | None:
+        if url is None:
+            return None
+        if dialect != "postgresql":
+            raise EntryValidationError("replica_url", "read replicas are for PostgreSQL only")
+        parsed = migrate.normalize_url(url)
+        if parsed.get_backend_name() != "postgresql":
+            raise EntryValidationError("replica_url", f"not a PostgreSQL URL: {redact_url(parsed)}")
+        replica = Engines(parsed, engine_kwargs=engine_kwargs, defaults=self._engine_options)
+        replica.schema = self._engines.schema
+        return replica
 
     # ------------------------------------------------------------------ engines
     def _engine_options(self, url: URL) -> dict[str, Any]:
@@ -324,40 +382,62 @@ class SQLAlchemyStore(_StoreOperations):
         """The schema our tables live in (None: the default one / SQLite)."""
         return self._schema
 
+    @property
+    def has_replica(self) -> bool:
+        """Whether reads may go to a read replica (``replica_url`` was given)."""
+        return self._replica is not None
+
     # ------------------------------------------------------------------ errors
     @contextmanager
-    def _wrap(self, what: str) -> Iterator[None]:
-        """Turn driver errors raised inside into :mod:`firefly_orm.errors` naming ``what``."""
+    def _wrap(self, what: str, engines: Engines | None = None) -> Iterator[None]:
+        """Turn driver errors raised inside into :mod:`firefly_orm.errors` naming ``what``.
+
+        ``engines``: the server the work ran on (default: the primary), named in
+        the message.  The one place errors are classified, for the sync and the
+        async path alike: :class:`DatabaseConnectionError` when the server could
+        not be reached or the connection failed (see :func:`_is_connection_problem`),
+        :class:`StoreError` otherwise.
+        """
         try:
             yield
         except FireflyOrmError:
             raise
         except sa.exc.TimeoutError as exc:  # no pooled connection within `timeout`
+            where = (engines or self._engines).display_url()  # only on error: it costs
             raise DatabaseConnectionError(
-                f"{what} timed out waiting for a connection to {self._where()}: {exc}"
+                f"{what} timed out waiting for a connection to {where}: {exc}"
             ) from exc
-        except (sa.exc.OperationalError, sa.exc.InterfaceError) as exc:
-            kind = DatabaseConnectionError if _is_connection_problem(exc) else StoreError
-            raise kind(f"{what} failed on {self._where()}: {self._short(exc)}") from exc
         except UnicodeError as exc:
             raise StoreError(f"{what} failed: text could not be encoded ({exc})") from exc
         except sa.exc.IntegrityError as exc:
+            where = (engines or self._engines).display_url()
             raise StoreError(
-                f"{what} violated a constraint on {self._where()}: {self._short(exc)}"
+                f"{what} violated a constraint on {where}: {self._short(exc)}"
             ) from exc
+        except sa.exc.DBAPIError as exc:
+            where = (engines or self._engines).display_url()
+            kind = DatabaseConnectionError if _is_connection_problem(exc) else StoreError
+            raise kind(f"{what} failed on {where}: {self._short(exc)}") from exc
         except sa.exc.SQLAlchemyError as exc:
-            raise StoreError(f"{what} failed on {self._where()}: {self._short(exc)}") from exc
+            where = (engines or self._engines).display_url()
+            raise StoreError(f"{what} failed on {where}: {self._short(exc)}") from exc
         except OSError as exc:
-            raise DatabaseConnectionError(f"{what} failed on {self._where()}: {exc}") from exc
+            where = (engines or self._engines).display_url()
+            text = scrub_secret(str(exc), self._secrets())
+            raise DatabaseConnectionError(f"{what} failed on {where}: {text}") from exc
 
     def _where(self) -> str:
         return self._engines.display_url()
 
+    def _secrets(self) -> tuple[str, ...]:
+        replica = self._replica.secrets() if self._replica is not None else ()
+        return self._engines.secrets() + replica
+
     def _short(self, exc: sa.exc.SQLAlchemyError) -> str:
-        """The driver's message, first line only, our URL's secrets scrubbed."""
+        """The driver's message, first line only, our URLs' secrets scrubbed."""
         orig = getattr(exc, "orig", None)
         text = str(orig) if orig is not None else str(exc).split("\n", 1)[0]
-        return scrub_secret(text.strip().split("\n", 1)[0], self._engines.secrets())
+        return scrub_secret(text.strip().split("\n", 1)[0], self._secrets())
 
     # ------------------------------------------------------------------ lifecycle
     def initialize(self, *, migrate: bool = True) -> None:
@@ -376,12 +456,13 @@ class SQLAlchemyStore(_StoreOperations):
         try:
             if self._initialized:
                 return
+            # The connection is opened here, inside _wrap, as on the async path:
+            # one classification of connection failures for both.
             with self._wrap("initialize"):
-                if migrate:
-                    _upgrade(self._engines.sync_engine("write"), self._schema)
-                else:
-                    _require_head(self.engine, self._schema)
+                with self._engines.sync_engine("write" if migrate else "default").connect() as conn:
+                    (_upgrade if migrate else _require_head)(conn, self._schema)
                 self._after_initialize()
+            self._runner.router.wrote()  # the replica may lag behind a fresh schema
             self._initialized = True
         finally:
             _release_migration_lock()
@@ -399,8 +480,10 @@ class SQLAlchemyStore(_StoreOperations):
             if self._initialized:
                 return
             with self._wrap("initialize"):
-                async with self._engines.async_engine("write").connect() as conn:
+                mode: Mode = "write" if migrate else "default"
+                async with self._engines.async_engine(mode).connect() as conn:
                     await conn.run_sync(_upgrade if migrate else _require_head, self._schema)
+            self._runner.router.wrote()
             self._initialized = True
         finally:
             _release_migration_lock()
@@ -422,11 +505,15 @@ class SQLAlchemyStore(_StoreOperations):
         a running event loop prefer ``await store.async_close()``.
         """
         self._engines.close()
+        if self._replica is not None:
+            self._replica.close()
         self._initialized = False
 
     async def async_close(self) -> None:
         """Async twin of :meth:`close`."""
         await self._engines.aclose()
+        if self._replica is not None:
+            await self._replica.aclose()
         self._initialized = False
 
     def __enter__(self) -> Self:
@@ -512,6 +599,8 @@ class SQLAlchemyStore(_StoreOperations):
 
     def __repr__(self) -> str:
         schema = f", schema_name={self._schema!r}" if self._schema else ""
+        if self._replica is not None:
+            schema += f", replica_url={self._replica.display_url()!r}"
         return f"{type(self).__name__}({self._where()!r}{schema})"
 
 
@@ -544,19 +633,36 @@ _CONNECTION_WORDS = (
     "timeout expired",
     "network",
 )
+#: SQLSTATE classes of connection problems: 08 = connection exception, 57P0x =
+#: the server is shutting down or restarting (admin/crash shutdown, cannot connect now).
+_CONNECTION_STATES = ("08", "57P0")
 
 
 def _is_connection_problem(exc: sa.exc.DBAPIError) -> bool:
-    """Whether a driver error means the database could not be reached.
+    """Whether a driver error means the database could not be reached or the connection failed.
 
-    Other operational errors (a locked SQLite database, a deadlock, a statement
-    timeout, a missing table) are :class:`StoreError`, so retry logic keyed on
-    :class:`DatabaseConnectionError` only sees real connection problems.
+    PostgreSQL (psycopg's errors carry a ``sqlstate``): a server-sent SQLSTATE
+    of class 08 or 57P0x; or no SQLSTATE at all, which is psycopg's own report
+    that no server answered: the host did not resolve, the connection was
+    refused or timed out, the server (or a pooler) refused the login, or the
+    connection broke.  Those arrive the same way from the sync and the async
+    driver, at ``initialize()`` or at any later operation.
+
+    Other errors (a locked SQLite database, a deadlock, a statement timeout, a
+    write on a read-only replica, a missing table) are :class:`StoreError`, so
+    retry logic keyed on :class:`DatabaseConnectionError` only sees real
+    connection problems.
     """
     if exc.connection_invalidated:
         return True
-    state = getattr(exc.orig, "sqlstate", None)
-    if state:  # PostgreSQL: class 08 = connection exception, 57P0x = shutdown
-        return bool(state.startswith("08") or state.startswith("57P0"))
-    text = str(exc.orig).lower()
+    orig = exc.orig
+    if hasattr(orig, "sqlstate"):
+        state = getattr(orig, "sqlstate", None)
+        if state:
+            return bool(state.startswith(_CONNECTION_STATES))
+        # statement None: raised while connecting (or by COMMIT/ROLLBACK themselves)
+        return isinstance(exc, sa.exc.OperationalError) or exc.statement is None
+    if not isinstance(exc, sa.exc.OperationalError | sa.exc.InterfaceError):
+        return False
+    text = str(orig).lower()
     return any(word in text for word in _CONNECTION_WORDS)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Generic, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -28,9 +28,17 @@ __all__ = ["AsyncSQLUnitOfWork", "ErrorMapper", "SQLUnitOfWork"]
 T = TypeVar("T")
 S = TypeVar("S", Session, AsyncSession)
 
-#: ``errors(what)`` is a context manager that turns driver errors raised
-#: inside it into :mod:`firefly_orm.errors` exceptions naming ``what``.
-ErrorMapper = Callable[[str], AbstractContextManager[None]]
+
+class ErrorMapper(Protocol):
+    """``errors(what, engines)``: a context manager turning driver errors into ours.
+
+    Driver errors raised inside become :mod:`firefly_orm.errors` exceptions
+    naming ``what`` and the server of ``engines`` (default: the store's primary).
+    """
+
+    def __call__(
+        self, what: str, engines: Engines | None = None, /
+    ) -> AbstractContextManager[None]: ...
 
 
 class _Transaction(Generic[S]):
@@ -54,7 +62,7 @@ class _Transaction(Generic[S]):
         *,
         read_only: bool = False,
     ) -> None:
-        self._engines = engines
+        self.engines = engines
         self._errors = errors
         self._external: S | None = session
         self._mode: Mode = "default" if read_only else "write"
@@ -76,7 +84,7 @@ class _Transaction(Generic[S]):
 
     def _translate(self, session: Session) -> None:
         """Map our table to the store's schema in the caller's ``session``."""
-        self._restore = push_translation(session, self._engines.schema)
+        self._restore = push_translation(session, self.engines.schema)
 
     def _undo_translation(self) -> None:
         if self._restore is not None:
@@ -109,7 +117,7 @@ class SQLUnitOfWork(_Transaction[Session]):
                 self._undo_translation()
                 raise
         else:
-            self.target = self._conn = self._engines.sync_engine(self._mode).connect()
+            self.target = self._conn = self.engines.sync_engine(self._mode).connect()
             try:
                 self._tx = self._conn.begin()
             except BaseException:
@@ -121,7 +129,7 @@ class SQLUnitOfWork(_Transaction[Session]):
     def commit(self) -> None:
         """Commit the transaction (release the savepoint in a caller's session)."""
         tx = self._active_tx()
-        with self._errors("commit"):
+        with self._errors("commit", self.engines):
             tx.commit()
         self._done = True
 
@@ -160,7 +168,7 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
                 self._undo_translation()
                 raise
         else:
-            self._runner = self._conn = await self._engines.async_engine(self._mode).connect()
+            self._runner = self._conn = await self.engines.async_engine(self._mode).connect()
             try:
                 self._tx = await self._conn.begin()
             except BaseException:
@@ -181,14 +189,14 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
         """
         if self._runner is None:
             raise RuntimeError("this unit of work is not active")
-        with self._errors(what):
+        with self._errors(what, self.engines):
             result: T = await self._runner.run_sync(fn, *args)
             return result
 
     async def commit(self) -> None:
         """Commit the transaction (release the savepoint in a caller's session)."""
         tx = self._active_tx()
-        with self._errors("commit"):
+        with self._errors("commit", self.engines):
             await tx.commit()
         self._done = True
 

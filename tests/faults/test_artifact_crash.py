@@ -155,7 +155,9 @@ def kill_loop(spec: StoreSpec, workdir: Path, rng: random.Random) -> Figures:
         while True:
             now = time.monotonic()
             if now >= hard_deadline or (
-                now >= deadline and len(read_ledger(figures.logs).acked) >= MIN_ACKED
+                now >= deadline
+                and figures.kills >= 5
+                and len(read_ledger(figures.logs).acked) >= MIN_ACKED
             ):
                 break
             for slot, child in enumerate(slots):

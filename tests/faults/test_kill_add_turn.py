@@ -100,7 +100,7 @@ def test_kill_9_loses_no_acknowledged_turn(spec: StoreSpec, tmp_path: Path) -> N
         children=CHILDREN,
         duration=SECONDS,
         rng=rng,
-        enough=lambda: len(read_ledger(loop.figures.logs).acked) >= 20,
+        enough=lambda: loop.figures.kills >= 5 and len(read_ledger(loop.figures.logs).acked) >= 20,
     )
     figures = loop.run()
     ledger = read_ledger(figures.logs)
