@@ -12,13 +12,15 @@ Two reads use this:
 
 Both cut through :func:`~firefly_orm.conversation.window.window_start`, so no
 window opens with a tool result whose call was cut or splits a call from its
-result.  Token estimates are the stored ones: per message when the row has
-``message_tokens``, else the turn's estimate on its first message (such a turn
-is cut only at its start).
+result.  Token estimates are the stored ones: per message when the row's
+``message_tokens`` holds them, else the turn's estimate on its first message
+(such a turn is cut only at its start; rows are written with ``[]`` where no
+window can start inside the turn, see :mod:`firefly_orm.conversation.rows`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,12 +29,15 @@ from firefly_orm.conversation.codec import decode_raw_messages, pydantic_ai_mess
 from firefly_orm.conversation.messages import MESSAGES_PER_PLAIN_TURN, inspect_encoded
 from firefly_orm.conversation.rows import turn_message_count
 from firefly_orm.conversation.window import Slot, closed_prefix, window_start
+from firefly_orm.errors import StoreCorruptedError
 
 __all__ = [
     "SUMMARY_CONTEXT_PREFIX",
     "ContextWindow",
+    "checked_turns",
     "history_messages",
     "message_style",
+    "newest_whole_turns",
     "pinned_part",
     "place_window",
     "slots_of",
@@ -116,11 +121,11 @@ def place_window(
     max_messages: int | None,
     whole_turns: bool,
 ) -> ContextWindow:
-    """The newest valid window over ``turns`` (chronological) within the limits."""
-    if whole_turns:
-        simple = _plain_whole_turn_window(turns, max_tokens, max_messages)
-        if simple is not None:
-            return simple
+    """The newest valid window over ``turns`` (chronological) within the limits.
+
+    The general rule, over every message's :class:`Slot`; a history read tries
+    :func:`newest_whole_turns` first.
+    """
     slots: list[Slot] = []
     owner: list[tuple[int, int]] = []
     for turn_index, content in enumerate(turns):
@@ -139,50 +144,99 @@ def place_window(
     return ContextWindow(turn_index, offset, start == 0 and room)
 
 
-def _plain_whole_turn_window(
-    turns: Sequence[Content], max_tokens: int | None, max_messages: int | None
-) -> ContextWindow | None:
-    """The whole-turn window when no turn in it makes or answers a tool call, else ``None``.
+def newest_whole_turns(
+    rows: list[Any], namespace: str, *, max_tokens: int | None, max_messages: int | None
+) -> tuple[int, bool] | None:
+    """The history read's fast path: its whole-turn window over turn rows read newest first.
 
-    The history read's fast path: it needs only each turn's stored estimate,
-    message count and whether its first message opens (recorded at write time).
+    Returns ``(count, reached_oldest)``: the window holds the newest ``count``
+    rows (``rows[:count]``), and ``reached_oldest`` as in :class:`ContextWindow`.
+    It needs only what each row recorded at write time (its estimate, its
+    message count, whether its first message opens; the messages of a row
+    written by an earlier release are inspected for them), so it serves windows
+    in which no turn makes or answers a tool call; ``None`` when one does (then
+    :func:`place_window` decides, over :func:`checked_turns`).  Message counts
+    are read only under ``max_messages``.
+
+    Raises:
+        StoreCorruptedError: A row read has no integer ``token_estimate`` (the
+            only field this read needs of every row).
     """
+    token_room = math.inf if max_tokens is None else max_tokens
+    message_room = math.inf if max_messages is None else max_messages
     used_tokens = used_messages = 0
-    start = len(turns)
-    opens: list[bool] = []
-    for content in reversed(turns):
+    fitting = count = 0  # the newest turns within the limits; the window's part of them
+    for content in rows:
+        try:
+            used_tokens += int(content["token_estimate"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _unreadable(content, namespace, exc) from exc
         opening = True
-        if content.get("raw_messages"):
-            if "message_tokens" not in content:
-                return None  # an earlier release wrote it: inspect its messages
-            summary = content.get("window")
-            if summary is not None:
-                if (
-                    not isinstance(summary, Mapping)
-                    or summary.get("calls")
-                    or summary.get("results")
-                ):
+        inspected = 0  # the message count of a row whose messages were inspected
+        unusual = "message_tokens" not in content or "window" in content
+        if unusual and content.get("raw_messages"):
+            if "message_tokens" in content:
+                summary = content.get("window")
+                if summary is not None:
+                    if (
+                        not isinstance(summary, Mapping)
+                        or summary.get("calls")
+                        or summary.get("results")
+                    ):
+                        return None
+                    opening = bool(summary.get("opens"))
+            else:  # an earlier release wrote it: inspect its messages
+                infos = inspect_encoded(content["raw_messages"], with_text=False)
+                if any(info.calls or info.results for info in infos):
                     return None
-                opening = bool(summary.get("opens"))
-        tokens = int(content.get("token_estimate") or 0)
-        messages = turn_message_count(content)
-        if (max_tokens is not None and used_tokens + tokens > max_tokens) or (
-            max_messages is not None and used_messages + messages > max_messages
-        ):
-            break
-        used_tokens += tokens
-        used_messages += messages
-        start -= 1
-        opens.append(opening)
-    opens.reverse()
-    room = (max_tokens is None or used_tokens < max_tokens) and (
-        max_messages is None or used_messages < max_messages
-    )
-    reached = start == 0 and room
-    for index, opening in enumerate(opens):
+                opening = not infos or infos[0].opens
+                inspected = len(infos) or MESSAGES_PER_PLAIN_TURN
+        if max_messages is not None:
+            used_messages += inspected or turn_message_count(content)
+        if used_tokens > token_room or used_messages > message_room:
+            for older in rows[fitting + 1 :]:  # only checked
+                _estimate(older, namespace)
+            return count, False
+        fitting += 1
         if opening:
-            return ContextWindow(start + index, 0, reached and index == 0)
-    return ContextWindow(len(turns), 0, False)
+            count = fitting
+    room = used_tokens < token_room and used_messages < message_room
+    return count, room and 0 < count == fitting
+
+
+def _estimate(content: Any, namespace: str) -> int:
+    """A turn row's token estimate (the field every read needs)."""
+    try:
+        return int(content["token_estimate"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _unreadable(content, namespace, exc) from exc
+
+
+def checked_turns(contents: list[Any], namespace: str) -> list[Content]:
+    """``contents``, once each is checked to be a turn row's content.
+
+    Raises:
+        StoreCorruptedError: One is not a mapping with an integer ``turn_id``
+            and ``token_estimate``.
+    """
+    for content in contents:
+        if not isinstance(content, Mapping):
+            raise _unreadable(content, namespace)
+        try:
+            int(content["token_estimate"])
+            int(content["turn_id"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise _unreadable(content, namespace, exc) from exc
+    return contents
+
+
+def _unreadable(content: Any, namespace: str, exc: Exception | None = None) -> StoreCorruptedError:
+    """The error for a turn row whose ``content`` cannot be read (``exc`` says why)."""
+    if exc is None or not isinstance(content, Mapping):
+        why = f"a turn row holds {type(content).__name__}, not an object"
+    else:
+        why = str(exc)
+    return StoreCorruptedError(f"unreadable turn in {namespace!r}: {why}")
 
 
 def history_messages(
@@ -195,6 +249,10 @@ def history_messages(
     (as the history read always did).
     """
     messages: list[Any] = []
+    if style is None and not window.offset:  # the history read: raw messages of whole turns
+        for content in turns[window.turn :]:
+            messages.extend(decode_raw_messages(content.get("raw_messages")))
+        return messages
     for index, content in enumerate(turns[window.turn :]):
         skip = window.offset if index == 0 else 0
         messages.extend(turn_messages(content, style)[skip:])

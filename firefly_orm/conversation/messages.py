@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 __all__ = [
     "MESSAGES_PER_PLAIN_TURN",
@@ -46,11 +45,15 @@ _PYDANTIC_AI = "pydantic-ai"
 _OPENING_ROLES = frozenset({"user", "system", "developer"})
 #: pydantic-ai part fields that carry what the model reads.
 _TEXT_FIELDS = ("content", "args", "instructions")
+#: ``isinstance`` over this answers at once for a dict (the usual case), without
+#: the abstract class's slower check.
+_MAPPINGS = (dict, Mapping)
 
 
-@dataclass(frozen=True)
-class MessageInfo:
-    """The facts the window rules need about one model message.
+class MessageInfo(NamedTuple):
+    """The facts the window rules need about one model message (a named tuple:
+    one is built per message on every write, and a frozen dataclass costs
+    several times more to build).
 
     Attributes:
         text: What a model reads of it (prompts, answers, tool names, arguments
@@ -65,6 +68,12 @@ class MessageInfo:
     opens: bool
     calls: tuple[str, ...] = ()
     results: tuple[str, ...] = ()
+
+
+#: What ``with_text=False`` reads of a message that makes and answers no tool call
+#: (shared: a :class:`MessageInfo` is immutable).
+_OPENS = MessageInfo(text="", opens=True)
+_CONTINUES = MessageInfo(text="", opens=False)
 
 
 class Estimator(Protocol):
@@ -99,7 +108,7 @@ def estimate_turn(
 
 def encoded_message_count(encoded: Any) -> int:
     """How many model messages a stored turn stands for (2 without raw messages)."""
-    messages = encoded.get("messages") if isinstance(encoded, Mapping) else None
+    messages = encoded.get("messages") if isinstance(encoded, _MAPPINGS) else None
     if isinstance(messages, list) and messages:
         return len(messages)
     return MESSAGES_PER_PLAIN_TURN
@@ -116,7 +125,7 @@ def inspect_encoded(encoded: Any, *, with_text: bool = True) -> list[MessageInfo
         return []
     if isinstance(encoded, list):
         return [_json_message(m, with_text) for m in encoded]
-    if not isinstance(encoded, Mapping):
+    if not isinstance(encoded, _MAPPINGS):
         return []
     messages = encoded.get("messages")
     if not isinstance(messages, list):
@@ -158,7 +167,7 @@ def _pydantic_ai_message(message: Any, with_text: bool = True) -> MessageInfo:
             results.append(call_id)
     is_request = message.get("kind") == "request"
     return MessageInfo(
-        text="\n".join(t for t in texts if t),
+        text="\n".join(t for t in texts if t) if with_text else "",
         opens=is_request and not results,
         calls=tuple(calls),
         results=tuple(results),
@@ -169,17 +178,19 @@ def _pydantic_ai_message(message: Any, with_text: bool = True) -> MessageInfo:
 
 
 def _json_message(message: Any, with_text: bool = True) -> MessageInfo:
-    if not isinstance(message, Mapping) or not isinstance(message.get("role"), str):
-        return MessageInfo(text=_as_text(message) if with_text else "", opens=True)
-    role = message["role"]
-    if not with_text and role in _OPENING_ROLES and not message.get("tool_calls"):
-        content = message.get("content")
-        if not isinstance(content, list):  # no content blocks: nothing else to read
-            return MessageInfo(text="", opens=True)
+    role = message.get("role") if isinstance(message, _MAPPINGS) else None
+    if not isinstance(role, str):
+        return MessageInfo(text=_as_text(message), opens=True) if with_text else _OPENS
+    content = message.get("content")
+    if role != "tool" and not message.get("tool_calls") and not isinstance(content, list):
+        # The common message: no content blocks, no tool call made or answered.
+        if not with_text:
+            return _OPENS if role in _OPENING_ROLES else _CONTINUES
+        if content is None or isinstance(content, str):
+            return MessageInfo(text=content or "", opens=role in _OPENING_ROLES)
     texts: list[str] = []
     calls: list[str] = []
     results: list[str] = []
-    content = message.get("content")
     if isinstance(content, list):
         for block in content:
             _read_block(block, texts, calls, results)
@@ -194,7 +205,7 @@ def _json_message(message: Any, with_text: bool = True) -> MessageInfo:
     if role == "tool" and isinstance(message.get("tool_call_id"), str):
         results.append(message["tool_call_id"])
     return MessageInfo(
-        text="\n".join(t for t in texts if t),
+        text="\n".join(t for t in texts if t) if with_text else "",
         opens=role in _OPENING_ROLES and not results,
         calls=tuple(calls),
         results=tuple(results),

@@ -8,15 +8,16 @@ decides where it stops).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from firefly_orm.conversation.context import (
     SUMMARY_CONTEXT_PREFIX,
     Content,
     ContextWindow,
+    checked_turns,
     history_messages,
     message_style,
+    newest_whole_turns,
     pinned_part,
     place_window,
     summary_message,
@@ -33,7 +34,6 @@ from firefly_orm.conversation.rows import (
     head_from_entry,
     turn_from_entry,
 )
-from firefly_orm.errors import StoreCorruptedError
 from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
@@ -90,7 +90,7 @@ def read_context_parts(
             max_messages = None if max_messages is None else max_messages - 1
     pinned: list[Content] = []
     if limits.pin_count:
-        pinned = _checked(
+        pinned = checked_turns(
             uow.entries.list_contents(
                 namespace, key_prefix=TURN_KEY_PREFIX, limit=limits.pin_count
             ),
@@ -156,29 +156,32 @@ def _newest_window(
     whole_turns: bool,
     after_turn_id: int = -1,
 ) -> tuple[list[Content], ContextWindow]:
-    """Read the newest turns in growing batches until the window fits inside them."""
+    """Read the newest turns in growing batches until the window fits inside them.
+
+    Whole-turn windows take :func:`~firefly_orm.conversation.context.newest_whole_turns`
+    when it answers (no turn in reach makes or answers a tool call).
+    """
     batch = 4 * FIRST_BATCH
     while True:
         rows = uow.entries.list_contents(
             namespace, key_prefix=TURN_KEY_PREFIX, limit=batch, newest_first=True
         )
-        turns = [c for c in reversed(_checked(rows, namespace)) if c["turn_id"] > after_turn_id]
-        window = place_window(
-            turns, max_tokens=max_tokens, max_messages=max_messages, whole_turns=whole_turns
-        )
+        plain = None
+        if whole_turns and after_turn_id < 0:
+            plain = newest_whole_turns(
+                rows, namespace, max_tokens=max_tokens, max_messages=max_messages
+            )
+        if plain is not None:
+            count, reached = plain
+            turns: list[Content] = rows[::-1]
+            window = ContextWindow(len(rows) - count, 0, reached)
+        else:
+            turns = checked_turns(rows[::-1], namespace)
+            if after_turn_id >= 0:
+                turns = [c for c in turns if c["turn_id"] > after_turn_id]
+            window = place_window(
+                turns, max_tokens=max_tokens, max_messages=max_messages, whole_turns=whole_turns
+            )
         if not window.reached_oldest or len(rows) < batch or len(turns) < len(rows):
             return turns, window
         batch *= 4
-
-
-def _checked(contents: list[Any], namespace: str) -> list[Content]:
-    """Turn contents, each a mapping with an integer ``turn_id`` and ``token_estimate``."""
-    for content in contents:
-        try:
-            if not isinstance(content, Mapping):
-                raise TypeError(f"a turn row holds {type(content).__name__}, not an object")
-            int(content["token_estimate"])
-            int(content["turn_id"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StoreCorruptedError(f"unreadable turn in {namespace!r}: {exc}") from exc
-    return contents

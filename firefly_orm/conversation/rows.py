@@ -12,12 +12,15 @@ Every row is a :class:`~firefly_orm.entry.MemoryEntry` with scope
   - one row per turn (key ``"turn:<turn_id as 12 digits>"``, derived id), content
     = the turn's fields, ``token_estimate`` included (it is never recomputed on
     read) and ``raw_messages`` in portable JSON (:mod:`firefly_orm.conversation.codec`),
-    and, when it has raw messages, ``message_tokens`` (one estimate per
-    message, so a window may cut inside the turn; rows written by earlier releases have
-    none and are cut only at their start) and, unless its first message opens
-    a history and it holds no tool call or result, ``window`` (``opens``,
-    ``calls``, ``results``: what a whole-turn window needs without decoding).
-    A turn's message count is ``len(raw messages)``, or 2 without them.
+    and, when it has raw messages, ``message_tokens``: one estimate per
+    message when a window may start inside the turn (a message after its first
+    opens a history), else ``[]`` (the turn's estimate belongs to its first
+    message: it is cut only at its start, and nothing is lost by not storing
+    the split).  Rows written by earlier releases have no ``message_tokens``
+    and are cut only at their start.  Unless its first message opens a history
+    and it holds no tool call or result, a turn row also has ``window``
+    (``opens``, ``calls``, ``results``: what a whole-turn window needs without
+    decoding).  A turn's message count is ``len(raw messages)``, or 2 without them.
 
 * namespace ``conversation-archive:<id>``: evicted turns when ``keep_evicted=True``.
 * namespace ``conversation-index``: one row per conversation (key = the id).
@@ -25,6 +28,7 @@ Every row is a :class:`~firefly_orm.entry.MemoryEntry` with scope
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -34,6 +38,7 @@ from firefly_orm.conversation.messages import encoded_message_count, inspect_enc
 from firefly_orm.conversation.model import ConversationTurn
 from firefly_orm.conversation.plan import HeadState
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
+from firefly_orm.entry_fields import FIELD_NAMES, field_values
 from firefly_orm.errors import StoreCorruptedError
 
 __all__ = [
@@ -86,7 +91,8 @@ def head_from_entry(entry: MemoryEntry | None) -> HeadState:
     """The head a stored head row says (no row: a fresh :class:`HeadState`)."""
     if entry is None:
         return HeadState()
-    content = entry.content
+    fields = field_values(entry)  # read on every write: not the mapped attributes
+    content = fields["content"]
     try:
         summary = content.get("summary")
         messages = content.get("total_messages")
@@ -95,7 +101,7 @@ def head_from_entry(entry: MemoryEntry | None) -> HeadState:
             total_tokens=int(content["total_tokens"]),
             turn_count=int(content["turn_count"]),
             summary=summary if isinstance(summary, str) else None,
-            version=entry.version,
+            version=fields["version"],
             total_messages=None if messages is None else int(messages),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
@@ -130,7 +136,7 @@ def head_entry(
     if total_messages is not None:
         content["total_messages"] = total_messages
     if previous is not None:
-        return previous.copy_entry(content=content)
+        return _with_content(previous, content)
     return _row(
         namespace,
         HEAD_KEY,
@@ -157,7 +163,13 @@ def turn_entry(
     message_tokens: Sequence[int] | None = None,
     user_id: str | None = None,
 ) -> MemoryEntry:
-    """The row of ``turn`` in ``namespace``, its raw messages already encoded."""
+    """The row of ``turn`` in ``namespace``, its raw messages already encoded.
+
+    ``message_tokens`` (one estimate per raw message, or ``[]``: not split) is
+    stored only where a window may start inside the turn, else ``[]``;
+    ``None`` writes a row as earlier releases did (an archived copy of such a
+    row stays one).
+    """
     content: dict[str, Any] = {
         "turn_id": turn.turn_id,
         "user_prompt": turn.user_prompt,
@@ -168,8 +180,9 @@ def turn_entry(
         "metadata": turn.metadata,
     }
     if message_tokens is not None:
-        content["message_tokens"] = list(message_tokens)
         infos = inspect_encoded(encoded_raw, with_text=False)
+        split = any(info.opens for info in infos[1:])
+        content["message_tokens"] = list(message_tokens) if split else []
         calls = [c for info in infos for c in info.calls]
         results = [r for info in infos for r in info.results]
         if calls or results or not (infos and infos[0].opens):
@@ -192,7 +205,8 @@ def turn_message_count(content: Mapping[str, Any]) -> int:
 
 
 def stored_message_tokens(entry: MemoryEntry) -> list[int] | None:
-    """A turn row's per-message token estimates (``None`` when it has none)."""
+    """A turn row's stored ``message_tokens`` (``[]``: not split; ``None``: an earlier
+    release's row, which has none)."""
     content = entry.content
     tokens = content.get("message_tokens") if isinstance(content, Mapping) else None
     return list(tokens) if isinstance(tokens, list) else None
@@ -222,6 +236,21 @@ def stored_raw(entry: MemoryEntry) -> Any:
     """A turn row's raw messages in their stored (encoded) form."""
     content = entry.content
     return content.get("raw_messages") if isinstance(content, Mapping) else None
+
+
+def _with_content(entry: MemoryEntry, content: dict[str, Any]) -> MemoryEntry:
+    """A copy of ``entry`` holding ``content`` (and a copy of its metadata).
+
+    ``entry.copy_entry(content=...)`` would first deep-copy the content it
+    replaces (a JSON round trip) and read every field through its mapped
+    attribute, on every head write.  The other fields are immutable values, and
+    the entry's own, so the fast constructor takes them as they are.
+    """
+    fields = field_values(entry)
+    values = {name: fields[name] for name in FIELD_NAMES}
+    values["content"] = content
+    values["metadata_"] = copy.deepcopy(values["metadata_"])
+    return MemoryEntry._from_values(values)
 
 
 def _row(

@@ -103,7 +103,7 @@ def save(target: Target, namespace: str, entry: MemoryEntry) -> None:
     Raises:
         EntryValidationError: The stored entry is at the largest version.
     """
-    result = _execute(target, st.upsert(_dialect(target)), st.entry_values(namespace, entry))
+    result = _execute(target, st.upsert(_dialect(target)), st.insert_values(namespace, entry))
     if result.first() is None:
         raise version_exhausted(entry.entry_id)
 
@@ -112,8 +112,8 @@ def save_versioned(
     target: Target, namespace: str, entry: MemoryEntry, expected_version: int
 ) -> None:
     """Insert (``expected_version == 0``) or compare-and-set on the stored version."""
-    values = st.entry_values(namespace, entry)
     if expected_version == 0:
+        values = st.insert_values(namespace, entry)
         values["version"] = 1
         inserted = _execute(target, st.insert_new(_dialect(target)), values).first()
         if inserted is None:
@@ -121,9 +121,9 @@ def save_versioned(
         return
     if expected_version >= MAX_ENTRY_VERSION:
         raise version_exhausted(entry.entry_id)
+    values = st.entry_values(namespace, entry)  # every column: an UPDATE sets those it names
     values["version"] = expected_version + 1
-    del values["entry_id"]
-    values.update(w_eid=entry.entry_id, w_ns=namespace, w_version=expected_version)
+    values.update(w_eid=values.pop("entry_id"), w_ns=namespace, w_version=expected_version)
     result = _execute(target, st.UPDATE_VERSIONED, values)
     if result.rowcount != 1:
         raise ConcurrencyError(
