@@ -5,29 +5,68 @@ library's own :data:`metadata` (never ``SQLModel.metadata``), so a host app that
 also uses SQLModel does not see our table in its own autogenerate.  The same class
 is the value object every store (in-memory, file, SQL, MongoDB) reads and writes.
 
-Validation happens in :func:`validate_entry`, which every store calls before it
-writes anything: importance in 0.0-1.0, JSON-serialisable content and metadata
-nested at most :data:`MAX_JSON_DEPTH` levels with no dict keys that collide as
-JSON strings, a version within the column's range (:data:`MAX_ENTRY_VERSION`),
-timezone-aware datetimes (naive ones are *rejected*), no NUL characters in
-namespace or key, and a bounded ``search_text`` (:data:`MAX_SEARCH_TEXT_LENGTH`)
-with a well-formed ``search_language`` (see :mod:`firefly_orm.search`).
+The rules an entry obeys (checked by :func:`validate_entry`): importance in
+0.0-1.0, JSON-serialisable content and metadata nested at most
+:data:`MAX_JSON_DEPTH` levels with no dict keys that collide as JSON strings, a
+version within the column's range (:data:`MAX_ENTRY_VERSION`), timezone-aware
+datetimes (naive ones are *rejected*), no NUL characters in namespace or key, and
+a bounded ``search_text`` (:data:`MAX_SEARCH_TEXT_LENGTH`) with a well-formed
+``search_language`` (see :mod:`firefly_orm.search`).
+
+They are checked twice:
+
+* **at construction**: ``MemoryEntry(...)`` coerces each field to its type the
+  way pydantic does (``importance="0.7"`` becomes ``0.7``, an ISO-8601 string
+  becomes a ``datetime``), then applies the rules.  A bad field raises
+  :class:`EntryFieldsError` at once: an
+  :class:`~firefly_orm.errors.EntryValidationError` naming the field that is
+  also a pydantic ``ValidationError``.  ``model_validate`` does the same;
+  ``model_validate_json`` and a pydantic ``TypeAdapter`` (so a FastAPI request
+  body) raise pydantic's ``ValidationError``, located at the field;
+* **before every write**: every store calls :func:`validate_entry`, since an
+  entry's attributes can be reassigned after construction.
+
+The stores build the entries they *read* with :meth:`MemoryEntry.from_dict`
+(and the SQL stores with the internal ``_from_values``): trusted values, no
+coercion, no checks, several times cheaper than the constructor.  (pydantic's
+``model_construct`` skips the checks too, but its entries lack SQLAlchemy's
+instance state: use :meth:`~MemoryEntry.from_dict`.)
+
+Serialised (``model_dump``, ``model_dump_json``, a ``TypeAdapter``), an entry
+shows its metadata under the public name ``metadata`` whatever ``by_alias``
+says, and the output validates back into an equal entry.
 """
 
 from __future__ import annotations
 
+import copy
 import enum
 import hashlib
 import json
 import math
 import os
 import re
+import reprlib
 import threading
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self, cast
 
 import sqlalchemy as sa
+from pydantic import (
+    ConfigDict,
+    GetJsonSchemaHandler,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic.main import IncEx
+from pydantic_core import CoreSchema, InitErrorDetails
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import registry
@@ -53,6 +92,7 @@ __all__ = [
     "JSON_WRAPPER_KEY",
     "MAX_ENTRY_VERSION",
     "DEFAULT_SEARCH_LANGUAGE",
+    "EntryFieldsError",
     "MAX_JSON_DEPTH",
     "MAX_SEARCH_TEXT_LENGTH",
     "MAX_USER_ID_LENGTH",
@@ -237,6 +277,10 @@ class JSONValue(sa.TypeDecorator[Any]):
 
 
 _SCOPE_VALUES = tuple(s.value for s in MemoryScope)
+#: The metadata field's Python name (``metadata`` is taken on declarative
+#: classes); its public name, used in input and output, is the field's alias
+#: (``_METADATA_ALIAS``, read from the field below the class).
+_METADATA_FIELD = "metadata_"
 
 
 class _Base(SQLModel, registry=_registry):
@@ -269,6 +313,13 @@ class MemoryEntry(_Base, table=True):
             and stop words of that language); ``None`` means
             :data:`DEFAULT_SEARCH_LANGUAGE` (``"simple"``).  Other stores keep it
             but do not use it.
+
+    Construction: ``MemoryEntry(...)``, ``model_validate`` and
+    ``model_validate_json`` coerce and check every field (see the module
+    docstring) and raise :class:`EntryFieldsError`; :meth:`from_dict` is the
+    unchecked fast path for trusted values (what a store reads back).
+    Serialisation names the metadata ``metadata``; ``include`` / ``exclude``
+    accept that name.
     """
 
     __tablename__ = TABLE_NAME
@@ -343,6 +394,133 @@ class MemoryEntry(_Base, table=True):
     # descriptor that does this is installed right after the class body.
     _metadata_attr: ClassVar[str] = "metadata_"
 
+    # Merged into SQLModel's table configuration.  Input may name the metadata
+    # field ``metadata`` (its alias) or ``metadata_``; output names it
+    # ``metadata`` (see ``_public_names``); an unknown field is an error, as in
+    # :meth:`from_dict`.
+    model_config = ConfigDict(  # type: ignore[assignment]  # merged with SQLModel's
+        extra="forbid",
+        validate_by_alias=True,
+        validate_by_name=True,
+        serialize_by_alias=True,
+    )
+
+    def __init__(self, **data: Any) -> None:
+        """Build an entry, coercing and validating every field like a pydantic model.
+
+        Fields are given by name (``metadata`` for the metadata dict); omitted
+        ones take their defaults.  Values are coerced to the field's type the
+        way pydantic's lax mode does (``"0.7"`` -> ``0.7``, an ISO-8601 string
+        or a Unix timestamp -> ``datetime``, ``"working"`` ->
+        :attr:`MemoryScope.WORKING`), then the entry is checked with the rules
+        of :func:`validate_entry`.
+
+        Raises:
+            EntryFieldsError: A value cannot be coerced, breaks a rule
+                (importance outside 0.0-1.0, a bool as a number, a naive
+                datetime, content that is not JSON, ...), or a field name is
+                unknown.  It is an :class:`EntryValidationError` (``field``
+                names the first bad field) and a pydantic ``ValidationError``
+                (``errors()`` lists them all).
+        """
+        # SQLAlchemy's instrumented __init__ has put the instance state in
+        # __dict__; pydantic replaces __dict__ with the validated fields, so the
+        # state is put back afterwards.  Writing __dict__ directly is what
+        # ``_from_values`` does too: a new, transient entry has no attribute
+        # history to record.
+        state = self.__dict__.get("_sa_instance_state")
+        try:
+            self.__pydantic_validator__.validate_python(data, self_instance=self)
+        except ValidationError as exc:
+            raise _entry_fields_error(exc) from None
+        finally:
+            if state is not None:
+                # First, as SQLAlchemy puts it: SQLModel's model_validate copies
+                # this dict back attribute by attribute, the state first.
+                object.__setattr__(self, "__dict__", {"_sa_instance_state": state, **self.__dict__})
+
+    @classmethod
+    def model_validate(
+        cls,
+        obj: Any,
+        *,
+        strict: bool | None = None,
+        from_attributes: bool | None = None,
+        context: Any | None = None,
+        update: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> MemoryEntry:
+        """Validate ``obj`` (a dict or an object with the fields) into an entry.
+
+        Coerces and checks like the constructor and raises the same
+        :class:`EntryFieldsError` (a pydantic ``ValidationError``).  The
+        arguments are SQLModel's.
+        """
+        try:
+            return super().model_validate(
+                obj,
+                strict=strict,
+                from_attributes=from_attributes,
+                context=context,
+                update=update,
+                **options,
+            )
+        except EntryFieldsError:
+            raise
+        except ValidationError as exc:
+            raise _entry_fields_error(exc) from None
+
+    @field_validator("importance", "version", mode="before")
+    @classmethod
+    def _no_bools(cls, value: Any, info: ValidationInfo) -> Any:
+        # pydantic would read True as 1; validate_entry refuses bools too.
+        if isinstance(value, bool):
+            raise EntryValidationError(str(info.field_name), "must be a number, not a bool")
+        return value
+
+    @model_validator(mode="after")
+    def _check_rules(self) -> MemoryEntry:
+        # Runs inside pydantic validation, when __dict__ holds exactly the
+        # validated fields (no instance state yet): read them from there.
+        _check_fields(self.__dict__)
+        return self
+
+    def model_dump(
+        self, *, include: IncEx | None = None, exclude: IncEx | None = None, **options: Any
+    ) -> dict[str, Any]:
+        """Pydantic's ``model_dump``; ``include`` / ``exclude`` may name ``metadata``."""
+        return super().model_dump(
+            include=_field_names(include), exclude=_field_names(exclude), **options
+        )
+
+    def model_dump_json(
+        self, *, include: IncEx | None = None, exclude: IncEx | None = None, **options: Any
+    ) -> str:
+        """Pydantic's ``model_dump_json``; ``include`` / ``exclude`` may name ``metadata``."""
+        return super().model_dump_json(
+            include=_field_names(include), exclude=_field_names(exclude), **options
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler, /
+    ) -> JsonSchemaValue:
+        # The output schema is the fields' own (under their public names), not
+        # that of ``_public_names``'s return type.
+        if handler.mode == "serialization":
+            core_schema = _without_model_serializer(core_schema)
+        return handler(core_schema)
+
+    @model_serializer(mode="wrap")
+    def _public_names(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # ``metadata`` under its public name even when by_alias is False (the
+        # configuration makes the alias the default).  Kept minimal: it runs
+        # for every entry serialised.
+        data = handler(self)
+        if isinstance(data, dict) and _METADATA_FIELD in data:
+            data[_METADATA_ALIAS] = data.pop(_METADATA_FIELD)
+        return data
+
     @property
     def is_expired(self) -> bool:
         """True once ``expires_at`` has passed (the boundary counts as expired)."""
@@ -354,6 +532,27 @@ class MemoryEntry(_Base, table=True):
         if name == "metadata":
             name = "metadata_"
         super().__setattr__(name, value)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy with its own SQLAlchemy state (pydantic's would share this entry's).
+
+        ``update`` values are taken as they are (not checked, as in pydantic);
+        ``deep`` copies the content and metadata too.  :meth:`copy_entry` is
+        the checked-JSON alternative the stores use.
+        """
+        from firefly_orm.entry_fields import field_values  # it builds on this module
+
+        values = field_values(self)
+        fields = {name: values[name] for name in _FIELD_NAMES}
+        if update:
+            fields.update((_field_name(name), value) for name, value in update.items())
+        if deep:
+            fields = copy.deepcopy(fields)
+        entry = type(self)._from_values(fields)
+        fields_set = set(self.__pydantic_fields_set__)
+        fields_set.update(_field_name(name) for name in update or ())
+        object.__setattr__(entry, "__pydantic_fields_set__", fields_set)
+        return cast(Self, entry)
 
     def copy_entry(self, **changes: Any) -> MemoryEntry:
         """A detached deep copy, optionally with some fields changed."""
@@ -391,8 +590,14 @@ class MemoryEntry(_Base, table=True):
     def from_dict(cls, data: dict[str, Any]) -> MemoryEntry:
         """Build an entry from :meth:`to_dict` / :meth:`to_json_dict` output.
 
-        Missing fields take their defaults; unknown fields are an error.  The
-        result is not validated (stores call :func:`validate_entry` on write).
+        Missing fields take their defaults; unknown fields are an error.
+        ISO-8601 strings become datetimes and a scope string a
+        :class:`MemoryScope`; nothing else is coerced or checked.  This is the
+        fast path for *trusted* values, several times cheaper than the
+        constructor: the stores build the entries they read with it (the SQL
+        stores with ``_from_values``, faster still).  An entry built here from
+        bad values is refused when written (stores call :func:`validate_entry`);
+        for untrusted input use ``MemoryEntry(**data)`` or ``model_validate``.
         """
         values = dict(data)
         if "metadata" in values:
@@ -428,6 +633,35 @@ class MemoryEntry(_Base, table=True):
         obj.__dict__.update(values)
         object.__setattr__(obj, "__pydantic_fields_set__", set(values))
         return obj
+
+
+def _field_name(name: str) -> str:
+    """The attribute name of a field given by name or public name."""
+    return _METADATA_FIELD if name == _METADATA_ALIAS else name
+
+
+def _field_names(selection: IncEx | None) -> IncEx | None:
+    """A pydantic include/exclude selection with ``metadata`` read as the field's name."""
+    if isinstance(selection, set | frozenset) and _METADATA_ALIAS in selection:
+        names: set[Any] = set(selection) - {_METADATA_ALIAS}
+        return names | {_METADATA_FIELD}
+    if isinstance(selection, Mapping) and _METADATA_ALIAS in selection:
+        renamed: dict[Any, Any] = {
+            (_METADATA_FIELD if name == _METADATA_ALIAS else name): value
+            for name, value in selection.items()
+        }
+        return renamed
+    return selection
+
+
+def _without_model_serializer(schema: Any) -> Any:
+    """``schema`` with its model's custom serializer removed (for the JSON schema only)."""
+    if schema.get("type") == "model":
+        return {key: value for key, value in schema.items() if key != "serialization"}
+    inner = schema.get("schema")
+    if isinstance(inner, dict):
+        return {**schema, "schema": _without_model_serializer(inner)}
+    return schema
 
 
 def _deep_copy_json(value: Any) -> Any:
@@ -477,6 +711,7 @@ class _MetadataDescriptor:
 type.__setattr__(MemoryEntry, "metadata", _MetadataDescriptor())
 
 _FIELD_NAMES = frozenset(MemoryEntry.model_fields)
+_METADATA_ALIAS = str(MemoryEntry.model_fields[_METADATA_FIELD].alias)
 
 
 # --------------------------------------------------------------------------- validation
@@ -604,24 +839,35 @@ def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
         raise EntryValidationError("entry", f"must be a MemoryEntry, got {type(entry).__name__}")
     if namespace is not None:
         validate_namespace(namespace)
-    if not isinstance(entry.entry_id, str) or not entry.entry_id or len(entry.entry_id) > 64:
+    # Imported here: entry_fields builds on this module.
+    from firefly_orm.entry_fields import field_values
+
+    _check_fields(field_values(entry))
+    return entry
+
+
+def _check_fields(fields: Mapping[str, Any]) -> None:
+    """The rules of :func:`validate_entry`, over a mapping of field values."""
+    entry_id = fields["entry_id"]
+    if not isinstance(entry_id, str) or not entry_id or len(entry_id) > 64:
         raise EntryValidationError("entry_id", "must be a non-empty string of at most 64 chars")
-    _check_text("entry_id", entry.entry_id)
+    _check_text("entry_id", entry_id)
+    scope = fields["scope"]
     try:
-        MemoryScope(entry.scope)
+        MemoryScope(scope)
     except ValueError:
         raise EntryValidationError(
-            "scope", f"must be one of {', '.join(_SCOPE_VALUES)}, got {entry.scope!r}"
+            "scope", f"must be one of {', '.join(_SCOPE_VALUES)}, got {scope!r}"
         ) from None
-    if entry.key is not None:
-        validate_key(entry.key)
-    if entry.user_id is not None:
-        validate_user_id(entry.user_id)
-    if entry.search_text is not None:
-        _check_search_text(entry.search_text)
-    if entry.search_language is not None:
-        validate_search_language(entry.search_language)
-    importance = entry.importance
+    if fields["key"] is not None:
+        validate_key(fields["key"])
+    if fields["user_id"] is not None:
+        validate_user_id(fields["user_id"])
+    if fields["search_text"] is not None:
+        _check_search_text(fields["search_text"])
+    if fields["search_language"] is not None:
+        validate_search_language(fields["search_language"])
+    importance = fields["importance"]
     if (
         isinstance(importance, bool)
         or not isinstance(importance, int | float)
@@ -629,17 +875,97 @@ def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
         or not 0.0 <= importance <= 1.0
     ):
         raise EntryValidationError("importance", f"must be between 0.0 and 1.0, got {importance!r}")
-    validate_json_value("content", entry.content)
-    if not isinstance(entry.metadata_, dict):
+    validate_json_value("content", fields["content"])
+    metadata_value = fields[_METADATA_FIELD]
+    if not isinstance(metadata_value, dict):
         raise EntryValidationError("metadata", "must be a JSON object (dict)")
-    validate_json_value("metadata", entry.metadata_)
-    _check_aware("created_at", entry.created_at, optional=False)
-    _check_aware("expires_at", entry.expires_at, optional=True)
-    version = entry.version
+    validate_json_value("metadata", metadata_value)
+    _check_aware("created_at", fields["created_at"], optional=False)
+    _check_aware("expires_at", fields["expires_at"], optional=True)
+    version = fields["version"]
     if isinstance(version, bool) or not isinstance(version, int):
         raise EntryValidationError("version", f"must be an integer, got {type(version).__name__}")
     if not 0 <= version <= MAX_ENTRY_VERSION:
         raise EntryValidationError(
             "version", f"must be between 0 and {MAX_ENTRY_VERSION}, got {version}"
         )
-    return entry
+
+
+#: Longest rendering of a rejected value in an error message.
+_ERROR_VALUE_REPR = reprlib.Repr()
+_ERROR_VALUE_REPR.maxstring = _ERROR_VALUE_REPR.maxother = 60
+
+
+class EntryFieldsError(EntryValidationError, ValidationError):
+    """``MemoryEntry(...)`` or ``MemoryEntry.model_validate(...)`` rejected a field.
+
+    Both an :class:`~firefly_orm.errors.EntryValidationError` (``field`` names
+    the first rejected field; the message reads ``"<field>: <problem>"``) and a
+    pydantic ``ValidationError`` (``errors()`` lists every problem with its
+    location), so code written for either catches it, and pydantic (a
+    ``TypeAdapter``, a FastAPI request body) reports it field by field.
+    """
+
+    def __init__(self, *args: Any) -> None:
+        # ``ValidationError.from_exception_data`` builds the error and passes
+        # pydantic's own arguments here; ``_entry_fields_error`` sets ``field``.
+        self.field = "entry"
+
+    def __str__(self) -> str:
+        problems = self.errors(include_url=False)
+        first = problems[0]
+        broken = first.get("ctx", {}).get("error")
+        if isinstance(broken, EntryValidationError):
+            text = str(broken)
+        else:
+            location = [str(part) for part in first["loc"][1:]]
+            where = f"at {' '.join(location)}: " if location else ""
+            problem = (
+                "unknown MemoryEntry field"
+                if first["type"] == "extra_forbidden"
+                else f"{first['msg']}, got {_ERROR_VALUE_REPR.repr(first['input'])}"
+            )
+            text = f"{self.field}: {where}{problem}"
+        more = len(problems) - 1
+        return f"{text} (and {more} more problem{'s' if more > 1 else ''})" if more else text
+
+
+def _input_value(data: Any, field: str) -> Any:
+    """The value ``data`` (a validation input) gives ``field``, ``None`` if none."""
+    names = (field, _METADATA_FIELD) if field == _METADATA_ALIAS else (field,)
+    for name in names:
+        if isinstance(data, Mapping):
+            if name in data:
+                return data[name]
+        elif hasattr(data, name):
+            return getattr(data, name)
+    return None
+
+
+def _public_field(name: str) -> str:
+    return _METADATA_ALIAS if name == _METADATA_FIELD else name
+
+
+def _entry_fields_error(exc: ValidationError) -> EntryFieldsError:
+    """Pydantic's error about an entry, as an :class:`EntryFieldsError`.
+
+    A broken rule (raised by ``_check_rules`` over the whole entry, so pydantic
+    gives it no location) is located at the field it names, with that field's
+    input value.
+    """
+    details: list[InitErrorDetails] = []
+    for problem in exc.errors(include_url=False):
+        detail = InitErrorDetails(type=problem["type"], loc=problem["loc"], input=problem["input"])
+        ctx = problem.get("ctx")
+        if ctx is not None:
+            detail["ctx"] = ctx
+            broken = ctx.get("error")
+            if isinstance(broken, EntryValidationError) and not problem["loc"]:
+                detail["loc"] = (broken.field,)
+                detail["input"] = _input_value(problem["input"], broken.field)
+        details.append(detail)
+    error = EntryFieldsError.from_exception_data(exc.title, details)
+    location = details[0]["loc"]
+    if location:
+        error.field = _public_field(str(location[0]))
+    return error

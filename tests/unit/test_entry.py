@@ -5,11 +5,18 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
+import sqlalchemy as sa
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
 
+from firefly_orm import entry as entry_module
 from firefly_orm.entry import (
+    EntryFieldsError,
     MemoryEntry,
+    MemoryScope,
     decode_json_from_jsonb,
     encode_json_for_jsonb,
     key_prefix_upper_bound,
@@ -21,29 +28,35 @@ from firefly_orm.store import InMemoryStore
 
 
 @pytest.mark.parametrize(
-    ("field", "entry", "namespace"),
+    ("field", "fields", "namespace"),
     [
-        ("namespace", MemoryEntry(content=1), "bad\udc00ns"),
-        ("key", MemoryEntry(key="k\udc00", content=1), "ns"),
-        ("content", MemoryEntry(content={"text": "x\ud800"}), "ns"),
-        ("metadata", MemoryEntry(content=1, metadata={"m": "\udfff"}), "ns"),
+        ("namespace", {"content": 1}, "bad\udc00ns"),
+        ("key", {"key": "k\udc00", "content": 1}, "ns"),
+        ("content", {"content": {"text": "x\ud800"}}, "ns"),
+        ("metadata", {"content": 1, "metadata": {"m": "\udfff"}}, "ns"),
         (
             "created_at",
-            MemoryEntry(created_at=datetime(1, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=1)))),
+            {"created_at": datetime(1, 1, 1, 0, 30, tzinfo=timezone(timedelta(hours=1)))},
             "ns",
         ),
         (
             "expires_at",
-            MemoryEntry(
-                expires_at=datetime(9999, 12, 31, 23, 30, tzinfo=timezone(timedelta(hours=-1)))
-            ),
+            {"expires_at": datetime(9999, 12, 31, 23, 30, tzinfo=timezone(timedelta(hours=-1)))},
             "ns",
         ),
     ],
 )
 def test_invalid_text_and_datetimes_are_rejected_before_writing(
-    field: str, entry: MemoryEntry, namespace: str
+    field: str, fields: dict[str, Any], namespace: str
 ) -> None:
+    if field != "namespace":
+        # The constructor refuses the value at once ...
+        with pytest.raises(EntryValidationError) as info:
+            MemoryEntry(**fields)
+        assert info.value.field == field
+    # ... and an entry that skipped the checks (the trusted path, or an
+    # attribute assigned later) is refused by every write.
+    entry = MemoryEntry.from_dict(fields)
     with pytest.raises(EntryValidationError) as info:
         validate_entry(entry, namespace)
     assert info.value.field == field
@@ -157,3 +170,158 @@ def test_key_prefix_upper_bound_encloses_exactly_the_prefixed_strings() -> None:
                 bound is None or near.encode() < bound.encode()
             )
             assert in_bytes == in_range
+
+
+# ------------------------------------------------------------------------ construction (issue 16)
+
+
+def test_the_constructor_coerces_like_pydantic() -> None:
+    entry = MemoryEntry(
+        importance="0.7",
+        expires_at="2999-01-01T00:00:00+02:00",
+        created_at=0,
+        scope="long_term",
+        version="3",
+    )
+    assert entry.importance == 0.7 and isinstance(entry.importance, float)
+    assert entry.expires_at == datetime(2998, 12, 31, 22, tzinfo=UTC)
+    assert entry.expires_at.utcoffset() == timedelta(hours=2)
+    assert entry.is_expired is False
+    assert entry.created_at == datetime(1970, 1, 1, tzinfo=UTC)
+    assert entry.scope is MemoryScope.LONG_TERM
+    assert entry.version == 3 and isinstance(entry.version, int)
+    assert MemoryEntry(expires_at="2000-01-01T00:00:00Z").is_expired is True
+    validate_entry(entry, "ns")
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"importance": "high"}, "importance"),
+        ({"importance": 1.5}, "importance"),
+        ({"importance": -0.1}, "importance"),
+        ({"importance": float("nan")}, "importance"),
+        ({"importance": True}, "importance"),
+        ({"version": True}, "version"),
+        ({"version": 2.5}, "version"),
+        ({"version": -1}, "version"),
+        ({"expires_at": "2030-01-01T00:00:00"}, "expires_at"),  # naive
+        ({"expires_at": datetime(2030, 1, 1)}, "expires_at"),
+        ({"created_at": "yesterday"}, "created_at"),
+        ({"created_at": None}, "created_at"),
+        ({"scope": "nowhere"}, "scope"),
+        ({"entry_id": ""}, "entry_id"),
+        ({"key": 5}, "key"),
+        ({"key": "a\x00b"}, "key"),
+        ({"user_id": ""}, "user_id"),
+        ({"search_language": "English!"}, "search_language"),
+        ({"content": {"x": object()}}, "content"),
+        ({"content": float("inf")}, "content"),
+        ({"metadata": None}, "metadata"),
+        ({"metadata": ["a"]}, "metadata"),
+        ({"metadata": {"m": {1, 2}}}, "metadata"),
+        ({"metdata": {}}, "metdata"),
+    ],
+)
+def test_the_constructor_rejects_bad_fields_at_once(fields: dict[str, Any], field: str) -> None:
+    with pytest.raises(EntryValidationError) as info:
+        MemoryEntry(**fields)
+    error = info.value
+    assert error.field == field
+    assert str(error).startswith(f"{field}: ")
+    # The same error is a pydantic ValidationError, located at the field, and
+    # model_validate raises it too.
+    assert isinstance(error, ValidationError) and isinstance(error, EntryFieldsError)
+    assert [e["loc"] for e in error.errors()] == [(field,)]
+    with pytest.raises(EntryFieldsError) as again:
+        MemoryEntry.model_validate(fields)
+    assert again.value.field == field
+
+
+def test_every_rejected_field_is_listed() -> None:
+    with pytest.raises(EntryFieldsError) as info:
+        MemoryEntry(importance="x", version="y", scope="z")
+    assert sorted(e["loc"][0] for e in info.value.errors()) == ["importance", "scope", "version"]
+    assert str(info.value).endswith("(and 2 more problems)")
+
+
+def test_a_rejected_value_is_shown_shortened() -> None:
+    with pytest.raises(EntryFieldsError) as info:
+        MemoryEntry(importance="x" * 10_000)
+    assert len(str(info.value)) < 200
+
+
+def test_assignment_is_checked_when_the_entry_is_written() -> None:
+    entry = MemoryEntry(key="k", content=1)
+    entry.importance = "0.7"  # type: ignore[assignment]
+    store = InMemoryStore()
+    with pytest.raises(EntryValidationError) as info:
+        store.save("ns", entry)
+    assert info.value.field == "importance"
+    assert store.load("ns") == []
+
+
+def test_the_trusted_read_path_skips_the_checks_and_writes_still_refuse(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Reads build entries with from_dict / the SQL row converter: no pydantic
+    # validation and no rule checks per entry (the deterministic proxy of their speed).
+    checks: list[str] = []
+    check = entry_module._check_fields
+
+    def counted(fields: Any) -> None:
+        checks.append(fields["entry_id"])
+        check(fields)
+
+    monkeypatch.setattr(entry_module, "_check_fields", counted)
+    sqlite = SQLiteStore(tmp_path / "m.sqlite3")
+    memory = InMemoryStore()
+    for i in range(5):
+        entry = MemoryEntry(key=f"k{i}", content=i, metadata={"i": i})
+        sqlite.save("ns", entry)
+        memory.save("ns", entry)
+    checks.clear()
+    for store in (sqlite, memory):
+        assert len(store.load("ns")) == 5
+        assert store.load_by_key("ns", "k3") is not None
+    assert checks == []
+    sqlite.close()
+
+    unchecked = MemoryEntry.from_dict({"key": "k", "importance": "0.7"})
+    with pytest.raises(EntryValidationError) as info:
+        memory.save("ns", unchecked)
+    assert info.value.field == "importance"
+
+
+def test_a_constructed_entry_works_in_an_orm_session() -> None:
+    engine = sa.create_engine("sqlite://")
+    entry_module.metadata.create_all(engine)
+    entry = MemoryEntry(namespace="ns", key="k", content={"a": [1]}, metadata={"m": 1})
+    with Session(engine) as session:
+        session.add(entry)
+        session.commit()
+        entry.importance = 0.9
+        session.commit()
+    with Session(engine) as session:
+        found = session.scalars(sa.select(MemoryEntry)).one()
+        assert (found.key, found.content, found.metadata_, found.importance) == (
+            "k",
+            {"a": [1]},
+            {"m": 1},
+            0.9,
+        )
+    engine.dispose()
+
+
+def test_model_copy_gives_an_entry_of_its_own() -> None:
+    entry = MemoryEntry(key="k", content={"x": [1]}, metadata={"m": 1})
+    shallow = entry.model_copy()
+    assert sa.inspect(shallow).obj() is shallow  # not the original's ORM state
+    assert sa.inspect(entry).obj() is entry
+    assert shallow.to_dict() == entry.to_dict() and shallow.content is entry.content
+    deep = entry.model_copy(update={"metadata": {"n": 2}, "importance": 0.9}, deep=True)
+    assert (deep.metadata_, deep.importance, entry.metadata_) == ({"n": 2}, 0.9, {"m": 1})
+    assert deep.content == entry.content and deep.content is not entry.content
+    assert "importance" in deep.model_fields_set
+    deep.importance = 0.1  # assignable: it has its own state
+    assert (deep.importance, entry.importance) == (0.1, 0.5)
