@@ -26,11 +26,22 @@ writer lost a race.  Lost races are retried within a
 a race does not race again: it locks the head and calls the summarizer while
 holding the lock (:func:`append_turn_holding`), so the writers of that
 conversation queue on the lock, each with at most one summary made in vain.
+
+When the unit of work's repository offers ``append_turn`` (SQL stores;
+PostgreSQL answers it, :func:`firefly_orm.sql.ops.append_turn`), a turn that
+needs no eviction is first tried as ONE statement that bumps the head (its
+UPDATE takes the head's row lock) and inserts the turn; when it writes
+nothing (eviction needed, no head yet, another owner, an idempotency key...)
+the general path above runs, unchanged.  :class:`AppendHints` remembers the
+totals each conversation was left with, so a conversation that evicts on
+every turn does not try the one statement first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +73,7 @@ from firefly_orm.conversation.rows import (
     archive_namespace,
     conversation_namespace,
     head_entry,
+    head_from_content,
     head_from_entry,
     index_entry,
     stored_message_tokens,
@@ -76,8 +88,10 @@ from firefly_orm.protocols import UnitOfWork
 
 if TYPE_CHECKING:
     from firefly_orm.long_term.promotion import Promotion
+    from firefly_orm.sql.ops import AppendedHead, TurnAppend
 
 __all__ = [
+    "AppendHints",
     "EncodedTurn",
     "OldestTurnsReader",
     "Policy",
@@ -99,14 +113,61 @@ __all__ = [
 ]
 
 
+class AppendHints:
+    """The totals each recently written conversation was left with (in this process).
+
+    Only a hint: it decides whether :func:`append_turn` first tries the
+    one-statement append (pointless when the turn will evict), never what is
+    written.  Another process's writes make it stale, which costs at most one
+    statement that writes nothing, or one general-path turn.  Bounded: the
+    least recently written conversations are forgotten first.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._totals: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def record(self, conversation_id: str, total_tokens: int, total_messages: int) -> None:
+        """``conversation_id`` now holds these totals."""
+        with self._lock:
+            self._totals[conversation_id] = (total_tokens, total_messages)
+            self._totals.move_to_end(conversation_id)
+            if len(self._totals) > self._size:
+                self._totals.popitem(last=False)
+
+    def fits(self, conversation_id: str, tokens: int, messages: int, limits: Limits) -> bool:
+        """Whether a turn of ``tokens`` / ``messages`` likely needs no eviction (unknown: yes)."""
+        totals = self._totals.get(conversation_id)
+        if totals is None:
+            return True
+        return no_eviction_needed(totals[0] + tokens, totals[1] + messages, limits)
+
+
+def no_eviction_needed(total_tokens: int, total_messages: int, limits: Limits) -> bool:
+    """Whether a conversation at these totals (the new turn in) stays within ``limits``.
+
+    The planner's trigger (:func:`~firefly_orm.conversation.plan.plan_append`)
+    in reverse: tokens evict above both ``max_tokens`` and the threshold.
+    """
+    if total_tokens > max(limits.max_tokens, limits.summarize_threshold):
+        return False
+    return limits.max_messages is None or total_messages <= limits.max_messages
+
+
 @dataclass(frozen=True)
 class Policy:
     """What adding a turn obeys: the limits (:class:`~firefly_orm.conversation.plan.Limits`),
-    whether evicted turns are archived, and whether they are promoted to long-term memory."""
+    whether evicted turns are archived, and whether they are promoted to long-term memory.
+
+    ``hints``: the totals recently written conversations were left with
+    (:class:`AppendHints`; a memory's own, not part of what the policy says).
+    """
 
     limits: Limits
     keep_evicted: bool
     promotion: Promotion | None = None
+    hints: AppendHints = field(default_factory=AppendHints, compare=False, repr=False)
 
     @property
     def max_tokens(self) -> int:
@@ -374,6 +435,10 @@ def append_turn(
     :class:`~firefly_orm.errors.EntryValidationError` when the conversation
     belongs to another user than ``new_turn.user_id``.
     """
+    if prepared is None:  # (a prepared summary: this turn evicts)
+        appended = _append_at_once(uow, conversation_id, new_turn, policy, has_summarizer)
+        if appended is not None:
+            return appended
     namespace = conversation_namespace(conversation_id)
     stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
     head = head_from_entry(stored_head)
@@ -450,7 +515,71 @@ def append_turn(
         total_messages=plan.total_messages if known_messages else None,
         user_id=owner,
     )
+    if known_messages:
+        policy.hints.record(conversation_id, plan.total_tokens, plan.total_messages)
     return Appended(plan.turn, plan, new_summary, promoted)
+
+
+def _one_statement_append(
+    uow: UnitOfWork,
+) -> Callable[[TurnAppend], AppendedHead | None] | None:
+    """The repository's one-statement append, when it has one (the capability check)."""
+    return getattr(uow.entries, "append_turn", None)
+
+
+def _append_at_once(
+    uow: UnitOfWork,
+    conversation_id: str,
+    new_turn: EncodedTurn,
+    policy: Policy,
+    has_summarizer: bool,
+) -> Appended | None:
+    """:func:`append_turn` in one statement when the store can and no eviction is needed.
+
+    ``None``: nothing was written (the general path follows in the same unit of work).
+    """
+    append = _one_statement_append(uow)
+    turn = new_turn.turn
+    limits = policy.limits
+    if (
+        append is None
+        or new_turn.idempotency_key is not None
+        or not policy.hints.fits(conversation_id, turn.token_estimate, turn.message_count, limits)
+    ):
+        return None
+    from firefly_orm.sql.ops import TurnAppend
+
+    namespace = conversation_namespace(conversation_id)
+    done = append(
+        TurnAppend(
+            namespace=namespace,
+            head_id=derived_entry_id(namespace, HEAD_KEY),
+            conversation_id=conversation_id,
+            row=turn_entry(namespace, turn, new_turn.encoded_raw, new_turn.message_tokens),
+            tokens=turn.token_estimate,
+            messages=turn.message_count,
+            token_cap=max(limits.max_tokens, limits.summarize_threshold),
+            message_cap=limits.max_messages,
+            owner=new_turn.user_id,
+        )
+    )
+    if done is None:
+        return None
+    after = head_from_content(done.content, done.version, namespace)
+    before = HeadState(
+        next_turn_id=after.next_turn_id - 1,
+        total_tokens=after.total_tokens - turn.token_estimate,
+        turn_count=after.turn_count - 1,
+        summary=after.summary,
+        version=after.version - 1,
+        total_messages=(after.total_messages or 0) - turn.message_count,
+    )
+    plan = plan_append(before, turn, (), limits, has_summarizer=has_summarizer)
+    if plan.evicted_turn_ids or plan.next_turn_id != after.next_turn_id:
+        # Unreachable while the statement and the planner agree; the unit of work rolls back.
+        raise RuntimeError(f"one-statement append disagrees with the planner: {plan}")
+    policy.hints.record(conversation_id, plan.total_tokens, plan.total_messages)
+    return Appended(plan.turn, plan, None)
 
 
 def _count_messages(uow: UnitOfWork, namespace: str) -> int:

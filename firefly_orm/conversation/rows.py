@@ -45,10 +45,12 @@ __all__ = [
     "HEAD_KEY",
     "INDEX_NAMESPACE",
     "MAX_TURN_ID",
+    "TURN_ID_DIGITS",
     "TURN_KEY_PREFIX",
     "archive_namespace",
     "conversation_namespace",
     "head_entry",
+    "head_from_content",
     "head_from_entry",
     "index_entry",
     "stored_message_tokens",
@@ -63,10 +65,12 @@ __all__ = [
 INDEX_NAMESPACE = "conversation-index"
 #: Key of a conversation's head row.
 HEAD_KEY = "head"
-#: Key prefix of turn rows (followed by the turn id as 12 digits).
+#: Key prefix of turn rows (followed by the turn id as :data:`TURN_ID_DIGITS` digits).
 TURN_KEY_PREFIX = "turn:"
-#: Largest turn id (the key holds 12 digits).
-MAX_TURN_ID = 10**12 - 1
+#: How many digits a turn key holds (zero-padded, so keys sort by turn id).
+TURN_ID_DIGITS = 12
+#: Largest turn id (the key holds :data:`TURN_ID_DIGITS` digits).
+MAX_TURN_ID = 10**TURN_ID_DIGITS - 1
 
 
 def conversation_namespace(conversation_id: str) -> str:
@@ -81,7 +85,7 @@ def archive_namespace(conversation_id: str) -> str:
 
 def turn_key(turn_id: int) -> str:
     """Key of the row of turn ``turn_id`` (zero-padded so keys sort by id)."""
-    return f"{TURN_KEY_PREFIX}{turn_id:012d}"
+    return f"{TURN_KEY_PREFIX}{turn_id:0{TURN_ID_DIGITS}d}"
 
 
 # --------------------------------------------------------------------------- head
@@ -92,7 +96,11 @@ def head_from_entry(entry: MemoryEntry | None) -> HeadState:
     if entry is None:
         return HeadState()
     fields = field_values(entry)  # read on every write: not the mapped attributes
-    content = fields["content"]
+    return head_from_content(fields["content"], fields["version"], fields["namespace"])
+
+
+def head_from_content(content: Any, version: int, namespace: str) -> HeadState:
+    """The head a head row of ``namespace`` with this ``content`` and ``version`` says."""
     try:
         summary = content.get("summary")
         messages = content.get("total_messages")
@@ -101,13 +109,11 @@ def head_from_entry(entry: MemoryEntry | None) -> HeadState:
             total_tokens=int(content["total_tokens"]),
             turn_count=int(content["turn_count"]),
             summary=summary if isinstance(summary, str) else None,
-            version=fields["version"],
+            version=version,
             total_messages=None if messages is None else int(messages),
         )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise StoreCorruptedError(
-            f"unreadable conversation head in {entry.namespace!r}: {exc}"
-        ) from exc
+        raise StoreCorruptedError(f"unreadable conversation head in {namespace!r}: {exc}") from exc
 
 
 def head_entry(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Unpack
 
 from sqlalchemy.engine import Connection
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session
 from firefly_orm.entry import (
     MAX_ENTRY_VERSION,
     MemoryEntry,
+    encode_json_for_jsonb,
     utcnow,
     validate_entry,
     validate_key,
@@ -40,8 +42,11 @@ from firefly_orm.search import (
 from firefly_orm.sql import statements as st
 
 __all__ = [
+    "AppendedHead",
     "SQLEntryRepository",
     "Target",
+    "TurnAppend",
+    "append_turn",
     "cleanup_expired",
     "clear",
     "delete",
@@ -234,6 +239,95 @@ def cleanup_expired(target: Target) -> int:
     return int(_execute(target, st.CLEANUP, {"now": utcnow()}).rowcount)
 
 
+# --------------------------------------------------------------------------- one-statement append
+
+#: The message cap bound when a conversation has no message limit (never reached).
+_NO_MESSAGE_CAP = 2**62
+
+
+@dataclass(frozen=True)
+class TurnAppend:
+    """A conversation turn to add in one statement (:func:`append_turn`).
+
+    Attributes:
+        namespace: The conversation's namespace.
+        head_id: The id of its head row.
+        conversation_id: The conversation id (written into the head).
+        row: The turn row, built for any turn id: the statement gives it its
+            ``entry_id``, ``key`` and ``content["turn_id"]`` from the head's
+            ``next_turn_id``, and the head's ``user_id``.
+        tokens: What the turn adds to the head's ``total_tokens``.
+        messages: What it adds to the head's ``total_messages``.
+        token_cap: The largest ``total_tokens`` that needs no eviction.
+        message_cap: The largest ``total_messages`` that needs none (``None``: no limit).
+        owner: The user the head must belong to (``None``: any).
+    """
+
+    namespace: str
+    head_id: str
+    conversation_id: str
+    row: MemoryEntry
+    tokens: int
+    messages: int
+    token_cap: int
+    message_cap: int | None
+    owner: str | None
+
+
+@dataclass(frozen=True)
+class AppendedHead:
+    """The head after :func:`append_turn`: its ``content``, ``version`` and owner."""
+
+    content: Any
+    version: int
+    user_id: str | None
+
+
+def append_turn(target: Target, request: TurnAppend) -> AppendedHead | None:
+    """Add a turn and bump the head in one statement, if no eviction is needed.
+
+    PostgreSQL only (:func:`~firefly_orm.sql.statements.append_turn_statement`:
+    a data-modifying CTE); ``None`` without writing anything elsewhere, and
+    whenever the head does not qualify (missing, eviction needed, another owner,
+    ...) or the row does not fit the statement (content the JSONB column would
+    wrap, expiry, search text): the caller then takes the general path.
+    """
+    if _dialect(target) != "postgresql":
+        return None
+    values = st.entry_values(request.namespace, request.row)
+    content = values["content"]
+    if (
+        not isinstance(content, dict)
+        or encode_json_for_jsonb(content) is not content
+        or values["expires_at"] is not None
+        or values["search_text"] is not None
+        or values["search_language"] is not None
+    ):
+        return None
+    cap = request.message_cap
+    params: dict[str, Any] = {
+        "ns": request.namespace,
+        "head_id": request.head_id,
+        "now": utcnow(),
+        "cid": request.conversation_id,
+        "tokens": request.tokens,
+        "messages": request.messages,
+        "token_cap": request.token_cap,
+        "message_cap": _NO_MESSAGE_CAP if cap is None else cap,
+        "id_prefix": f"{request.namespace}\x00".encode(),
+        "row_scope": values["scope"],
+        "row_content": content,
+        "row_metadata": values["metadata"],
+        "row_created_at": values["created_at"],
+        "row_importance": values["importance"],
+    }
+    if request.owner is not None:
+        params["uid"] = request.owner
+    stmt = st.append_turn_statement(request.owner is not None)
+    row = _execute(target, stmt, params).first()
+    return None if row is None else AppendedHead(row[0], row[1], row[2])
+
+
 # --------------------------------------------------------------------------- repository
 
 
@@ -316,6 +410,16 @@ class SQLEntryRepository:
         """Delete every entry of ``namespace``."""
         validate_namespace(namespace)
         clear(self.session, namespace)
+
+    def append_turn(self, request: TurnAppend) -> AppendedHead | None:
+        """Add a conversation turn in one statement when no eviction is needed (PostgreSQL).
+
+        ``None``: nothing was written (not PostgreSQL, or the head does not
+        qualify); see :func:`append_turn`.
+        """
+        validate_namespace(request.namespace)
+        validate_entry(request.row, request.namespace)
+        return append_turn(self.session, request)
 
     def erase_user(self, user_id: str) -> None:
         """Delete every entry of ``user_id`` in every namespace (one indexed statement)."""

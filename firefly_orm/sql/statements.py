@@ -11,6 +11,10 @@ Full-text search (:func:`search_statement`) reads what migration
 ``0006_full_text_search`` adds beside the model: on SQLite the FTS5 table
 ``memory_entries_fts`` (joined on ``rowid``), on PostgreSQL the generated
 ``search_vector`` column (unqualified: the statement reads one table).
+
+:func:`append_turn_statement` knows the layout of a conversation
+(:mod:`firefly_orm.conversation.rows`): it adds a turn in one PostgreSQL
+statement when no eviction is needed.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ __all__ = [
     "TABLE",
     "UPDATE_VERSIONED",
     "PrefixMode",
+    "append_turn_statement",
     "entry_values",
     "insert_values",
     "insert_new",
@@ -338,3 +343,147 @@ def search_statement(
     if limited:
         stmt = stmt.limit(_P("limit"))
     return stmt
+
+
+# --------------------------------------------------------------------------- one-statement append
+
+#: Numbers a conversation head holds (``content`` keys, see
+#: :func:`firefly_orm.conversation.rows.head_entry`); the one-statement append
+#: runs only on heads where each is a plain non-negative integer.
+_HEAD_COUNTERS = ("next_turn_id", "total_tokens", "turn_count", "total_messages")
+#: A head counter must be this (at most 15 digits: no overflow in ``bigint`` sums).
+_COUNTER_PATTERN = "^[0-9]{1,15}$"
+
+
+def _sql_text(value: str) -> Any:
+    """``value`` as an SQL string literal (constant keys; a bound one has no type to PostgreSQL)."""
+    return sa.literal_column("'" + value.replace("'", "''") + "'", sa.Text())
+
+
+def _turn_key_sql(turn_id: Any) -> Any:
+    """SQL for :func:`~firefly_orm.conversation.rows.turn_key` of the integer ``turn_id``."""
+    from firefly_orm.conversation.rows import TURN_ID_DIGITS, TURN_KEY_PREFIX
+
+    digits = sa.func.lpad(sa.cast(turn_id, sa.Text), TURN_ID_DIGITS, _sql_text("0"))
+    return _sql_text(TURN_KEY_PREFIX).op("||", return_type=sa.Text())(digits)
+
+
+def _derived_id_sql(key: Any) -> Any:
+    """SQL for :func:`~firefly_orm.entry.derived_entry_id` of ``key`` in the namespace whose
+    ``<namespace>\\x00`` bytes are bound as ``id_prefix`` (sha256, 32 hex characters)."""
+    data = _P("id_prefix", type_=sa.LargeBinary()).op("||", return_type=sa.LargeBinary())(
+        sa.func.convert_to(key, _sql_text("UTF8"))
+    )
+    return sa.func.left(sa.func.encode(sa.func.sha256(data), _sql_text("hex")), 32)
+
+
+@functools.cache
+def append_turn_statement(by_owner: bool) -> Any:
+    """PostgreSQL: add a conversation turn in one statement, when no eviction is needed.
+
+    A data-modifying CTE: the ``UPDATE`` of the head (which takes the head's
+    row lock itself, so concurrent writers queue as behind ``SELECT ... FOR
+    UPDATE``) bumps its counters and version, and the ``INSERT`` adds the turn
+    row under the turn id the head gave (``next_turn_id`` before the update).
+    The head is updated only if, on its stored totals, the turn needs no
+    eviction (``total_tokens + tokens <= token_cap`` and ``total_messages +
+    messages <= message_cap``), the head is live, below the largest version
+    and turn id, its counters are plain integers, its owner is ``uid`` (with
+    ``by_owner``) and no row holds the new turn's id yet.  Otherwise nothing is
+    written and no row comes back: the caller takes the general path.
+
+    Parameters: ``ns``, ``head_id``, ``now``, ``cid`` (the conversation id as
+    JSON), ``tokens``, ``messages``, ``token_cap``, ``message_cap``, ``uid``
+    (with ``by_owner``), ``id_prefix`` (``<ns>\\x00`` in UTF-8) and the turn
+    row's ``row_scope``, ``row_content`` (JSONB, without its ``turn_id``),
+    ``row_metadata``, ``row_created_at``, ``row_importance`` (no parameter is
+    named as a column: an UPDATE would set that column from it).  The row returned: the head's new
+    ``content``, ``version`` and ``user_id`` (the owner the turn row gets).
+    """
+    from firefly_orm.conversation.rows import MAX_TURN_ID
+
+    jsonb = postgresql.JSONB()
+    content = sa.type_coerce(_C.content, jsonb)
+    texts = {name: content[name].astext for name in _HEAD_COUNTERS}
+    counters = {name: sa.cast(text, sa.BigInteger) for name, text in texts.items()}
+    tokens = sa.cast(_P("tokens"), sa.BigInteger)
+    messages = sa.cast(_P("messages"), sa.BigInteger)
+    next_turn_id = counters["next_turn_id"]
+    # The casts run only on heads whose counters are digits (CASE: no cast error).
+    plain = sa.and_(*(text.op("~")(_sql_text(_COUNTER_PATTERN)) for text in texts.values()))
+    within = sa.and_(
+        next_turn_id <= MAX_TURN_ID,
+        counters["total_tokens"] + tokens <= sa.cast(_P("token_cap"), sa.BigInteger),
+        counters["total_messages"] + messages <= sa.cast(_P("message_cap"), sa.BigInteger),
+    )
+    taken = TABLE.alias("taken")
+    free = ~sa.exists().where(taken.c.entry_id == _derived_id_sql(_turn_key_sql(next_turn_id)))
+    summary = content.op("->", return_type=jsonb)(_sql_text("summary"))
+    new_content = sa.func.jsonb_build_object(
+        _sql_text("conversation_id"),
+        _P("cid", type_=_C.content.type),
+        _sql_text("next_turn_id"),
+        next_turn_id + 1,
+        _sql_text("total_tokens"),
+        counters["total_tokens"] + tokens,
+        _sql_text("turn_count"),
+        counters["turn_count"] + 1,
+        _sql_text("summary"),
+        sa.case(
+            (sa.func.jsonb_typeof(summary) == _sql_text("string"), summary),
+            else_=sa.cast(_sql_text("null"), jsonb),
+        ),
+        _sql_text("total_messages"),
+        counters["total_messages"] + messages,
+    )
+    update = sa.update(TABLE).where(
+        _C.entry_id == _P("head_id"),
+        _C.namespace == _P("ns"),
+        _LIVE,
+        _C.version < MAX_ENTRY_VERSION,
+        sa.case((plain, within), else_=sa.false()),
+        free,
+    )
+    if by_owner:
+        update = update.where(_C.user_id == _P("uid"))
+    head = (
+        update.values(content=new_content, version=_C.version + 1)
+        .returning(
+            _C.content,
+            _C.version,
+            _C.user_id,
+            (counters["next_turn_id"] - 1).label("turn_id"),
+        )
+        .cte("head")
+    )
+    turn_id = head.c.turn_id
+    # Bound as plain JSONB: the caller sends only content the column would not wrap.
+    turn_content = _P("row_content", type_=jsonb).op("||", return_type=jsonb)(
+        sa.func.jsonb_build_object(_sql_text("turn_id"), turn_id)
+    )
+    row = sa.select(
+        _derived_id_sql(_turn_key_sql(turn_id)),
+        _P("ns", type_=_C.namespace.type),
+        _P("row_scope", type_=_C.scope.type),
+        _turn_key_sql(turn_id),
+        turn_content,
+        _P("row_metadata", type_=_C["metadata"].type),
+        _P("row_created_at", type_=_C.created_at.type),
+        _P("row_importance", type_=_C.importance.type),
+        sa.literal(1, sa.Integer()),
+        head.c.user_id,
+    )
+    names = (
+        "entry_id",
+        "namespace",
+        "scope",
+        "key",
+        "content",
+        "metadata",
+        "created_at",
+        "importance",
+        "version",
+        "user_id",
+    )
+    insert = sa.insert(TABLE).from_select([_C[n] for n in names], row).cte("turn")
+    return sa.select(head.c.content, head.c.version, head.c.user_id).add_cte(insert)
