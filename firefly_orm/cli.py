@@ -361,15 +361,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
     target = _resolve_target(args)
     path = target.sqlite_path
     if path is not None and not path.exists():
-        pending = [migrate.head()]  # no file yet: not migrated (and not created by us)
-    else:
-        with _migration_engine(target, args) as engine:
-            pending = migrate.check(engine, schema_name=target.schema)
-    if pending:
+        # no file yet: not migrated (and not created by us)
+        advice = migrate.migrate_advice(target.url, target.schema, None)
         print(
-            f"{target.describe()}: database not at head; pending: {', '.join(pending)}",
+            f"{target.describe()}: database not at head; pending: {migrate.head()}; {advice}",
             file=sys.stderr,
         )
+        return EXIT_NOT_AT_HEAD
+    try:
+        with _migration_engine(target, args) as engine:
+            migrate.require_head(engine, schema_name=target.schema)
+    except MigrationRequiredError as exc:
+        print(f"{target.describe()}: {exc}", file=sys.stderr)  # names the command to run
         return EXIT_NOT_AT_HEAD
     print(f"{target.describe()}: at head ({migrate.head()})")
     return EXIT_OK

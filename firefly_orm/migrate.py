@@ -41,7 +41,17 @@ Inside a caller's own transaction (a :class:`~sqlalchemy.engine.Connection`
 already in one) the migration runs in a SAVEPOINT of it and the caller's
 commit decides; on SQLite the caller's BEGIN is then the lock.
 
-Inside a host application's Alembic (two ways, see the README):
+Inside a host application's Alembic (see the README and
+``docs/design/host-alembic.md``), the recommended way is one call in the app's
+env.py, :func:`run_with_host`, with :func:`autogenerate_filters` in its
+``context.configure``: our revisions keep their own version table, so the app's
+history has one head; the app's ``alembic upgrade`` also upgrades ours, in the
+same transaction, and every other app command (``downgrade -1``, ``revision
+--autogenerate``, ``check``, ``current``, ``history``, ``stamp``) leaves ours
+alone.  A dependency or merge scheme between the two histories was not chosen:
+it would tie every app revision (or a merge per firefly_orm release) to ours
+and let the app's ``downgrade -1`` walk into our revisions.  Two older ways
+still work:
 
 * (a) keep our own version table: call :func:`upgrade` (or ``firefly-orm
   migrate``) beside the host's ``alembic upgrade head``;
@@ -59,7 +69,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -69,6 +79,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine
 
 from firefly_orm.entry import TABLE_NAME, metadata
@@ -86,10 +97,13 @@ from firefly_orm.migration_lock import migration_transaction
 from firefly_orm.search import is_search_index_object
 
 __all__ = [
+    "BRANCH_LABEL",
     "DEFAULT_SCHEMA",
     "HOST_SCHEMA_OPTION",
     "HOST_VERSION_TABLE",
+    "HOST_OFFLINE_FROM_OPTION",
     "VERSION_TABLE",
+    "autogenerate_filters",
     "check",
     "current",
     "downgrade",
@@ -97,10 +111,12 @@ __all__ = [
     "include_name",
     "include_object",
     "make_config",
+    "migrate_advice",
     "normalize_url",
     "require_head",
     "revision_schema",
     "run_environment",
+    "run_with_host",
     "script_location",
     "stamp",
     "upgrade",
@@ -114,6 +130,8 @@ VERSION_TABLE = "firefly_orm_alembic_version"
 DEFAULT_SCHEMA = "firefly_memory"
 #: The version table a host's Alembic uses by default (mode (b): our branch inside it).
 HOST_VERSION_TABLE = "alembic_version"
+#: The branch label of our first revision (``alembic upgrade firefly_orm@head`` in mode (b)).
+BRANCH_LABEL = "firefly_orm"
 #: ``-x`` argument / ``config.attributes`` key naming the schema for our tables in mode (b).
 HOST_SCHEMA_OPTION = "firefly_orm_schema"
 _OUR_TABLES = frozenset({TABLE_NAME, VERSION_TABLE})
@@ -200,14 +218,19 @@ def _is_ours(name: str | None) -> bool:
 def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     """For a HOST app's ``env.py``: keep firefly_orm's tables out of its autogenerate.
 
-    Pass it as ``context.configure(include_name=firefly_orm.migrate.include_name)``
-    (or call it from your own ``include_name``); it returns False for our tables
-    (the entries, our version table, and on SQLite the FTS5 tables of the
-    full-text index) and True for everything else.
+    Alembic's autogenerate (``alembic revision --autogenerate``, ``alembic
+    check``) compares the app's models with the LIVE database, so without this
+    filter it proposes to drop our tables.  Pass it as
+    ``context.configure(include_name=firefly_orm.migrate.include_name)``, or
+    use :func:`autogenerate_filters` to combine it with a filter of your own.
+    It returns False for our tables (the entries, our version table, and on
+    SQLite the FTS5 tables of the full-text index) and for every index,
+    constraint and column of theirs, True for everything else.
     """
     if type_ == "table":
         return not _is_ours(name)
-    return True
+    parent = parent_names.get("table_name") if isinstance(parent_names, Mapping) else None
+    return not _is_ours(parent)
 
 
 def include_object(
@@ -218,6 +241,56 @@ def include_object(
         return not _is_ours(name)
     table = getattr(obj, "table", None)
     return not (table is not None and _is_ours(getattr(table, "name", None)))
+
+
+NameFilter = Callable[[str | None, str, Any], bool]
+ObjectFilter = Callable[[Any, str | None, str, bool, Any], bool]
+
+
+def autogenerate_filters(
+    *,
+    include_name: NameFilter | None = None,
+    include_object: ObjectFilter | None = None,
+    schema_name: str | None = None,
+) -> dict[str, Any]:
+    """``context.configure`` keyword arguments that keep our objects out of autogenerate.
+
+    Combines our filters with the app's own: an object is compared only when
+    the app's filter (if any) AND ours keep it.  With ``schema_name`` (our
+    tables in their own PostgreSQL schema), that whole schema is left out too,
+    which matters when the app's env.py passes ``include_schemas=True``::
+
+        context.configure(
+            connection=connection,
+            target_metadata=Base.metadata,
+            **migrate.autogenerate_filters(include_name=my_include_name),
+        )
+
+    Raises:
+        EntryValidationError: ``schema_name`` is not a valid schema name.
+    """
+    own_schema = validate_schema_name(schema_name)
+    app_name, app_object = include_name, include_object
+
+    def name_filter(name: str | None, type_: str, parent_names: Any) -> bool:
+        if own_schema is not None and type_ == "schema" and name == own_schema:
+            return False
+        if not _our_name_filter(name, type_, parent_names):
+            return False
+        return app_name is None or bool(app_name(name, type_, parent_names))
+
+    def object_filter(
+        obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+    ) -> bool:
+        if not _our_object_filter(obj, name, type_, reflected, compare_to):
+            return False
+        return app_object is None or bool(app_object(obj, name, type_, reflected, compare_to))
+
+    return {"include_name": name_filter, "include_object": object_filter}
+
+
+_our_name_filter = include_name
+_our_object_filter = include_object
 
 
 def _own_include_name(name: str | None, type_: str, parent_names: Any) -> bool:
@@ -362,12 +435,14 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
     with _connect(target) as (conn, caller_tx):
         schema = _schema_for(conn, schema_name)
         # A first look without the lock: a database at head needs no lock at all.
-        if not _upgrade_needed(*_read_state(conn, caller_tx, schema), schema, revision):
+        if not _upgrade_needed(
+            *_read_state(conn, caller_tx, schema), schema, revision, conn.engine.url
+        ):
             return
         try:
             with migration_transaction(conn, schema):
                 # Read again under the lock: a migrator that waited finds it done.
-                if not _upgrade_needed(*_state(conn, schema), schema, revision):
+                if not _upgrade_needed(*_state(conn, schema), schema, revision, conn.engine.url):
                     return
                 command.upgrade(make_config(conn, schema_name=schema), revision)
         except (sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
@@ -383,7 +458,7 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
 
 
 def _upgrade_needed(
-    at: str | None, managed_by: str | None, schema: str | None, revision: str
+    at: str | None, managed_by: str | None, schema: str | None, revision: str, url: URL
 ) -> bool:
     """Whether an upgrade to ``revision`` has work to do on a database at ``at``.
 
@@ -395,9 +470,7 @@ def _upgrade_needed(
         if at == head() and revision in ("head", "heads", head()):
             return False
         raise MigrationRequiredError(
-            f"database not at head: firefly_orm's revisions are recorded in the host's "
-            f"{HOST_VERSION_TABLE} table (at {at}); run the host's "
-            "`alembic upgrade firefly_orm@head`"
+            f"database not at head (at {at}); {migrate_advice(url, schema, managed_by)}"
         )
     if revision in ("head", "heads") and at == head():
         logger.debug("firefly_orm schema %s already at head", schema or "(default)")
@@ -504,20 +577,59 @@ def check(target: Target, *, schema_name: str | None = None) -> list[str]:
         MigrationRequiredError: the database is at a revision this version of
             the library does not know (a newer firefly_orm migrated it).
     """
-    at = current(target, schema_name=schema_name)
+    return _pending(current(target, schema_name=schema_name))
+
+
+def _pending(at: str | None) -> list[str]:
+    """Revisions from ``at`` to head, oldest first (refuses a revision we do not know)."""
     _refuse_unknown(at)
     script = ScriptDirectory.from_config(make_config())
-    pending = [rev.revision for rev in script.iterate_revisions(head(), at)]
-    return list(reversed(pending))
+    return list(reversed([rev.revision for rev in script.iterate_revisions(head(), at)]))
+
+
+def migrate_advice(url: str | URL, schema_name: str | None, managed_by: str | None) -> str:
+    """The command that brings a database to head, for the way it is managed.
+
+    * Our revisions in the host's ``alembic_version`` (the host's Alembic runs
+      our versions directory as a branch): the host's ``alembic upgrade
+      firefly_orm@head`` (``firefly-orm migrate`` refuses such a database).
+    * Our own version table (or nothing yet): ``firefly-orm migrate --url ...``
+      with the schema spelled out, or the app's ``alembic upgrade head`` when
+      its env.py calls :func:`run_with_host`.
+
+    The URL is shown with its password hidden.
+    """
+    if managed_by == HOST_VERSION_TABLE:
+        option = f" -x {HOST_SCHEMA_OPTION}={schema_name}" if schema_name else ""
+        return (
+            f"run your app's `alembic{option} upgrade {BRANCH_LABEL}@head` (firefly_orm's "
+            f"revisions are recorded in its {HOST_VERSION_TABLE} table)"
+        )
+    parsed = normalize_url(url)
+    cli = f"firefly-orm migrate --url {redact_url(parsed)}"
+    if parsed.get_backend_name() != "sqlite":
+        cli += f" --schema {schema_name}" if schema_name else " --schema ''"
+    return (
+        f"run `{cli}`, or your app's `alembic upgrade head` when its env.py calls "
+        "firefly_orm.migrate.run_with_host()"
+    )
 
 
 def require_head(target: Target, *, schema_name: str | None = None) -> None:
-    """Raise :class:`MigrationRequiredError` unless the database is at head."""
-    pending = check(target, schema_name=schema_name)
+    """Raise :class:`MigrationRequiredError` unless the database is at head.
+
+    The message names the command that migrates this database
+    (:func:`migrate_advice`).
+    """
+    with _connect(target) as (conn, caller_tx):
+        schema = _schema_for(conn, schema_name)
+        at, managed_by = _read_state(conn, caller_tx, schema)
+        url = conn.engine.url
+    pending = _pending(at)
     if pending:
         raise MigrationRequiredError(
             f"database not at head: {len(pending)} firefly_orm migration(s) pending "
-            f"({', '.join(pending)}); run `firefly-orm migrate` or `alembic upgrade head`"
+            f"({', '.join(pending)}); {migrate_advice(url, schema, managed_by)}"
         )
 
 
@@ -560,13 +672,25 @@ def _configure_and_run(context: Any, connection: Connection, schema: str | None)
 
 
 def _run_migrations(context: Any, connection: Connection, schema: str | None) -> None:
-    is_sqlite = connection.dialect.name == "sqlite"
+    # CREATE SCHEMA needs the CREATE right on the database even with IF NOT
+    # EXISTS; skip it when the schema is there (an admin may have made it).
+    if schema is not None and not sa.inspect(connection).has_schema(schema):
+        connection.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
+    # Connection.execution_options() changes the connection IN PLACE: a caller's
+    # (a host app's) connection gets its own mapping back afterwards, or its
+    # later statements would land in our schema.
+    previous = connection.get_execution_options().get("schema_translate_map")
     if schema is not None:
-        # CREATE SCHEMA needs the CREATE right on the database even with IF NOT
-        # EXISTS; skip it when the schema is there (an admin may have made it).
-        if not sa.inspect(connection).has_schema(schema):
-            connection.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
-        connection = connection.execution_options(schema_translate_map={None: schema})
+        connection.execution_options(schema_translate_map={None: schema})
+    try:
+        _configure_and_migrate(context, connection, schema)
+    finally:
+        if schema is not None:
+            connection.execution_options(schema_translate_map=previous)
+
+
+def _configure_and_migrate(context: Any, connection: Connection, schema: str | None) -> None:
+    is_sqlite = connection.dialect.name == "sqlite"
     _configure(
         context,
         schema,
@@ -603,7 +727,15 @@ def run_environment(context: Any) -> None:
             raise RuntimeError("no database URL: pass -x url=... (offline mode)")
         offline_url = normalize_url(url)
         schema = url_schema(offline_url.get_backend_name())
-        _configure(context, schema, url=offline_url, literal_binds=True)
+        # Inside a host's script (run_with_host) the host's BEGIN/COMMIT frame ours.
+        within_host = bool(config.attributes.get(_WITHIN_HOST))
+        _configure(
+            context,
+            schema,
+            url=offline_url,
+            literal_binds=True,
+            **({"transactional_ddl": False} if within_host else {}),
+        )
         with context.begin_transaction():
             if schema is not None:
                 # The version table (created first) lives in the schema too.
@@ -629,3 +761,151 @@ def run_environment(context: Any) -> None:
             _configure_and_run(context, conn, url_schema(conn.dialect.name))
     finally:
         engine.dispose()
+
+
+# --------------------------------------------------------------------------- a host's env.py
+
+#: ``alembic -x firefly_orm_from=REV upgrade A:B --sql``: where our part of an
+#: offline script starts (see :func:`run_with_host`).
+HOST_OFFLINE_FROM_OPTION = "firefly_orm_from"
+#: ``config.attributes`` flag of our environment when it runs inside a host's.
+_WITHIN_HOST = "firefly_orm_within_host"
+#: What ``run_with_host`` does for each Alembic command (see :func:`_host_command`).
+_UPGRADING_COMMANDS = frozenset({"upgrade"})
+
+
+def _host_command(context: Any) -> str | None:
+    """The ``alembic.command`` function running the host's env.py (``"upgrade"``, ...).
+
+    Alembic's commands pass their step function as ``fn=`` to the
+    :class:`~alembic.runtime.environment.EnvironmentContext`; it is defined
+    inside the command (``upgrade.<locals>.upgrade``,
+    ``downgrade.<locals>.downgrade``, ``stamp.<locals>.do_stamp``,
+    ``check.<locals>.retrieve_migrations``, ...), so the enclosing function's
+    name is the command's.  None when that cannot be told (another caller, or
+    an Alembic that does it differently): the caller then does nothing.
+    """
+    try:
+        fn = context.get_context().opts.get("fn")
+    except (AttributeError, CommandError):  # not configured, or not an Alembic context
+        return None
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", "")
+    if module != "alembic.command" or ".<locals>." not in qualname:
+        return None
+    return str(qualname.split(".<locals>.", 1)[0])
+
+
+@contextmanager
+def _keep_alembic_proxies() -> Iterator[None]:
+    """Put the host's ``alembic.context`` / ``alembic.op`` back after ours ran.
+
+    Alembic installs one global proxy per module and REMOVES it when an
+    environment ends; our nested environment would leave the host's env.py
+    without ``context.run_migrations``.
+    """
+    from alembic import context as context_module
+    from alembic import op as op_module
+
+    saved = [getattr(module, "_proxy", None) for module in (context_module, op_module)]
+    try:
+        yield
+    finally:
+        for proxy in saved:
+            if proxy is not None:
+                proxy._install_proxy()
+
+
+def run_with_host(
+    context: Any,
+    connection: Connection | None,
+    *,
+    schema_name: str | None = None,
+    upgrade_ours: bool | None = None,
+) -> None:
+    """Upgrade firefly_orm's tables from a HOST app's Alembic ``env.py``, in its transaction.
+
+    One call in the app's env.py, after ``context.configure(...)`` and inside
+    ``with context.begin_transaction():``, before ``context.run_migrations()``
+    (so the app's revisions may refer to our tables)::
+
+        with context.begin_transaction():
+            migrate.run_with_host(context, connection, schema_name=None)
+            context.run_migrations()
+
+    Our revisions keep their own version table (``firefly_orm_alembic_version``)
+    and are never a branch of the app's history, so every app command behaves
+    as before: ``alembic upgrade head`` (or any upgrade) also brings our tables
+    to OUR head, in the same transaction (behind our migration lock); every
+    other command (``downgrade``, ``stamp``, ``current``, ``history``,
+    ``check``, ``revision --autogenerate``) leaves ours alone.  Keep our
+    objects out of the app's autogenerate with :func:`autogenerate_filters`.
+
+    Args:
+        context: ``alembic.context`` of the app's env.py, already configured.
+        connection: the app's connection (online), or None (``--sql``).
+        schema_name: PostgreSQL schema for our tables and version table
+            (None: the connection's default schema, e.g. ``public``).  Ignored
+            on SQLite.  The store must be created with the same schema_name.
+        upgrade_ours: None (default) = upgrade when the running command is
+            ``alembic upgrade`` (told from the step function Alembic passes to
+            the environment; when it cannot be told, nothing is done and a
+            warning is logged); True / False forces it (an app driving
+            Alembic's ``EnvironmentContext`` itself).
+
+    Offline (``alembic upgrade ... --sql``): our DDL is written into the app's
+    script, inside its BEGIN/COMMIT, starting from our base when the app's
+    script starts from an empty database; for a range (``A:B --sql``) pass
+    ``-x firefly_orm_from=OUR_REV`` (``head``: leave ours out), else the
+    script says in a comment that ours was left out.
+
+    Raises:
+        EntryValidationError: ``schema_name`` is not a valid schema name.
+        MigrationRequiredError: our revisions are recorded in the app's
+            ``alembic_version`` (the versions-directory way): do not mix the two.
+    """
+    schema = validate_schema_name(schema_name)
+    command_name = _host_command(context)
+    if upgrade_ours is None:
+        if command_name is None:
+            logger.warning(
+                "firefly_orm: cannot tell which Alembic command runs this env.py; "
+                "firefly_orm's tables were not migrated (pass upgrade_ours=True, or run "
+                "`firefly-orm migrate`)"
+            )
+            return
+        upgrade_ours = command_name in _UPGRADING_COMMANDS
+    if not upgrade_ours:
+        logger.debug("firefly_orm: alembic %s leaves firefly_orm's tables alone", command_name)
+        return
+    with _keep_alembic_proxies():
+        if context.is_offline_mode():
+            _host_offline_upgrade(context, schema)
+        else:
+            if connection is None:
+                raise TypeError("run_with_host: pass the app's connection (online mode)")
+            upgrade(connection, schema_name=schema)
+
+
+def _host_offline_upgrade(context: Any, schema: str | None) -> None:
+    """Write our upgrade into the host's offline script (same output, same dialect)."""
+    host = context.get_context()
+    x_args: dict[str, str] = context.get_x_argument(as_dictionary=True)
+    start = x_args.get(HOST_OFFLINE_FROM_OPTION)
+    if start is None:
+        host_start = context.get_starting_revision_argument()
+        if host_start not in (None, (), "base"):
+            host.impl.static_output(
+                f"-- firefly_orm: its tables are not in this script (it starts at "
+                f"{host_start!r}); pass -x {HOST_OFFLINE_FROM_OPTION}=REV with the "
+                "firefly_orm revision the database is at"
+            )
+            return
+        start = "base"
+    if start in ("head", "heads", head()):
+        return
+    cfg = make_config(schema_name=None if host.dialect.name == "sqlite" else schema)
+    cfg.attributes["url"] = URL.create(host.dialect.name)
+    cfg.attributes[_WITHIN_HOST] = True
+    cfg.output_buffer = host.output_buffer
+    command.upgrade(cfg, f"{start}:head", sql=True)

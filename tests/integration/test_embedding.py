@@ -342,6 +342,7 @@ EXPECTED_SNIPPETS = (
     "embedding-engine",
     "embedding-session",
     "embedding-async-session",
+    "embedding-alembic-host",
     "embedding-alembic-a",
     "embedding-alembic-b",
     "embedding-least-privilege",
