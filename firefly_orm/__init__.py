@@ -48,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "ConcurrencyError": "firefly_orm.errors",
     "MigrationRequiredError": "firefly_orm.errors",
     "MissingExtraError": "firefly_orm.errors",
+    "MissingEngineError": "firefly_orm.errors",
 }
 
 __all__ = [
@@ -70,6 +71,7 @@ __all__ = [
     "MemoryScope",
     "MemoryStore",
     "MigrationRequiredError",
+    "MissingEngineError",
     "MissingExtraError",
     "MongoDBStore",
     "NotFoundError",
@@ -110,6 +112,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         EntryValidationError,
         FireflyOrmError,
         MigrationRequiredError,
+        MissingEngineError,
         MissingExtraError,
         NotFoundError,
         StoreCorruptedError,

@@ -24,6 +24,7 @@ __all__ = [
     "EntryValidationError",
     "FireflyOrmError",
     "MigrationRequiredError",
+    "MissingEngineError",
     "MissingExtraError",
     "NotFoundError",
     "StoreError",
@@ -72,6 +73,16 @@ class ConcurrencyError(StoreError):
 
 class MigrationRequiredError(StoreError):
     """The database schema is not at the revision this library needs."""
+
+
+class MissingEngineError(FireflyOrmError, RuntimeError):
+    """A store was given no engine for this kind of call, and builds no second pool.
+
+    A :class:`~firefly_orm.sql.SQLAlchemyStore` given only ``async_engine=``
+    has no sync engine: its sync methods raise this instead of opening a second
+    connection pool from your engine's URL.  The message names the argument to
+    pass (``engine=`` or ``async_engine=``); nothing was done.
+    """
 
 
 class MissingExtraError(FireflyOrmError, ImportError):

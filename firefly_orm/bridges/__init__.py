@@ -9,6 +9,10 @@ through exactly these bridges (and no others):
   A sync ``close()`` of a store whose async engine was used, called once no
   loop runs, disposes that engine with ``asyncio.run`` on the caller's thread
   (its own loop has ended; see :meth:`firefly_orm.sql.engines.Engines.close`).
+  A store given only the app's sync engine runs its async work on that
+  engine's pool, each call in a worker thread
+  (:class:`~firefly_orm.sql.engines.ThreadedEngine`, through
+  :func:`~firefly_orm.bridges.twins.call_blocking`): no second, async pool.
 * :mod:`firefly_orm.bridges.loop_thread`: one shared event-loop thread on which
   sync code drives async-only libraries (MongoDB, the LLM summarizer).
 * :mod:`firefly_orm.bridges.twins`: derives the ``async_*`` twins of a store

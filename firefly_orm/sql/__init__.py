@@ -5,7 +5,8 @@
 Sync methods call it inside a Connection transaction; the ``async_*`` twins
 await the very same function through ``AsyncConnection.run_sync`` on
 SQLAlchemy's native async engine (aiosqlite, psycopg async) — no thread hop,
-one implementation.  A Session is used only to join a caller's transaction
+one implementation (a store given only your sync ``engine=`` runs them on it
+in worker threads instead).  A Session is used only to join a caller's transaction
 (``unit_of_work(session=...)``, :meth:`SQLAlchemyStore.bind_session`).
 
 Where things are:

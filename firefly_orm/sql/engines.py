@@ -14,23 +14,48 @@ variants the store runs on:
 
 Engines built from a URL are the store's and are disposed by
 :meth:`Engines.close`; engines the caller passes in are never disposed.
+
+No hidden pools: an engine is built only from a URL the caller gave (``url``
+or ``async_url``), never from the URL of a caller's engine.  A store given only
+a sync ``engine`` runs its async work on that engine, in worker threads
+(:class:`ThreadedEngine`, returned by :meth:`Engines.async_target`); a store
+given only an ``async_engine`` has no sync engine, and its sync work raises
+:class:`~firefly_orm.errors.MissingEngineError` naming ``engine=``.  (The
+other way round is not possible: a caller's async pool is bound to the
+caller's event loop, and sync code would have to drive it from another one.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import threading
-from collections.abc import Callable
-from typing import Any, Literal, cast
+from collections.abc import AsyncIterator, Callable, Generator
+from contextlib import asynccontextmanager
+from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Connection, Dialect, Engine, RootTransaction
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from firefly_orm.errors import MissingExtraError, redact_url, url_secrets
+from firefly_orm.bridges.twins import call_blocking
+from firefly_orm.errors import MissingEngineError, MissingExtraError, redact_url, url_secrets
 
-__all__ = ["Engines", "Mode", "enable_sqlite_savepoints", "is_memory_sqlite"]
+__all__ = [
+    "Engines",
+    "Mode",
+    "ThreadedConnection",
+    "ThreadedEngine",
+    "enable_sqlite_savepoints",
+    "is_memory_sqlite",
+]
+
+logger = logging.getLogger("firefly_orm")
+
+T = TypeVar("T")
+P = ParamSpec("P")
 
 #: Which variant of an engine: see the module docstring.
 Mode = Literal["default", "read", "write"]
@@ -112,15 +137,6 @@ def _async_url_for(url: URL) -> URL:
     return url
 
 
-def _sync_url_for(url: URL) -> URL:
-    backend, driver = url.get_backend_name(), url.get_driver_name()
-    if backend == "sqlite":
-        return url.set(drivername="sqlite")
-    if backend == "postgresql" and driver in ("asyncpg", "psycopg_async"):
-        return url.set(drivername="postgresql+psycopg")
-    return url
-
-
 def _no_defaults(url: URL) -> dict[str, Any]:
     return {}
 
@@ -128,6 +144,153 @@ def _no_defaults(url: URL) -> dict[str, Any]:
 async def _dispose(engines: list[AsyncEngine]) -> None:
     for engine in engines:
         await engine.dispose()
+
+
+# --------------------------------------------------------------------------- a sync engine, async
+
+
+class ThreadedEngine:
+    """The async face of a caller's sync :class:`Engine`: its work runs in worker threads.
+
+    A store given only ``engine=`` runs its ``async_*`` methods, async units of
+    work and ``async_initialize`` on this instead of building a second, async
+    connection pool from the engine's URL: each call checks a connection out of
+    *your* pool and runs the same sync work on it in a worker thread
+    (:func:`~firefly_orm.bridges.twins.call_blocking`), so the event loop is
+    never blocked.  It offers the part of :class:`AsyncEngine` the store uses:
+    :meth:`connect` and :meth:`begin`.
+
+    Args:
+        engine: The sync engine (with the store's execution options applied).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.sync_engine = engine
+
+    @property
+    def dialect(self) -> Dialect:
+        """The sync engine's dialect."""
+        return self.sync_engine.dialect
+
+    def connect(self) -> ThreadedConnection:
+        """A connection: ``await`` it, or use it with ``async with``."""
+        return ThreadedConnection(self.sync_engine)
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[ThreadedConnection]:
+        """A connection in a transaction, committed at the end (rolled back on error)."""
+        async with self.connect() as conn:
+            tx = await conn.begin()
+            try:
+                yield conn
+            except BaseException:
+                await tx.rollback()
+                raise
+            await tx.commit()
+
+
+class ThreadedConnection:
+    """A sync :class:`Connection` driven from async code, one worker-thread call at a time.
+
+    ``await engine.connect()`` (or ``async with``) checks the connection out;
+    :meth:`run_sync` runs ``fn(connection, *args)``; :meth:`begin` starts a
+    transaction.  Calls on one connection never overlap, not even after the
+    awaiting task was cancelled (the thread finishes first; the next call waits
+    for it).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._conn: Connection | None = None
+        self._busy = threading.Lock()
+        self._abandoned = False
+
+    async def _call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        def locked() -> T:
+            with self._busy:
+                return fn(*args, **kwargs)
+
+        return await call_blocking(locked)
+
+    def _checkout(self) -> None:
+        conn = self._engine.connect()
+        with self._busy:
+            if not self._abandoned:
+                self._conn = conn
+                return
+        conn.close()  # its task was cancelled meanwhile: back to the pool
+
+    async def start(self) -> Self:
+        """Check a connection out of the engine's pool (in a worker thread)."""
+        if self._conn is None:
+            try:
+                await call_blocking(self._checkout)
+            except asyncio.CancelledError:
+                with self._busy:  # held only for an instant by the checkout thread
+                    self._abandoned = True
+                await self.close()  # checked out just before the flag was seen
+                raise
+        return self
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        return self.start().__await__()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            raise RuntimeError("this connection is not open (await it or use 'async with')")
+        return self._conn
+
+    async def begin(self) -> ThreadedTransaction:
+        """Begin a transaction on the connection (``BEGIN IMMEDIATE`` waits in the thread)."""
+        conn = self._connection()
+        return ThreadedTransaction(self, await self._call(conn.begin))
+
+    async def run_sync(
+        self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Run ``fn(connection, *args, **kwargs)`` in a worker thread; return its result."""
+        return await self._call(functools.partial(fn, self._connection(), *args, **kwargs))
+
+    async def close(self) -> None:
+        """Return the connection to the pool (rolling back what is left open)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._call(conn.close)
+
+
+class ThreadedTransaction:
+    """The transaction of a :class:`ThreadedConnection` (commit/rollback in its thread calls)."""
+
+    def __init__(self, conn: ThreadedConnection, tx: RootTransaction) -> None:
+        self._conn = conn
+        self._tx = tx
+
+    @property
+    def is_active(self) -> bool:
+        """Whether the transaction is still open."""
+        return self._tx.is_active
+
+    async def commit(self) -> None:
+        """Commit."""
+        await self._conn._call(self._tx.commit)
+
+    async def rollback(self) -> None:
+        """Roll back, unless a commit whose task was cancelled has ended it meanwhile."""
+        await self._conn._call(self._rollback_if_active)
+
+    def _rollback_if_active(self) -> None:
+        if self._tx.is_active:
+            self._tx.rollback()
+
+
+#: What the store's async work runs on: a native async engine, or a caller's sync one.
+AsyncTarget = AsyncEngine | ThreadedEngine
 
 
 class Engines:
@@ -160,7 +323,7 @@ class Engines:
         self._given: dict[bool, Engine | AsyncEngine | None] = {False: engine, True: async_engine}
         self._engine_kwargs = dict(engine_kwargs or {})
         self._defaults = defaults or _no_defaults
-        self._cache: dict[tuple[bool, Mode], Engine | AsyncEngine] = {}
+        self._cache: dict[tuple[bool, Mode], Engine | AsyncTarget] = {}
         self._owned: list[Engine | AsyncEngine] = []
         self._lock = threading.RLock()
 
@@ -198,19 +361,56 @@ class Engines:
         engine = self._cache.get((False, mode))
         return cast(Engine, engine if engine is not None else self._build(False, mode))
 
-    def async_engine(self, mode: Mode = "default") -> AsyncEngine:
-        """The async engine for ``mode`` (native async driver; built on first use)."""
-        engine = self._cache.get((True, mode))
-        return cast(AsyncEngine, engine if engine is not None else self._build(True, mode))
+    def async_target(self, mode: Mode = "default") -> AsyncTarget:
+        """What async work for ``mode`` runs on (built on first use).
 
-    def _build(self, is_async: bool, mode: Mode) -> Engine | AsyncEngine:
+        The native async engine; or, for a store given only a sync engine, a
+        :class:`ThreadedEngine` over that engine's ``mode`` variant.
+        """
+        engine = self._cache.get((True, mode))
+        return cast(AsyncTarget, engine if engine is not None else self._build(True, mode))
+
+    def async_engine(self, mode: Mode = "default") -> AsyncEngine:
+        """The native async engine for ``mode`` (built on first use).
+
+        Raises:
+            MissingEngineError: Only a sync engine was given (async work runs on
+                it in worker threads; there is no async engine).
+        """
+        engine = self.async_target(mode)
+        if isinstance(engine, ThreadedEngine):
+            raise MissingEngineError(
+                "this store was given only a sync engine (engine=): its async_* methods run "
+                "on that engine in worker threads, and it has no AsyncEngine; pass "
+                "async_engine= (or async_url=) as well for a native async one"
+            )
+        return engine
+
+    @property
+    def reuses_sync_engine(self) -> bool:
+        """Whether async work runs on the caller's sync engine (no async engine nor URL given)."""
+        return (
+            self._given[True] is None
+            and self.url is None
+            and self.async_url is None
+            and self._given[False] is not None
+        )
+
+    def _build(self, is_async: bool, mode: Mode) -> Engine | AsyncTarget:
         with self._lock:
             engine = self._cache.get((is_async, mode))
             if engine is None:
-                if mode == "default":
+                if is_async and self.reuses_sync_engine:
+                    engine = ThreadedEngine(self.sync_engine(mode))
+                    if mode == "default":
+                        logger.debug(
+                            "async work on %s runs on the caller's sync engine, in worker threads",
+                            self.display_url(),
+                        )
+                elif mode == "default":
                     engine = self._translated(self._base(is_async))
                 else:
-                    default = self._build(is_async, "default")
+                    default = cast(Engine | AsyncEngine, self._build(is_async, "default"))
                     engine = default.execution_options(**_MODE_OPTIONS[mode])
                 self._cache[is_async, mode] = engine
             return engine
@@ -219,6 +419,13 @@ class Engines:
         given = self._given[is_async]
         if given is not None:
             return given
+        if not is_async and self.url is None:
+            raise MissingEngineError(
+                "this store was given only an async engine (async_engine=), so it has no sync "
+                "engine for sync methods and builds no second connection pool from your "
+                "engine's URL: use the async_* methods, or pass engine= (a sync engine on the "
+                "same database) as well"
+            )
         created = self._create(self._url_for(is_async), is_async)
         if created.dialect.name == "sqlite":
             _install_sqlite_hooks(
@@ -228,11 +435,11 @@ class Engines:
         return created
 
     def _url_for(self, is_async: bool) -> URL:
+        """The URL to build an engine from: only ever one the caller gave."""
         if is_async:
             return _async_url_for(self.async_url or self._configured_url())
-        if self.url is not None:
-            return self.url
-        return _sync_url_for(self._configured_url())
+        assert self.url is not None
+        return self.url
 
     def _translated(self, engine: Engine | AsyncEngine) -> Engine | AsyncEngine:
         if self.schema is None:

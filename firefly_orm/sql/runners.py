@@ -11,7 +11,9 @@ the function on a transaction:
   read replica's, unless this process wrote a moment ago).
 * :class:`SessionRunner` (a store bound to a caller's session, and
   ``unit_of_work(session=...)``): a SAVEPOINT of the caller's Session or
-  AsyncSession, so the caller's commit or rollback decides.
+  AsyncSession, so the caller's commit or rollback decides.  The caller's
+  pending objects are flushed first, and their errors reach the caller
+  unchanged (see :mod:`firefly_orm.sql.uow`).
 
 Both give sync and async units of work; the async side awaits the same
 functions through ``run_sync``.
@@ -29,7 +31,7 @@ from sqlalchemy.orm import Session
 
 from firefly_orm.sql.engines import Engines
 from firefly_orm.sql.replica import ReadRouter
-from firefly_orm.sql.uow import AsyncSQLUnitOfWork, ErrorMapper, SQLUnitOfWork
+from firefly_orm.sql.uow import AsyncSQLUnitOfWork, ErrorMapper, SQLUnitOfWork, run_ours
 
 __all__ = ["EngineRunner", "Runner", "SessionRunner"]
 
@@ -143,13 +145,13 @@ class EngineRunner(Runner):
         if write:
             try:
                 with self.errors(what):
-                    async with self.engines.async_engine("write").begin() as conn:
+                    async with self.engines.async_target("write").begin() as conn:
                         return await conn.run_sync(fn, *args)
             finally:
                 self.router.wrote()
         engines = self._engines_for(True)
         with self.errors(what, engines):
-            async with engines.async_engine("read").connect() as aconn:
+            async with engines.async_target("read").connect() as aconn:
                 return await aconn.run_sync(fn, *args)
 
     def _new_uow(self, read_only: bool, consistent: bool) -> SQLUnitOfWork:
@@ -182,14 +184,14 @@ class SessionRunner(Runner):
 
     def call(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         with self.unit_of_work(what=what) as uow:
-            result = fn(uow.target, *args)
+            result = run_ours(uow.target, fn, *args)
             if write:
                 uow.commit()
             return result
 
     async def acall(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         async with self.async_unit_of_work(what=what) as uow:
-            result = await uow.run_on_target(fn, *args, what=what)
+            result: T = await uow.run_on_target(run_ours, fn, *args, what=what)
             if write:
                 await uow.commit()
             return result

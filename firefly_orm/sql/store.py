@@ -40,7 +40,7 @@ from firefly_orm.sql.engines import Engines, Mode, is_memory_sqlite
 from firefly_orm.sql.replica import DEFAULT_REPLICA_WINDOW, ReadRouter, consistent_reads
 from firefly_orm.sql.runners import EngineRunner, Runner
 from firefly_orm.sql.statements import TABLE
-from firefly_orm.sql.uow import AsyncSQLUnitOfWork, SQLUnitOfWork
+from firefly_orm.sql.uow import AsyncSQLUnitOfWork, SQLUnitOfWork, is_callers_error
 
 __all__ = ["SQLAlchemyStore", "SessionBoundStore"]
 
@@ -275,8 +275,14 @@ class SQLAlchemyStore(_StoreOperations):
             store builds (and owns) a sync engine and, on first async use, an
             async one (aiosqlite / psycopg async).
         engine: A caller-owned sync :class:`Engine` (never disposed by us).
+            Given alone, the ``async_*`` methods run on it too, in worker
+            threads: the store opens no second connection pool.
         async_engine: A caller-owned :class:`AsyncEngine` (never disposed by us).
-        async_url: URL for the async engine when it differs from ``url``.
+            Given alone, the store has no sync engine: sync methods raise
+            :class:`~firefly_orm.errors.MissingEngineError` (pass ``engine=``
+            too) rather than opening a second pool from its URL.
+        async_url: URL for the async engine when it differs from ``url`` (with
+            ``engine=``: the store builds and owns an async engine from it).
         schema_name: PostgreSQL schema for our tables (``None``: the connection's
             default schema). Not supported on SQLite.
         engine_kwargs: Extra keyword arguments for engines the store creates
@@ -369,12 +375,21 @@ class SQLAlchemyStore(_StoreOperations):
 
     @property
     def engine(self) -> Engine:
-        """The sync engine (with our schema translation applied)."""
+        """The sync engine (with our schema translation applied).
+
+        Raises:
+            MissingEngineError: The store was given only an ``async_engine=``.
+        """
         return self._engines.sync_engine()
 
     @property
     def async_engine(self) -> AsyncEngine:
-        """The async engine (native async driver, schema translation applied)."""
+        """The async engine (native async driver, schema translation applied).
+
+        Raises:
+            MissingEngineError: The store was given only a sync ``engine=`` (its
+                async methods run on that engine in worker threads).
+        """
         return self._engines.async_engine()
 
     @property
@@ -394,37 +409,49 @@ class SQLAlchemyStore(_StoreOperations):
 
         ``engines``: the server the work ran on (default: the primary), named in
         the message.  The one place errors are classified, for the sync and the
-        async path alike: :class:`DatabaseConnectionError` when the server could
-        not be reached or the connection failed (see :func:`_is_connection_problem`),
-        :class:`StoreError` otherwise.
+        async path alike (see :meth:`_translated`).  Errors of a caller's own
+        objects, flushed before our statements in the caller's session
+        (:func:`~firefly_orm.sql.uow.is_callers_error`), pass unchanged: the
+        app's ``except IntegrityError`` still sees them.
         """
         try:
             yield
         except FireflyOrmError:
             raise
-        except sa.exc.TimeoutError as exc:  # no pooled connection within `timeout`
-            where = (engines or self._engines).display_url()  # only on error: it costs
-            raise DatabaseConnectionError(
-                f"{what} timed out waiting for a connection to {where}: {exc}"
-            ) from exc
-        except UnicodeError as exc:
-            raise StoreError(f"{what} failed: text could not be encoded ({exc})") from exc
-        except sa.exc.IntegrityError as exc:
-            where = (engines or self._engines).display_url()
-            raise StoreError(
-                f"{what} violated a constraint on {where}: {self._short(exc)}"
-            ) from exc
-        except sa.exc.DBAPIError as exc:
-            where = (engines or self._engines).display_url()
+        except Exception as exc:
+            if is_callers_error(exc):
+                raise
+            translated = self._translated(what, exc, engines or self._engines)
+            if translated is None:
+                raise
+            raise translated from exc
+
+    def _translated(self, what: str, exc: Exception, engines: Engines) -> FireflyOrmError | None:
+        """Our error for a driver error of ``what`` on ``engines`` (``None``: not a driver error).
+
+        :class:`DatabaseConnectionError` when the server could not be reached or
+        the connection failed (see :func:`_is_connection_problem`), or no pooled
+        connection came in time; :class:`StoreError` otherwise.
+        """
+        if isinstance(exc, sa.exc.TimeoutError):  # no pooled connection within `timeout`
+            return DatabaseConnectionError(
+                f"{what} timed out waiting for a connection to {engines.display_url()}: {exc}"
+            )
+        if isinstance(exc, UnicodeError):
+            return StoreError(f"{what} failed: text could not be encoded ({exc})")
+        if isinstance(exc, sa.exc.IntegrityError):
+            return StoreError(
+                f"{what} violated a constraint on {engines.display_url()}: {self._short(exc)}"
+            )
+        if isinstance(exc, sa.exc.DBAPIError):
             kind = DatabaseConnectionError if _is_connection_problem(exc) else StoreError
-            raise kind(f"{what} failed on {where}: {self._short(exc)}") from exc
-        except sa.exc.SQLAlchemyError as exc:
-            where = (engines or self._engines).display_url()
-            raise StoreError(f"{what} failed on {where}: {self._short(exc)}") from exc
-        except OSError as exc:
-            where = (engines or self._engines).display_url()
+            return kind(f"{what} failed on {engines.display_url()}: {self._short(exc)}")
+        if isinstance(exc, sa.exc.SQLAlchemyError):
+            return StoreError(f"{what} failed on {engines.display_url()}: {self._short(exc)}")
+        if isinstance(exc, OSError):
             text = scrub_secret(str(exc), self._secrets())
-            raise DatabaseConnectionError(f"{what} failed on {where}: {text}") from exc
+            return DatabaseConnectionError(f"{what} failed on {engines.display_url()}: {text}")
+        return None
 
     def _where(self) -> str:
         return self._engines.display_url()
@@ -481,7 +508,7 @@ class SQLAlchemyStore(_StoreOperations):
                 return
             with self._wrap("initialize"):
                 mode: Mode = "write" if migrate else "default"
-                async with self._engines.async_engine(mode).connect() as conn:
+                async with self._engines.async_target(mode).connect() as conn:
                     await conn.run_sync(_upgrade if migrate else _require_head, self._schema)
             self._runner.router.wrote()
             self._initialized = True

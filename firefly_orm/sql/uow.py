@@ -7,33 +7,118 @@ errors into :mod:`firefly_orm.errors`); they know nothing else of the store.
 
 Store-owned units of work run on a plain Connection transaction (lighter than
 a Session); a Session is used only to join a caller's transaction.
+
+The caller's errors stay the caller's: in a caller's session, the objects the
+caller has pending are flushed by :func:`flush_callers` before our SAVEPOINT,
+before each of our statements and before our release, and an error of that
+flush (a NOT NULL or unique violation, a value too long for the app's column)
+propagates unchanged, with its own type (``IntegrityError``, ``DataError``...);
+our statements then run with autoflush off (:func:`run_ours`).  Only errors
+of our own statements become :mod:`firefly_orm.errors` exceptions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Generic, Protocol, Self, TypeVar
+from typing import Any, Generic, Protocol, Self, TypeVar, cast
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 from firefly_orm.protocols import EntryRepository
-from firefly_orm.sql.engines import Engines, Mode
+from firefly_orm.sql.engines import Engines, Mode, ThreadedConnection
 from firefly_orm.sql.ops import SQLEntryRepository, Target, push_translation
 
-__all__ = ["AsyncSQLUnitOfWork", "ErrorMapper", "SQLUnitOfWork"]
+__all__ = [
+    "AsyncSQLUnitOfWork",
+    "ErrorMapper",
+    "SQLUnitOfWork",
+    "flush_callers",
+    "is_callers_error",
+    "run_ours",
+]
 
 T = TypeVar("T")
 S = TypeVar("S", Session, AsyncSession)
+
+#: Attribute set on an exception raised by flushing a caller's own pending objects.
+_CALLERS_FLUSH = "_firefly_orm_callers_flush"
+
+
+def flush_callers(session: Session) -> None:
+    """Flush what the caller has pending in ``session``, so our statements flush none of it.
+
+    An error of that flush is the caller's (their own objects failed): it
+    propagates unchanged, marked so that an :class:`ErrorMapper` lets it
+    through (:func:`is_callers_error`).  Nothing of ours has run yet.
+    """
+    try:
+        session.flush()
+    except Exception as exc:
+        setattr(exc, _CALLERS_FLUSH, True)
+        raise
+
+
+def is_callers_error(exc: BaseException) -> bool:
+    """Whether ``exc`` came from flushing a caller's own objects (:func:`flush_callers`)."""
+    return getattr(exc, _CALLERS_FLUSH, False) is True
+
+
+def run_ours(target: Target, fn: Callable[..., T], *args: Any) -> T:
+    """Run our ``fn(target, *args)``; in a caller's Session, after flushing the caller's objects.
+
+    On a :class:`Session` the caller's pending objects are flushed first
+    (:func:`flush_callers`: their errors stay theirs; not when the caller
+    turned autoflush off) and ``fn`` runs with autoflush off, so its
+    statements flush nothing of the caller's.
+    """
+    if not isinstance(target, Session):
+        return fn(target, *args)
+    if target.autoflush:
+        flush_callers(target)
+    with target.no_autoflush:
+        return fn(target, *args)
+
+
+class _CallersFirst:
+    """The entries of a unit of work in a caller's Session: each call goes through :func:`run_ours`.
+
+    The caller's code runs between our calls (``with store.unit_of_work(session=s)``)
+    and may add objects to ``s``; they are flushed as the caller's before each
+    of our statements, never by them.
+    """
+
+    def __init__(self, entries: SQLEntryRepository, session: Session) -> None:
+        self._entries = entries
+        self._session = session
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._entries, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return run_ours(self._session, lambda _session: method(*args, **kwargs))
+
+        return call
+
+
+def _entries_on(target: Target) -> EntryRepository:
+    """Our repository over ``target`` (through :class:`_CallersFirst` on a caller's Session)."""
+    entries = SQLEntryRepository(target)
+    if isinstance(target, Session):
+        return cast(EntryRepository, _CallersFirst(entries, target))
+    return entries
 
 
 class ErrorMapper(Protocol):
     """``errors(what, engines)``: a context manager turning driver errors into ours.
 
     Driver errors raised inside become :mod:`firefly_orm.errors` exceptions
-    naming ``what`` and the server of ``engines`` (default: the store's primary).
+    naming ``what`` and the server of ``engines`` (default: the store's primary);
+    errors of a caller's own objects (:func:`is_callers_error`) pass unchanged.
     """
 
     def __call__(
@@ -109,6 +194,7 @@ class SQLUnitOfWork(_Transaction[Session]):
 
     def __enter__(self) -> Self:
         if self._external is not None:
+            flush_callers(self._external)  # the caller's objects, before our SAVEPOINT
             self.target = self._external
             self._translate(self._external)
             try:
@@ -123,12 +209,14 @@ class SQLUnitOfWork(_Transaction[Session]):
             except BaseException:
                 self._conn.close()
                 raise
-        self.entries = SQLEntryRepository(self.target)
+        self.entries = _entries_on(self.target)
         return self
 
     def commit(self) -> None:
         """Commit the transaction (release the savepoint in a caller's session)."""
         tx = self._active_tx()
+        if self._external is not None:
+            flush_callers(self._external)  # what the caller added meanwhile is theirs
         with self._errors("commit", self.engines):
             tx.commit()
         self._done = True
@@ -155,11 +243,12 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
     async connection, so the logic written for sync units of work runs unchanged.
     """
 
-    _conn: AsyncConnection | None = None
-    _runner: AsyncSession | AsyncConnection | None = None
+    _conn: AsyncConnection | ThreadedConnection | None = None
+    _runner: AsyncSession | AsyncConnection | ThreadedConnection | None = None
 
     async def __aenter__(self) -> Self:
         if self._external is not None:
+            await self._external.run_sync(flush_callers)  # before our SAVEPOINT
             self._runner = self._external
             self._translate(self._external.sync_session)
             try:
@@ -168,7 +257,7 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
                 self._undo_translation()
                 raise
         else:
-            self._runner = self._conn = await self.engines.async_engine(self._mode).connect()
+            self._runner = self._conn = await self.engines.async_target(self._mode).connect()
             try:
                 self._tx = await self._conn.begin()
             except BaseException:
@@ -196,6 +285,8 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
     async def commit(self) -> None:
         """Commit the transaction (release the savepoint in a caller's session)."""
         tx = self._active_tx()
+        if self._external is not None:
+            await self._external.run_sync(flush_callers)
         with self._errors("commit", self.engines):
             await tx.commit()
         self._done = True
@@ -222,7 +313,7 @@ class _SessionUnitOfWork:
     """Sync view handed to ``run_sync`` callbacks; commit is the async owner's job."""
 
     def __init__(self, session: Target) -> None:
-        self.entries = SQLEntryRepository(session)
+        self.entries = _entries_on(session)
 
     def commit(self) -> None:
         raise RuntimeError("inside run_sync, commit with `await uow.commit()` afterwards")

@@ -200,7 +200,10 @@ def memory(db: Db) -> tuple[MemoryManager, SQLAlchemyStore]:
     return MemoryManager(store=store, user_id=CUSTOMER), store
 
 
-WRITE = re.compile(r'^\s*(INSERT INTO|UPDATE|DELETE FROM)\s+"?(\w+)"?', re.IGNORECASE)
+#: Every write a statement makes, also inside a data-modifying CTE (PostgreSQL's
+#: one-statement append is ``WITH head AS (UPDATE ...) INSERT INTO ...``); an
+#: upsert's ``DO UPDATE SET`` is not a write of its own.
+WRITE = re.compile(r'(?<!DO )\b(INSERT INTO|UPDATE|DELETE FROM)\s+"?(\w+)"?', re.IGNORECASE)
 
 
 @dataclass
@@ -214,9 +217,8 @@ class StatementLog:
         sa.event.listen(engine, "commit", self._commit)
 
     def _statement(self, conn: sa.Connection, _c: Any, statement: str, *_: Any) -> None:
-        match = WRITE.match(statement)
-        if match:
-            self.events.append((self._id(conn), f"{match[1].split()[0].upper()} {match[2]}"))
+        for verb, table in WRITE.findall(statement):
+            self.events.append((self._id(conn), f"{verb.split()[0].upper()} {table}"))
 
     def _commit(self, conn: sa.Connection) -> None:
         self.events.append((self._id(conn), "COMMIT"))

@@ -1,0 +1,239 @@
+"""No hidden pools: a store on the app's engine opens no connection pool of its own.
+
+Given only a sync ``engine=``, the store's async methods (``async_initialize``,
+the ``async_*`` operations, ``async_unit_of_work``, the memory layers' async
+methods) run on that engine's pool in worker threads.  Given only an
+``async_engine=``, its sync methods refuse with
+:class:`~firefly_orm.errors.MissingEngineError` naming ``engine=``.  Either
+way, the database sees only the app's connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import sqlalchemy as sa
+from dbutil import drop_schema
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from firefly_orm.conversation import ConversationMemory
+from firefly_orm.entry import MemoryEntry
+from firefly_orm.errors import MissingEngineError
+from firefly_orm.protocols import UnitOfWork
+from firefly_orm.sql import SQLAlchemyStore, enable_sqlite_savepoints
+
+
+def _save_entry(uow: UnitOfWork, key: str) -> None:
+    uow.entries.save("ns", MemoryEntry(key=key, content=key))
+
+
+async def _every_async_path(store: SQLAlchemyStore) -> None:
+    """Each kind of async call a store has, once; then a few at the same time."""
+    await store.async_initialize()
+    await store.async_save("ns", MemoryEntry(key="a", content="a"))
+    async with store.async_unit_of_work() as uow:
+        await uow.run_sync(_save_entry, "b")
+        await uow.commit()
+    async with store.async_unit_of_work(read_only=True) as uow:
+        assert await uow.run_sync(lambda u: u.entries.get_by_key("ns", "b")) is not None
+    conv = ConversationMemory(store=store)
+    cid = await conv.async_new_conversation()
+    await conv.async_add_turn(cid, "hello", "hi")
+    assert [t.assistant_response for t in await conv.async_get_turns(cid)] == ["hi"]
+    await asyncio.gather(
+        *(store.async_save("ns", MemoryEntry(key=f"c{i}", content=i)) for i in range(4))
+    )
+    assert await store.async_cleanup_expired() == 0
+    assert {e.key for e in await store.async_load("ns")} >= {"a", "b", "c0", "c3"}
+
+
+class PoolWatch:
+    """Every pool a connection is checked out of while the watch is on (any engine)."""
+
+    def __init__(self) -> None:
+        self.pools: set[int] = set()
+
+    def _connected(self, conn: sa.Connection) -> None:
+        self.pools.add(id(conn.engine.pool))
+
+    def __enter__(self) -> PoolWatch:
+        sa.event.listen(sa.Engine, "engine_connect", self._connected)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sa.event.remove(sa.Engine, "engine_connect", self._connected)
+
+
+# --------------------------------------------------------------------------- SQLite
+
+
+def test_sqlite_async_methods_run_on_the_apps_engine(tmp_path: Path) -> None:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.sqlite3'}")
+    enable_sqlite_savepoints(engine)
+    store = SQLAlchemyStore(engine=engine)
+    with PoolWatch() as watch:
+        asyncio.run(_every_async_path(store))
+        store.save("ns", MemoryEntry(key="sync", content=1))
+    assert watch.pools == {id(engine.pool)}
+    with pytest.raises(MissingEngineError, match="async_engine="):
+        store.async_engine  # noqa: B018  (there is none, and none is built)
+    store.close()
+    engine.dispose()
+
+
+def test_sqlite_in_memory_app_engine_is_the_one_database(tmp_path: Path) -> None:
+    """An in-memory app engine: a second pool would be a second, empty database."""
+    engine = sa.create_engine(
+        "sqlite://", poolclass=sa.pool.StaticPool, connect_args={"check_same_thread": False}
+    )
+    store = SQLAlchemyStore(engine=engine)
+    store.save("ns", MemoryEntry(key="sync", content="written by sync code"))
+
+    async def read() -> Any:
+        entry = await store.async_load_by_key("ns", "sync")
+        return entry.content if entry is not None else None
+
+    assert asyncio.run(read()) == "written by sync code"
+    engine.dispose()
+
+
+def test_cancelled_async_calls_return_their_connections(tmp_path: Path) -> None:
+    """A task cancelled at any point of an async call leaves no connection checked out."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.sqlite3'}")
+    enable_sqlite_savepoints(engine)
+    store = SQLAlchemyStore(engine=engine)
+    store.initialize()
+
+    async def in_unit_of_work(key: str) -> None:
+        async with store.async_unit_of_work() as uow:
+            await uow.run_sync(_save_entry, key)
+            await uow.commit()
+
+    async def cancel_at_each_point() -> None:
+        for yields in range(40):
+            for call in (store.async_save("ns", MemoryEntry(content=yields)), in_unit_of_work("k")):
+                task = asyncio.ensure_future(call)
+                for _ in range(yields):
+                    await asyncio.sleep(0)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    asyncio.run(cancel_at_each_point())  # returns once every worker thread is done
+    assert _pool(engine).checkedout() == 0, _pool(engine).status()
+    store.save("ns", MemoryEntry(key="after", content=1))  # the database is not locked
+    assert store.load_by_key("ns", "after") is not None
+    engine.dispose()
+
+
+def test_sqlite_async_engine_alone_refuses_sync_methods(tmp_path: Path) -> None:
+    async def run() -> None:
+        engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'app.sqlite3'}")
+        store = SQLAlchemyStore(async_engine=engine)
+        with PoolWatch() as watch:
+            await store.async_save("ns", MemoryEntry(key="a", content=1))
+            await asyncio.to_thread(_sync_calls_refuse, store)
+        assert watch.pools == {id(engine.sync_engine.pool)}
+        await store.async_close()
+        await engine.dispose()
+
+    asyncio.run(run())
+
+
+def _sync_calls_refuse(store: SQLAlchemyStore) -> None:
+    """Every sync entry point of an async-only store refuses, naming ``engine=``."""
+    calls: dict[str, Callable[[], object]] = {
+        "initialize": lambda: SQLAlchemyStore(async_engine=store.async_engine).initialize(),
+        "save": lambda: store.save("ns", MemoryEntry(content=2)),
+        "load": lambda: store.load("ns"),
+        "unit_of_work": lambda: store.unit_of_work().__enter__(),
+        "engine": lambda: store.engine,
+        "add_turn": lambda: ConversationMemory(store=store).add_turn(uuid.uuid4().hex, "q", "a"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(MissingEngineError, match="engine=") as info:
+            call()
+        assert "async_engine=" in str(info.value), name
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+
+@pytest.fixture
+def pg_app(postgres_url: str, postgres_admin_engine: sa.Engine) -> Iterator[dict[str, Any]]:
+    """The app's URL (application_name set in it, so any pool built from it is counted)."""
+    name = "fo_pools_" + uuid.uuid4().hex[:10]
+    url = sa.engine.make_url(postgres_url).update_query_dict(
+        {"application_name": name, "options": f"-csearch_path={name}"}
+    )
+    with postgres_admin_engine.begin() as conn:
+        conn.execute(sa.schema.CreateSchema(name))
+    try:
+        yield {"url": url, "name": name}
+    finally:
+        drop_schema(postgres_admin_engine, name)
+
+
+def _pool(engine: sa.Engine) -> sa.pool.QueuePool:
+    return cast(sa.pool.QueuePool, engine.pool)
+
+
+def _backends(admin: sa.Engine, application_name: str) -> int:
+    """How many server connections carry ``application_name``."""
+    with admin.connect() as conn:
+        return int(
+            conn.scalar(
+                sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :name"),
+                {"name": application_name},
+            )
+            or 0
+        )
+
+
+@pytest.mark.postgres
+def test_postgres_async_methods_add_no_connections(
+    pg_app: dict[str, Any], postgres_admin_engine: sa.Engine
+) -> None:
+    engine = sa.create_engine(pg_app["url"], pool_size=5, max_overflow=0)
+    store = SQLAlchemyStore(engine=engine)
+    store.initialize()
+    store.save("ns", MemoryEntry(key="sync", content=1))
+    before = _backends(postgres_admin_engine, pg_app["name"])
+    assert before == _pool(engine).checkedin() >= 1
+
+    asyncio.run(_every_async_path(store))
+
+    # every server connection of this app is one of its own pool's, all returned
+    assert _backends(postgres_admin_engine, pg_app["name"]) == _pool(engine).checkedin()
+    assert _pool(engine).checkedout() == 0
+    assert _pool(engine).checkedin() <= 5, _pool(engine).status()
+    store.close()
+    engine.dispose()
+    assert _backends(postgres_admin_engine, pg_app["name"]) == 0
+
+
+@pytest.mark.postgres
+def test_postgres_async_engine_alone_opens_no_sync_pool(
+    pg_app: dict[str, Any], postgres_admin_engine: sa.Engine
+) -> None:
+    async def run() -> tuple[int, int]:
+        engine: AsyncEngine = create_async_engine(pg_app["url"])
+        store = SQLAlchemyStore(async_engine=engine)
+        await store.async_save("ns", MemoryEntry(key="a", content=1))
+        await asyncio.to_thread(_sync_calls_refuse, store)
+        counts = (
+            _backends(postgres_admin_engine, pg_app["name"]),
+            _pool(engine.sync_engine).checkedin(),
+        )
+        await store.async_close()
+        await engine.dispose()
+        return counts
+
+    server_side, in_pool = asyncio.run(run())
+    assert server_side == in_pool >= 1
