@@ -57,10 +57,16 @@ test-unit: install
 test-fast: install
 	$(PY) -m pytest -q -x -m "not slow" $(PYTEST_ARGS)
 
-bench: install
+# The bench also installs the peers it compares with (the `bench` extra).
+BENCH_STAMP := $(VENV)/.bench-stamp
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[$(EXTRAS),bench]"
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
 	$(PY) -m bench
 
-bench-quick: install
+bench-quick: $(BENCH_STAMP)
 	$(PY) -m bench --quick
 
 migrate: install

@@ -33,9 +33,10 @@ PG_URL_VARS = ("FIREFLY_ORM_TEST_POSTGRES_URL", ENV_POSTGRES_URL)
 class Sizes:
     """How much work each workload does (quick and full presets below)."""
 
+    rounds: int  # W1-W3 (bench.cells): rounds of the comparison, each with:
     conversations: int  # W1: conversations ...
     turns: int  # ... times turns each, added one turn at a time
-    reads: int  # W2: reads of each kind (whole history, budget)
+    reads: int  # W2: reads of each kind (everything, last 20)
     scopes: int  # W3: scopes ...
     keys: int  # ... times keys each are set, then `wm_ops` random operations
     wm_ops: int
@@ -44,10 +45,6 @@ class Sizes:
     scale_reads: int  # W4: budget reads per level
     long_turn: int  # W5: the "late" turn measured against turn 10
     settle_turns: int  # W5: untimed turns on another conversation first
-    async_conversations: int
-    async_turns: int
-    async_reads: int
-    async_wm_ops: int
     recall_levels: tuple[int, ...]  # W6: long-term entries in the store at each measurement
     recall_reads: int  # W6: timed recalls per level (selective words)
     recall_common_reads: int  # W6b: timed recalls per level (with common words; SQL only)
@@ -57,21 +54,18 @@ class Sizes:
 
 
 QUICK = Sizes(
-    conversations=5,
-    turns=20,
-    reads=40,
-    scopes=4,
-    keys=10,
-    wm_ops=120,
+    rounds=3,
+    conversations=3,
+    turns=12,
+    reads=20,
+    scopes=3,
+    keys=8,
+    wm_ops=50,
     scale_levels=(1_000, 10_000),
     scale_conv_turns=50,
     scale_reads=60,
     long_turn=200,
     settle_turns=30,
-    async_conversations=3,
-    async_turns=15,
-    async_reads=30,
-    async_wm_ops=80,
     recall_levels=(1_000, 10_000),
     recall_reads=60,
     recall_common_reads=20,
@@ -81,21 +75,18 @@ QUICK = Sizes(
 )
 
 FULL = Sizes(
-    conversations=20,
+    rounds=5,
+    conversations=10,
     turns=50,
-    reads=200,
+    reads=100,
     scopes=10,
-    keys=20,
-    wm_ops=1_000,
+    keys=10,
+    wm_ops=300,
     scale_levels=(1_000, 10_000, 100_000),
     scale_conv_turns=50,
     scale_reads=200,
     long_turn=1_000,
     settle_turns=200,
-    async_conversations=10,
-    async_turns=30,
-    async_reads=150,
-    async_wm_ops=500,
     recall_levels=(1_000, 10_000, 100_000),
     recall_reads=200,
     recall_common_reads=40,

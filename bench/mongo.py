@@ -1,4 +1,4 @@
-"""MongoDB rows: W1, W2, W5/W5b, W6 (recall) and W7 (artifact CAS writes) against pymongo.
+"""MongoDB rows: W1-W3, W5/W5b, W6 (recall) and W7 (artifact CAS writes) against pymongo.
 
 The server: ``--mongo-url``, else ``$FIREFLY_ORM_TEST_MONGO_URL``, else a SecantusDB
 server (the MongoDB wire-protocol server the test suite uses here) started as a
@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from typing import Any
 
+from bench.cells import LAST_N
 from bench.common import (
     UNLIMITED,
     W5_KEPT_TURNS,
@@ -49,7 +50,7 @@ from bench.common import (
     median,
 )
 from bench.ours import Ours
-from bench.workloads import _check_same, _new_ids, _pair_call, growth_row, w1_append, w2_read
+from bench.workloads import _check_same, _new_ids, _pair_call, growth_row
 from firefly_orm.testing.secantus import answers_ping
 
 #: Where a MongoDB URL is looked up when ``--mongo-url`` is not given.
@@ -216,6 +217,21 @@ class RawMongo:
             docs.reverse()
         return [m for doc in docs for m in doc["raw_messages"]]
 
+    def wm_set(self, scope: str, key: str, value: Any) -> None:
+        """Upsert one working-memory fact (value, importance, update time)."""
+        self.db.facts.update_one(
+            {"_id": _fact_id(scope, key)},
+            {"$set": {"value": value, "importance": 0.5, "updated_at": datetime.now(UTC)}},
+            upsert=True,
+        )
+
+    def wm_get(self, scope: str, key: str) -> Any:
+        doc = self.db.facts.find_one({"_id": _fact_id(scope, key)}, {"value": 1})
+        return None if doc is None else doc["value"]
+
+    def wm_delete(self, scope: str, key: str) -> None:
+        self.db.facts.delete_one({"_id": _fact_id(scope, key)})
+
     def fill(self, cid: str, turns: list[Turn]) -> None:
         """Untimed: store ``turns`` as the whole conversation in one go."""
         now = datetime.now(UTC)
@@ -244,6 +260,57 @@ class RawMongo:
 
     def durability(self) -> dict[str, Any]:
         return {"write_concern": self.db.write_concern.document, "transactions": self.transactions}
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def _fact_id(scope: str, key: str) -> dict[str, str]:
+    """A working-memory fact's ``_id`` (both baselines): namespace and key."""
+    return {"namespace": f"working:{scope}", "key": key}
+
+
+class MinimalMongo:
+    """Minimal hand-written pymongo: one document per message, one per key.
+
+    Appending a turn is one ``insert_many`` of its messages; reading sorts by
+    ``_id`` (ObjectIds increase within a client) under a ``(conversation, _id)``
+    index, the last ``n`` with ``sort(-1).limit(n)``; a key is one document
+    whose ``_id`` is (namespace, key): ``replace_one(upsert=True)``,
+    ``find_one``, ``delete_one``.  The driver's default write concern.
+    """
+
+    name = "pymongo"
+
+    def __init__(self, url: str, database: str) -> None:
+        from pymongo import ASCENDING, MongoClient
+
+        self.client: Any = MongoClient(url, tz_aware=True)
+        self.db = self.client[database]
+        self.db.messages.create_index([("conversation", ASCENDING), ("_id", ASCENDING)])
+
+    def append(self, cid: str, user: str, assistant: str, messages: list[dict[str, Any]]) -> None:
+        self.db.messages.insert_many([{"conversation": cid, "message": m} for m in messages])
+
+    def read_all(self, cid: str) -> list[Any]:
+        cursor = self.db.messages.find({"conversation": cid}, {"message": 1}).sort("_id", 1)
+        return [doc["message"] for doc in cursor]
+
+    def read_last(self, cid: str, n: int) -> list[Any]:
+        cursor = (
+            self.db.messages.find({"conversation": cid}, {"message": 1}).sort("_id", -1).limit(n)
+        )
+        return [doc["message"] for doc in reversed(list(cursor))]
+
+    def kv_set(self, scope: str, key: str, value: Any) -> None:
+        self.db.kv.replace_one({"_id": _fact_id(scope, key)}, {"value": value}, upsert=True)
+
+    def kv_get(self, scope: str, key: str) -> Any:
+        doc = self.db.kv.find_one({"_id": _fact_id(scope, key)})
+        return None if doc is None else doc["value"]
+
+    def kv_delete(self, scope: str, key: str) -> None:
+        self.db.kv.delete_one({"_id": _fact_id(scope, key)})
 
     def close(self) -> None:
         self.client.close()
@@ -408,34 +475,63 @@ def _w5_row(
     )
 
 
-def _w1_w2(
-    runner: Any, make_pair: Callable[..., tuple[MongoOurs, RawMongo]], pool: TextPool
-) -> None:
-    sizes = runner.sizes
-    pair = runner.attempt("mongo: set-up", lambda: make_pair("w1"))
-    if pair is None:
+def mongo_entries(url: str, database: str, databases: list[str]) -> list[Any]:
+    """The W1-W3 implementations on MongoDB: minimal pymongo, same-work pymongo, ours.
+
+    Each gets its own database named after ``database`` (appended to
+    ``databases``, which the caller drops).
+    """
+    from bench.cells import CELLS, MINIMAL, OURS, SAME_WORK, OursCells, SameWork, entry
+
+    every = frozenset(CELLS)
+    budget = budget_for_turns(TextPool(0).turn_tokens, LAST_N // 2)
+
+    def named(suffix: str) -> str:
+        databases.append(f"{database}{suffix}")
+        return databases[-1]
+
+    return [
+        entry(
+            "raw minimal (pymongo)", MINIMAL, every, lambda: MinimalMongo(url, named("_minimal"))
+        ),
+        entry(
+            "raw same-work (pymongo)",
+            SAME_WORK,
+            every,
+            lambda: SameWork(RawMongo(url, named("_raw")), budget),
+        ),
+        entry("firefly_orm", OURS, every, lambda: OursCells(MongoOurs(url, named("")), budget)),
+    ]
+
+
+def _cells(runner: Any, server: str, run_id: str, databases: list[str]) -> None:
+    """W1-W3 on MongoDB (sync): every implementation of :func:`mongo_entries`, compared."""
+    from bench.cells import OURS, SAME_WORK, Comparison, close_sync, run_sync
+
+    entries = runner.attempt(
+        "mongo: set-up W1-W3", lambda: mongo_entries(server, f"ffbench_{run_id}_cells", databases)
+    )
+    if entries is None:
         return
-    ours, base = pair
     try:
-        runner.attempt("mongo: warm-up", lambda: warm_up(ours, base, pool))
-        durability = runner.attempt(
-            "mongo: durability settings",
-            lambda: {"ours": ours.durability(), "baseline": base.durability()},
-        )
-        runner.meta.setdefault("durability", {})["mongo"] = durability
-        result = runner.attempt(
-            "mongo: W1 append", lambda: w1_append(ours, base, sizes, pool, "mongo")
-        )
-        if result is not None:
-            row, cids = result
-            runner.rows.append(row)
-            runner.attempt(
-                "mongo: W2 read",
-                lambda: w2_read(ours, base, cids, sizes, pool, "mongo", runner.seed),
+        impls = {e.role: e.impl.impl for e in entries if e.role in (OURS, SAME_WORK) and e.impl}
+        if len(impls) == 2:
+            runner.meta.setdefault("durability", {})["mongo"] = runner.attempt(
+                "mongo: durability settings",
+                lambda: {
+                    "ours": impls[OURS].durability(),
+                    "baseline": impls[SAME_WORK].durability(),
+                },
             )
+        comparison = Comparison("mongo", "sync", entries, runner.sizes, runner.seed, runner.log)
+        results = runner.attempt(
+            f"mongo: W1-W3 ({len(entries)} implementations, {runner.sizes.rounds} rounds)",
+            lambda: run_sync(comparison),
+        )
+        runner.cells.extend(results or [])
+        runner.errors.extend(comparison.errors)
     finally:
-        ours.close()
-        base.close()
+        close_sync(entries, runner.log)
 
 
 def _w6_rows(runner: Any, server: str, run_id: str, databases: list[str]) -> None:
@@ -510,8 +606,8 @@ def run_mongo(runner: Any, url: str | None) -> None:
                 "pymongo": version("pymongo"),
                 "beanie": version("beanie"),
             }
-            if runner.wants("W1", "W2"):
-                _w1_w2(runner, make_pair, pool)
+            if runner.wants("W1", "W2", "W3"):
+                _cells(runner, server, run_id, databases)
             for evict, workload in ((True, "W5"), (False, "W5b")):
                 if runner.wants(workload):
                     _w5_row(runner, make_pair, runner.sizes, pool, evict)

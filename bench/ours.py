@@ -2,18 +2,41 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
 from bench.common import UNLIMITED, estimate_tokens
 
 
-def _memory(store: Any, max_tokens: int | None) -> Any:
+def _memory(store: Any, max_tokens: int | None, max_messages: int | None = None) -> Any:
     from firefly_orm.conversation import ConversationMemory
 
-    if max_tokens is None:  # never evict, never trim
-        return ConversationMemory(store=store, max_tokens=UNLIMITED, summarize_threshold=UNLIMITED)
+    if max_tokens is None:  # never evict, never trim (by tokens)
+        return ConversationMemory(
+            store=store,
+            max_tokens=UNLIMITED,
+            summarize_threshold=UNLIMITED,
+            max_messages=max_messages,
+        )
     return ConversationMemory(store=store, max_tokens=max_tokens, summarize_threshold=0)
+
+
+#: The library's last-N read, when it has one.
+LIMIT_API = "get_message_history(limit=)"
+
+
+def last_n_api(memory: Any) -> str:
+    """How the library reads a conversation's last N messages.
+
+    ``limit=`` on ``get_message_history`` when the library has it, else a
+    reader with ``max_messages=n`` (the newest whole turns holding at most
+    ``n`` messages).  (``get_recent(cid, n)`` returns the newest ``n`` turns,
+    not messages.)
+    """
+    if "limit" in inspect.signature(memory.get_message_history).parameters:
+        return LIMIT_API
+    return "max_messages reader"
 
 
 def _library_rows(conversations: list[tuple[str, list[tuple[str, str, Any]]]]) -> list[Any]:
@@ -60,13 +83,22 @@ class _Base:
         self.store = store
         self.writer = _memory(store, max_tokens)
         self._readers: dict[int | None, Any] = {}
+        self._last_readers: dict[int, Any] = {}
         self._working: dict[str, Any] = {}
+        self.last_n_api = last_n_api(self.writer)
+        self.detail = {"last_n_api": self.last_n_api}
 
     def reader(self, budget: int | None) -> Any:
         """A ConversationMemory whose max_tokens is the read budget (reads never evict)."""
         if budget not in self._readers:
             self._readers[budget] = _memory(self.store, budget)
         return self._readers[budget]
+
+    def last_reader(self, n: int) -> Any:
+        """A ConversationMemory whose reads keep at most ``n`` messages (no token limit)."""
+        if n not in self._last_readers:
+            self._last_readers[n] = _memory(self.store, None, max_messages=n)
+        return self._last_readers[n]
 
     def working(self, scope: str) -> Any:
         from firefly_orm.working import WorkingMemory
@@ -86,6 +118,15 @@ class Ours(_Base):
 
     def history(self, cid: str, budget: int | None) -> list[Any]:
         result: list[Any] = self.reader(budget).get_message_history(cid)
+        return result
+
+    def recent(self, cid: str, n: int) -> list[Any]:
+        """The last ``n`` messages through the library's last-N read (:func:`last_n_api`)."""
+        result: list[Any]
+        if self.last_n_api == LIMIT_API:
+            result = self.writer.get_message_history(cid, limit=n)
+        else:
+            result = self.last_reader(n).get_message_history(cid)
         return result
 
     def wm_set(self, scope: str, key: str, value: Any) -> None:
@@ -145,6 +186,15 @@ class AsyncOurs(_Base):
 
     async def history(self, cid: str, budget: int | None) -> list[Any]:
         result: list[Any] = await self.reader(budget).async_get_message_history(cid)
+        return result
+
+    async def recent(self, cid: str, n: int) -> list[Any]:
+        """:meth:`Ours.recent` through the async API."""
+        result: list[Any]
+        if self.last_n_api == LIMIT_API:
+            result = await self.writer.async_get_message_history(cid, limit=n)
+        else:
+            result = await self.last_reader(n).async_get_message_history(cid)
         return result
 
     async def wm_set(self, scope: str, key: str, value: Any) -> None:

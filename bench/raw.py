@@ -74,7 +74,8 @@ class Dialect:
         return moment if self.pg else moment.isoformat()
 
 
-def _load_json(value: Any) -> Any:
+def load_json(value: Any) -> Any:
+    """A JSON column's value: text (sqlite3) is parsed, JSONB (psycopg) is already parsed."""
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
@@ -175,7 +176,7 @@ def history_steps(d: Dialect, cid: str, budget: int | None) -> Steps:
             ),
             (cid, budget),
         )
-    return [m for (content,) in rows for m in _load_json(content)["raw_messages"]]
+    return [m for (content,) in rows for m in load_json(content)["raw_messages"]]
 
 
 def fact_set_steps(d: Dialect, namespace: str, key: str, value: Any) -> Steps:
@@ -196,7 +197,7 @@ def fact_set_steps(d: Dialect, namespace: str, key: str, value: Any) -> Steps:
 def fact_get_steps(d: Dialect, namespace: str, key: str) -> Steps:
     """Read one fact (``None`` when absent)."""
     rows = yield d.q("SELECT value FROM facts WHERE namespace = ? AND key = ?"), (namespace, key)
-    return _load_json(rows[0][0]) if rows else None
+    return load_json(rows[0][0]) if rows else None
 
 
 def fact_delete_steps(d: Dialect, namespace: str, key: str) -> Steps:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import artifacts, raw, recall, workloads
+from bench import artifacts, cells, minimal, peers, raw, recall, workloads
 from bench.common import (
     FULL,
     QUICK,
@@ -31,7 +31,7 @@ from bench.common import (
     postgres_url,
 )
 from bench.ours import AsyncOurs, Ours
-from bench.report import table, write_json
+from bench.report import async_table, cells_table, table, write_json
 
 DURABILITY = (
     "Durability: SQLite in WAL mode with synchronous=FULL on both sides; Postgres with the "
@@ -39,6 +39,14 @@ DURABILITY = (
     "per working-memory write on both sides."
 )
 
+
+CELLS_LEGEND = (
+    "W1-W3: per op = median over {rounds} rounds of the mean (W1, W3) or median (W2) time "
+    "per operation; x minimal / x same-work = its cost over the hand-written driver code's "
+    "(minimal: insert the messages, ORDER BY id [DESC LIMIT n], upsert a key; same-work: "
+    "what the library stores, head row and versions), min-max over the rounds; ours / it = "
+    "firefly_orm's cost over its (below 1x: firefly_orm is faster)."
+)
 
 #: The workload ids ``--only`` accepts.
 WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7", "async")
@@ -52,6 +60,7 @@ class Runner:
         self.seed = seed
         self.only = only
         self.rows: list[Row] = []
+        self.cells: list[cells.CellResult] = []
         self.errors: list[str] = []
         self.meta: dict[str, Any] = {}
         self.started = time.perf_counter()
@@ -84,7 +93,8 @@ class Runner:
         backend: str,
         make_pair: Callable[..., tuple[Any, Any]],
         durability: Callable[[Any, Any], dict[str, Any]],
-        make_async_pair: Callable[[], tuple[Any, Any]] | None,
+        entries: Callable[[], list[cells.Entry]],
+        async_entries: Callable[[], list[cells.Entry]] | None,
         make_recall_pair: Callable[[str], tuple[Any, Any]],
         make_artifact_pair: Callable[[str], tuple[Any, Any]],
         make_async_artifact_pair: Callable[[], tuple[Any, Any]] | None,
@@ -92,7 +102,7 @@ class Runner:
         sizes, seed = self.sizes, self.seed
         pool = TextPool(seed)
         if self.wants("W1", "W2", "W3"):
-            self._conversation_rows(backend, make_pair, durability, pool)
+            self._cells(backend, entries, durability)
         if self.wants("W4"):
             self.attempt(
                 f"{backend}: W4 scale",
@@ -131,62 +141,54 @@ class Runner:
                         self._async_artifacts(artifact_factory, f"{backend} async", pool)
                     ),
                 )
-        if make_async_pair is not None and self.wants("async"):
-            factory = make_async_pair
-            self.attempt(
-                f"{backend} async: W1/W2/W3",
-                lambda: asyncio.run(self._async_rows(factory, f"{backend} async", pool)),
-            )
+        if async_entries is not None and self.wants("async"):
+            self._async_cells(backend, async_entries)
 
-    def _conversation_rows(
+    def _cells(
         self,
         backend: str,
-        make_pair: Callable[..., tuple[Any, Any]],
-        durability: Callable[[Any, Any], dict[str, Any]],
-        pool: TextPool,
+        entries: Callable[[], list[cells.Entry]],
+        durability: Callable[[Any, Any], dict[str, Any]] | None,
     ) -> None:
-        """W1 (also when only W2 is asked for: W2 reads W1's conversations), W2, W3."""
-        sizes, seed = self.sizes, self.seed
-        pair = self.attempt(f"{backend}: set-up", lambda: make_pair("w1"))
-        if pair is None:
+        """W1-W3 on the sync APIs: every implementation of :func:`entries`, compared."""
+        built = self.attempt(f"{backend}: set-up W1-W3", entries)
+        if built is None:
             return
-        ours, base = pair
+        comparison = cells.Comparison(backend, "sync", built, self.sizes, self.seed, self.log)
         try:
-            self.attempt(f"{backend}: warm-up", lambda: workloads.warm_up(ours, base, pool))
-            self.meta.setdefault("durability", {})[backend] = durability(ours, base)
-            if self.wants("W1", "W2"):
-                result = self.attempt(
-                    f"{backend}: W1 append",
-                    lambda: workloads.w1_append(ours, base, sizes, pool, backend),
-                )
-                if result is not None:
-                    row, cids = result
-                    self.rows.append(row)
-                    if self.wants("W2"):
-                        self.attempt(
-                            f"{backend}: W2 read",
-                            lambda: workloads.w2_read(ours, base, cids, sizes, pool, backend, seed),
-                        )
-            if self.wants("W3"):
-                self.attempt(
-                    f"{backend}: W3 working memory",
-                    lambda: workloads.w3_working(ours, base, sizes, backend, seed),
-                )
+            if durability is not None:
+                ours, base = (_impl(built, cells.OURS), _impl(built, cells.SAME_WORK))
+                if ours is not None and base is not None:
+                    self.attempt(
+                        f"{backend}: durability settings",
+                        lambda: self.meta.setdefault("durability", {}).update(
+                            {backend: durability(ours, base)}
+                        ),
+                    )
+            results = self.attempt(
+                f"{backend}: W1-W3 ({len(built)} implementations, {self.sizes.rounds} rounds)",
+                lambda: cells.run_sync(comparison),
+            )
+            self.cells.extend(results or [])
         finally:
-            ours.close()
-            base.close()
+            cells.close_sync(built, self.log)
+            self.errors.extend(comparison.errors)
 
-    async def _async_rows(
-        self, factory: Callable[[], tuple[Any, Any]], backend: str, pool: TextPool
-    ) -> list[Row]:
-        ours, base = factory()
-        try:
-            await ours.open()
-            await base.open()
-            return await workloads.async_w1_w2_w3(ours, base, self.sizes, pool, backend, self.seed)
-        finally:
-            await ours.close()
-            await base.close()
+    def _async_cells(self, backend: str, entries: Callable[[], list[cells.Entry]]) -> None:
+        """W1-W3 on the async APIs."""
+
+        async def run() -> list[cells.CellResult]:
+            built = entries()
+            comparison = cells.Comparison(backend, "async", built, self.sizes, self.seed, self.log)
+            try:
+                await cells.open_async(comparison)
+                return await cells.run_async(comparison)
+            finally:
+                await cells.close_async(built, self.log)
+                self.errors.extend(comparison.errors)
+
+        results = self.attempt(f"{backend} async: W1-W3", lambda: asyncio.run(run()))
+        self.cells.extend(results or [])
 
     async def _async_artifacts(
         self, factory: Callable[[], tuple[Any, Any]], backend: str, pool: TextPool
@@ -211,9 +213,11 @@ class Runner:
             )
             return ours, base
 
-        def make_async_pair() -> tuple[Any, Any]:
-            ours = AsyncOurs(SQLiteStore(tmp / "ours-async.sqlite3"))
-            return ours, raw.AsyncRawSQLite(str(tmp / "raw-async.sqlite3"))
+        def entries() -> list[cells.Entry]:
+            return sqlite_entries(tmp, asynchronous=False)
+
+        def async_entries() -> list[cells.Entry]:
+            return sqlite_entries(tmp, asynchronous=True)
 
         def make_recall_pair(label: str) -> tuple[Any, Any]:
             ours = recall.SQLOurs(SQLiteStore(tmp / f"ours-{label}.sqlite3"))
@@ -239,7 +243,8 @@ class Runner:
             "sqlite",
             make_pair,
             durability,
-            make_async_pair if with_async else None,
+            entries,
+            async_entries if with_async else None,
             make_recall_pair,
             make_artifact_pair,
             make_async_artifact_pair if with_async else None,
@@ -280,10 +285,17 @@ class Runner:
             base = raw.RawPostgres(conninfo, raw_schema, max_tokens=max_tokens or UNLIMITED)
             return ours, base
 
-        def make_async_pair() -> tuple[Any, Any]:
-            ours_schema, raw_schema = names("async")
-            ours = AsyncOurs(PostgreSQLStore(url, schema_name=ours_schema))
-            return ours, raw.AsyncRawPostgres(conninfo, raw_schema)
+        def cell_schema(label: str) -> str:
+            schema = f"ffbench_{run_id}_cells_{label}"
+            schemas.append(schema)
+            admin.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            return schema
+
+        def entries() -> list[cells.Entry]:
+            return postgres_entries(url, cell_schema, asynchronous=False)
+
+        def async_entries() -> list[cells.Entry]:
+            return postgres_entries(url, cell_schema, asynchronous=True)
 
         def make_recall_pair(label: str) -> tuple[Any, Any]:
             ours_schema, raw_schema = names(label)
@@ -310,7 +322,8 @@ class Runner:
                 "postgres",
                 make_pair,
                 durability,
-                make_async_pair if with_async else None,
+                entries,
+                async_entries if with_async else None,
                 make_recall_pair,
                 make_artifact_pair,
                 make_async_artifact_pair if with_async else None,
@@ -320,6 +333,103 @@ class Runner:
                 admin.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
             admin.close()
             self.log(f"postgres: dropped {len(schemas)} bench schemas")
+
+
+def sqlite_entries(directory: Path, *, asynchronous: bool) -> list[cells.Entry]:
+    """Every W1-W3 implementation on SQLite, each with its own file in ``directory``."""
+    from firefly_orm.sql import SQLiteStore
+
+    suffix = "-async" if asynchronous else ""
+
+    def path(label: str) -> str:
+        return str(directory / f"cells-{label}{suffix}.sqlite3")
+
+    place = peers.Place(sqlite_path=path)
+    if asynchronous:
+        return _entries(
+            "aiosqlite",
+            lambda: minimal.AsyncMinimalSQLite(path("minimal")),
+            lambda: raw.AsyncRawSQLite(path("raw")),
+            lambda: AsyncOurs(SQLiteStore(path("ours"))),
+            peers.async_peers("sqlite", place),
+            asynchronous=True,
+        )
+    return _entries(
+        "sqlite3",
+        lambda: minimal.MinimalSQLite(path("minimal")),
+        lambda: raw.RawSQLite(path("raw")),
+        lambda: Ours(SQLiteStore(path("ours"))),
+        peers.sync_peers("sqlite", place),
+    )
+
+
+def postgres_entries(
+    url: str, schema: Callable[[str], str], *, asynchronous: bool
+) -> list[cells.Entry]:
+    """Every W1-W3 implementation on PostgreSQL at ``url`` (``postgresql+psycopg://``).
+
+    ``schema(label)`` creates a new schema and returns its name (the caller drops
+    them); each implementation gets its own.
+    """
+    from sqlalchemy.engine import make_url
+
+    from firefly_orm.sql import PostgreSQLStore
+
+    conninfo = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    suffix = "_async" if asynchronous else ""
+
+    def named(label: str) -> str:
+        return schema(label + suffix)
+
+    place = peers.Place(pg_url=url, pg_conninfo=conninfo, pg_schema=named)
+    if asynchronous:
+        return _entries(
+            "psycopg async",
+            lambda: minimal.AsyncMinimalPostgres(conninfo, named("minimal")),
+            lambda: raw.AsyncRawPostgres(conninfo, named("raw")),
+            lambda: AsyncOurs(PostgreSQLStore(url, schema_name=named("ours"))),
+            peers.async_peers("postgres", place),
+            asynchronous=True,
+        )
+    return _entries(
+        "psycopg",
+        lambda: minimal.MinimalPostgres(conninfo, named("minimal")),
+        lambda: raw.RawPostgres(conninfo, named("raw")),
+        lambda: Ours(PostgreSQLStore(url, schema_name=named("ours"))),
+        peers.sync_peers("postgres", place),
+    )
+
+
+def _entries(
+    driver: str,
+    make_minimal: Callable[[], Any],
+    make_raw: Callable[[], Any],
+    make_ours: Callable[[], Any],
+    peer_entries: list[cells.Entry],
+    *,
+    asynchronous: bool = False,
+) -> list[cells.Entry]:
+    """The implementations of one comparison: minimal and same-work driver code, ours, peers."""
+    budget = budget_for_turns(TextPool(0).turn_tokens, cells.LAST_N // 2)
+    same = cells.AsyncSameWork if asynchronous else cells.SameWork
+    mine = cells.AsyncOursCells if asynchronous else cells.OursCells
+    every = frozenset(cells.CELLS)
+    return [
+        cells.entry(f"raw minimal ({driver})", cells.MINIMAL, every, make_minimal),
+        cells.entry(
+            f"raw same-work ({driver})", cells.SAME_WORK, every, lambda: same(make_raw(), budget)
+        ),
+        cells.entry("firefly_orm", cells.OURS, every, lambda: mine(make_ours(), budget)),
+        *peer_entries,
+    ]
+
+
+def _impl(entries: list[cells.Entry], role: str) -> Any:
+    """The library or baseline object under the entry of ``role`` (``None`` when absent)."""
+    for entry in entries:
+        if entry.role == role and entry.impl is not None:
+            return getattr(entry.impl, "impl", entry.impl)
+    return None
 
 
 def _fs_type(path: Path) -> str:
@@ -408,12 +518,14 @@ def main(argv: list[str] | None = None) -> int:
                 "loadavg_start": os.getloadavg(),
             },
             "versions": _versions(),
+            "peer_versions": peers.versions(),
             "durability_statement": DURABILITY,
         }
     )
     print(f"firefly_orm benchmarks ({'quick' if args.quick else 'full'} run)")
     print(DURABILITY)
     print(f"SQLite files in {tmp} ({_fs_type(tmp)}); {os.cpu_count()} CPUs; {_versions()}")
+    print(f"peers: {peers.versions()}")
     load = os.getloadavg()[0]
     if load > (os.cpu_count() or 1):
         print(
@@ -445,18 +557,29 @@ def main(argv: list[str] | None = None) -> int:
     runner.meta["elapsed_s"] = round(time.perf_counter() - runner.started, 1)
     runner.meta["machine"]["loadavg_end"] = os.getloadavg()
     print()
-    print(table(runner.rows))
-    print()
-    print(
-        "ratio = our cost as a multiple of the raw driver's (time per operation; lower is "
-        "better); growth rows: latency at the largest size / at the smallest."
-    )
+    if runner.cells:
+        print(cells_table(runner.cells))
+        print()
+        print(CELLS_LEGEND.format(rounds=sizes.rounds))
+        speed = async_table(runner.cells)
+        if speed:
+            print()
+            print(speed)
+        print()
+    if runner.rows:
+        print(table(runner.rows))
+        print()
+        print(
+            "ratio = our cost as a multiple of the same-work raw driver code's (time per "
+            "operation; lower is better); growth rows: latency at the largest size / at the "
+            "smallest."
+        )
     print(DURABILITY)
     for name, reason in skipped.items():
         print(f"{name} skipped: {reason}")
     for error in runner.errors:
         print(f"ERROR {error}")
-    path = write_json(runner.rows, runner.meta, runner.errors)
+    path = write_json(runner.rows, runner.meta, runner.errors, runner.cells)
     print(f"results: {path}  ({runner.meta['elapsed_s']} s)")
     return 1 if runner.errors else 0
 

@@ -1,4 +1,6 @@
-"""W1-W5 (sync) and W1-W3 through the async APIs; each returns result rows.
+"""W4, W5 and W5b (ours against the same-work baseline); each returns result rows.
+
+W1-W3 (every implementation, sync and async) are in :mod:`bench.cells`.
 
 Every workload runs the library ("ours") and the raw-driver baseline on the same
 operation sequence, interleaved operation by operation (alternating which side
@@ -108,30 +110,6 @@ def _new_ids(n: int) -> list[str]:
     return [uuid.uuid4().hex for _ in range(n)]
 
 
-def _throughput_row(
-    workload: str, backend: str, unit: str, count: int, ours_s: list[float], base_s: list[float]
-) -> Row:
-    ours_rate = count / sum(ours_s)
-    base_rate = count / sum(base_s)
-    target = 2.5
-    return Row(
-        workload,
-        backend,
-        unit,
-        ours_rate,
-        base_rate,
-        base_rate / ours_rate,
-        target,
-        detail={
-            "operations": count,
-            "ours_mean_ms": 1000 * sum(ours_s) / count,
-            "baseline_mean_ms": 1000 * sum(base_s) / count,
-            "ours_p95_ms": 1000 * percentile(ours_s, 95),
-            "baseline_p95_ms": 1000 * percentile(base_s, 95),
-        },
-    )
-
-
 def _latency_row(
     workload: str,
     backend: str,
@@ -176,115 +154,12 @@ def _warm_up_calls(ours: Any, base: Any, pool: TextPool) -> Iterator[Call]:
     yield ours.wm_get, base.wm_get, ("warmup", "k")
 
 
-def _append_calls(
-    ours: Any, base: Any, cids: list[str], turns: int, pool: TextPool
-) -> Iterator[Call]:
-    """W1: ``turns`` rounds of one add_turn on each conversation."""
-    for _ in range(turns):
-        for cid in cids:
-            yield ours.add_turn, base.add_turn, (cid, *pool.turn())
-
-
-def _read_calls(
-    ours: Any, base: Any, cids: list[str], reads: int, budget: int | None, rng: random.Random
-) -> Iterator[Call]:
-    """W2: ``reads`` history reads of random conversations."""
-    for _ in range(reads):
-        yield ours.history, base.history, (rng.choice(cids), budget)
-
-
-def _wm_plan(sizes: Sizes, ops: int, seed: int) -> list[tuple[str, str, str, Any]]:
-    """The W3 operation sequence: set every key, then random get/upsert/delete."""
-    rng = random.Random(seed)
-    scopes = [f"scope-{s}" for s in range(sizes.scopes)]
-    keys = [f"fact-{k}" for k in range(sizes.keys)]
-    plan: list[tuple[str, str, str, Any]] = []
-    for scope in scopes:
-        for key in keys:
-            plan.append(("set", scope, key, {"value": f"{scope}/{key}", "n": 0}))
-    for n in range(ops):
-        op = rng.choices(("get", "set", "delete"), weights=(60, 25, 15))[0]
-        plan.append((op, rng.choice(scopes), rng.choice(keys), {"value": "updated", "n": n + 1}))
-    return plan
-
-
-def _wm_calls(ours: Any, base: Any, plan: list[tuple[str, str, str, Any]]) -> Iterator[Call]:
-    """W3: the plan's working-memory operations."""
-    for op, scope, key, value in plan:
-        if op == "set":
-            yield ours.wm_set, base.wm_set, (scope, key, value)
-        elif op == "get":
-            yield ours.wm_get, base.wm_get, (scope, key)
-        else:
-            yield ours.wm_delete, base.wm_delete, (scope, key)
-
-
-# =========================================================================== rows
-
-
-def _append_row(backend: str, samples: Samples) -> Row:
-    return _throughput_row(
-        "W1 append", backend, "turns/s", len(samples.ours), samples.ours, samples.base
-    )
-
-
-def _wm_rows(backend: str, plan: list[tuple[str, str, str, Any]], samples: Samples) -> Row:
-    for (op, scope, key, _), (mine, theirs) in zip(plan, samples.results, strict=True):
-        if op == "get" and mine != theirs:
-            raise CheckFailed(f"W3: get({scope}, {key}) differs: {mine!r} vs {theirs!r}")
-    ours_s, base_s = samples.ours, samples.base
-    row = _throughput_row("W3 working memory", backend, "ops/s", len(plan), ours_s, base_s)
-    for op in ("set", "get", "delete"):
-        idx = [n for n, p in enumerate(plan) if p[0] == op]
-        if idx:
-            row.detail[f"{op}_count"] = len(idx)
-            row.detail[f"ours_{op}_p50_ms"] = 1000 * median([ours_s[n] for n in idx])
-            row.detail[f"baseline_{op}_p50_ms"] = 1000 * median([base_s[n] for n in idx])
-    row.detail["shape"] = "scopes x keys sets, then 60% get / 25% upsert / 15% delete"
-    return row
-
-
 # =========================================================================== sync
 
 
 def warm_up(ours: Any, base: Any, pool: TextPool) -> None:
     """Open connections, run migrations, fill statement caches (untimed)."""
     _measure(_warm_up_calls(ours, base, pool))
-
-
-def w1_append(
-    ours: Any, base: Any, sizes: Sizes, pool: TextPool, backend: str
-) -> tuple[Row, list[str]]:
-    """W1: C conversations x T turns, one add_turn (one commit) per turn."""
-    cids = _new_ids(sizes.conversations)
-    row = _append_row(backend, _measure(_append_calls(ours, base, cids, sizes.turns, pool)))
-    row.detail["shape"] = f"{sizes.conversations} conversations x {sizes.turns} turns"
-    return row, cids
-
-
-def w2_read(
-    ours: Any, base: Any, cids: list[str], sizes: Sizes, pool: TextPool, backend: str, seed: int
-) -> list[Row]:
-    """W2: get_message_history of random conversations, whole and with a ~20-message budget."""
-    rng = random.Random(seed)
-    budget = budget_for_turns(pool.turn_tokens, BUDGET_TURNS)
-    rows = []
-    for label, limit, expected in (
-        (f"W2 read whole ({2 * sizes.turns} msgs)", None, 2 * sizes.turns),
-        (f"W2 read budget ({2 * BUDGET_TURNS} msgs)", budget, 2 * BUDGET_TURNS),
-    ):
-        _check_same(label, ours.history(cids[0], limit), base.history(cids[0], limit), expected)
-        samples = _measure(_read_calls(ours, base, cids, sizes.reads, limit, rng))
-        rows.append(
-            _latency_row(label, backend, samples.ours, samples.base, 4.0, budget_tokens=limit)
-        )
-    return rows
-
-
-def w3_working(ours: Any, base: Any, sizes: Sizes, backend: str, seed: int) -> Row:
-    """W3: S scopes x K keys set, then random get, upsert and delete; ops/s."""
-    plan = _wm_plan(sizes, sizes.wm_ops, seed)
-    return _wm_rows(backend, plan, _measure(_wm_calls(ours, base, plan)))
 
 
 def w4_scale(
@@ -422,43 +297,6 @@ def w5_long(
     finally:
         ours.close()
         base.close()
-
-
-# =========================================================================== async
-
-
-async def async_warm_up(ours: Any, base: Any, pool: TextPool) -> None:
-    """:func:`warm_up` through the async APIs."""
-    await _ameasure(_warm_up_calls(ours, base, pool))
-
-
-async def async_w1_w2_w3(
-    ours: Any, base: Any, sizes: Sizes, pool: TextPool, backend: str, seed: int
-) -> list[Row]:
-    """W1, W2 (budget read) and W3 through the async APIs (the same call sequences)."""
-    await async_warm_up(ours, base, pool)
-    cids = _new_ids(sizes.async_conversations)
-    rows = [
-        _append_row(
-            backend, await _ameasure(_append_calls(ours, base, cids, sizes.async_turns, pool))
-        )
-    ]
-
-    rng = random.Random(seed)
-    budget = budget_for_turns(pool.turn_tokens, BUDGET_TURNS)
-    _check_same(
-        "async W2", await ours.history(cids[0], budget), await base.history(cids[0], budget), 20
-    )
-    samples = await _ameasure(_read_calls(ours, base, cids, sizes.async_reads, budget, rng))
-    rows.append(
-        _latency_row(
-            f"W2 read budget ({2 * BUDGET_TURNS} msgs)", backend, samples.ours, samples.base, 4.0
-        )
-    )
-
-    plan = _wm_plan(sizes, sizes.async_wm_ops, seed + 1)
-    rows.append(_wm_rows(backend, plan, await _ameasure(_wm_calls(ours, base, plan))))
-    return rows
 
 
 def growth_row(
