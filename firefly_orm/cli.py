@@ -275,14 +275,12 @@ def _store(target: Target, args: argparse.Namespace) -> Iterator[Any]:
 
 @contextmanager
 def _migration_engine(target: Target, args: argparse.Namespace) -> Iterator[Any]:
-    """An engine for the migration commands (connect timeout on PostgreSQL), disposed after."""
-    connect_args = {} if target.is_sqlite else {"connect_timeout": max(1, int(args.timeout))}
-    try:
-        engine = sa.create_engine(target.url, poolclass=sa.pool.NullPool, connect_args=connect_args)
-    except ImportError as exc:
-        from firefly_orm.errors import MissingExtraError
+    """An engine for the migration commands (connect timeout on PostgreSQL, the stores'
+    ``?pooler=`` applied), disposed after."""
+    from firefly_orm.migration_commands import migration_engine
 
-        raise MissingExtraError("PostgreSQL URLs", "postgres", exc.name) from exc
+    connect_args = {} if target.is_sqlite else {"connect_timeout": max(1, int(args.timeout))}
+    engine = migration_engine(target.url, connect_args=connect_args)
     try:
         yield engine
     finally:

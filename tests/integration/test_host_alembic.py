@@ -642,7 +642,7 @@ PROBE_ENV = """
 import sqlalchemy as sa
 from alembic import context
 
-from firefly_orm import migrate
+from firefly_orm import alembic_env, migrate
 
 config = context.config
 engine = sa.create_engine(config.get_main_option("sqlalchemy.url"))
@@ -650,7 +650,7 @@ with engine.connect() as connection:
     context.configure(
         connection=connection, target_metadata=sa.MetaData(), **migrate.autogenerate_filters()
     )
-    config.attributes["seen"].append(migrate._host_command(context))
+    config.attributes["seen"].append(alembic_env._alembic_command(context))
     with context.begin_transaction():
         migrate.run_with_host(context, connection)
         context.run_migrations()

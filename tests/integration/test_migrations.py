@@ -339,6 +339,78 @@ def test_offline_sql_creates_everything_in_the_schema(postgres_url: str, pg_sche
         store.close()
 
 
+def _sqlite_schema(url: str) -> dict[tuple[str, str], list[str]]:
+    """Every object of a SQLite database, its SQL as a sorted list of lines.
+
+    Sorted because a batch copy writes a table's constraints in no fixed order.
+    """
+    import sqlite3
+
+    conn = sqlite3.connect(str(sa.engine.make_url(url).database))
+    try:
+        rows = conn.execute("SELECT type, name, sql FROM sqlite_master").fetchall()
+    finally:
+        conn.close()
+    return {
+        (kind, name): sorted(line.strip().rstrip(",") for line in (sql or "").splitlines())
+        for kind, name, sql in rows
+    }
+
+
+def _run_sqlite_script(url: str, script: str) -> None:
+    """Run an offline SQL script as ``sqlite3 file < script.sql`` would."""
+    import sqlite3
+
+    conn = sqlite3.connect(str(sa.engine.make_url(url).database))
+    try:
+        conn.executescript(script)
+    finally:
+        conn.close()
+
+
+def test_sqlite_offline_sql_gives_the_online_schema(tmp_path: Path) -> None:
+    """`alembic upgrade head --sql` on SQLite (batch copies described, not reflected):
+    applied to an empty file, and from a revision to a database holding rows there,
+    it gives exactly what an online upgrade gives, rows kept."""
+    from firefly_orm.entry import MemoryEntry
+    from firefly_orm.sql import SQLAlchemyStore
+
+    online, offline, stepped = (f"sqlite:///{tmp_path / name}.sqlite3" for name in "abc")
+    migrate.upgrade(online)
+    result = _alembic("-x", f"url={offline}", "upgrade", "head", "--sql")
+    assert result.returncode == 0, result.stderr
+    assert "_alembic_tmp_memory_entries" in result.stdout  # 0003's batch copy is in it
+    _run_sqlite_script(offline, result.stdout)
+    assert _sqlite_schema(offline) == _sqlite_schema(online)
+    assert migrate.current(offline) == migrate.head()
+    assert _diff(offline, None) == []
+
+    # A database at the revision before the copy, holding a row: the rest offline.
+    before_copy = "0002_key_index_entry_id"
+    migrate.upgrade(stepped, revision=before_copy)
+    engine = sa.create_engine(stepped, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"INSERT INTO {TABLE_NAME} (entry_id, namespace, scope, key, content, metadata, "
+            "created_at, expires_at, importance, version) VALUES ('e1', 'ns', 'working', 'k', "
+            """'{"kept": 1.5}', '{}', '2026-01-01 00:00:00.000000', NULL, 0.5, 1)"""
+        )
+    engine.dispose()
+    result = _alembic("-x", f"url={stepped}", "upgrade", f"{before_copy}:head", "--sql")
+    assert result.returncode == 0, result.stderr
+    _run_sqlite_script(stepped, result.stdout)
+    assert _sqlite_schema(stepped) == _sqlite_schema(online)
+    store = SQLAlchemyStore(stepped)
+    try:
+        store.initialize(migrate=False)
+        found = store.load_by_key("ns", "k")
+        assert found is not None and found.content == {"kept": 1.5}
+        store.save("ns", MemoryEntry(key="new", content=1.0))
+        assert [e.key for e in store.load("ns")] == ["k", "new"]
+    finally:
+        store.close()
+
+
 @pytest.mark.postgres
 def test_alembic_cli_accepts_the_short_postgres_scheme(postgres_url: str, pg_schema: str) -> None:
     """`-x url=postgres://...` gets the psycopg driver (SQLAlchemy alone rejects it)."""

@@ -1,0 +1,166 @@
+"""What our migrations are called and where they live (internal; see :mod:`firefly_orm.migrate`).
+
+The leaf of the migration modules: the version table and branch names, the
+schema-name and URL checks, the Alembic script directory and the
+:class:`~alembic.config.Config` built in code, and :func:`revision_schema`,
+which our revision files call.  It imports no other migration module, so
+:mod:`firefly_orm.migration_commands`, :mod:`firefly_orm.migration_filters` and
+:mod:`firefly_orm.alembic_env` all build on it without an import cycle.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import URL, Connection
+
+from firefly_orm.errors import EntryValidationError, redact_url
+
+__all__ = [
+    "BRANCH_LABEL",
+    "DEFAULT_SCHEMA",
+    "HOST_SCHEMA_OPTION",
+    "HOST_VERSION_TABLE",
+    "VERSION_TABLE",
+    "head",
+    "make_config",
+    "normalize_url",
+    "our_revisions",
+    "revision_schema",
+    "script_location",
+    "validate_schema_name",
+    "versions_location",
+]
+
+VERSION_TABLE = "firefly_orm_alembic_version"
+DEFAULT_SCHEMA = "firefly_memory"
+#: The version table a host's Alembic uses by default (mode (b): our branch inside it).
+HOST_VERSION_TABLE = "alembic_version"
+#: The branch label of our first revision (``alembic upgrade firefly_orm@head`` in mode (b)).
+BRANCH_LABEL = "firefly_orm"
+#: ``-x`` argument / ``config.attributes`` key naming the schema for our tables in mode (b).
+HOST_SCHEMA_OPTION = "firefly_orm_schema"
+_SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def validate_schema_name(schema_name: str | None) -> str | None:
+    """Return a valid PostgreSQL schema name (or None); raise on anything else.
+
+    The name is only ever passed to SQLAlchemy as an identifier (quoted by the
+    dialect when needed), never interpolated into SQL text; this check keeps it
+    to letters, digits and underscores, at most 63 characters.  The whole name
+    must match (``re.fullmatch``: ``"abc\\n"`` is refused, not taken as ``abc``).
+    """
+    if schema_name is None:
+        return None
+    if not isinstance(schema_name, str) or not _SCHEMA_RE.fullmatch(schema_name):
+        raise EntryValidationError(
+            "schema_name",
+            f"{schema_name!r} is not a valid schema name "
+            "(letters, digits and underscores, not starting with a digit, at most 63 chars)",
+        )
+    return schema_name
+
+
+def script_location() -> str:
+    """Directory of the Alembic environment (installed copy first, then checkout)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "migrations", here.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return str(candidate)
+    raise FileNotFoundError("firefly_orm's migrations directory was not found")
+
+
+def versions_location() -> str:
+    """Directory of our revision files, for a host's ``version_locations`` (mode (b)).
+
+    In an ``alembic.ini`` an installed package can also be named as the
+    resource ``firefly_orm:migrations/versions`` (with ``path_separator =
+    space``); from code, append this path::
+
+        cfg.set_main_option(
+            "version_locations", f"{host_versions} {migrate.versions_location()}"
+        )
+    """
+    return str(Path(script_location()) / "versions")
+
+
+def revision_schema() -> str | None:
+    """The schema our revisions should name explicitly (called inside a revision).
+
+    * Our own environment (``firefly_orm_alembic_version``): ``None`` — the
+      schema is applied by ``schema_translate_map`` on the connection; in
+      offline mode (``alembic upgrade head --sql``) there is no connection to
+      translate, so the configured version table schema is named instead.
+    * A host's environment (mode (b)): the schema given as
+      ``alembic -x firefly_orm_schema=NAME`` or
+      ``config.attributes["firefly_orm_schema"]``; ``None`` (the host
+      connection's default schema) when neither is set.
+    """
+    from alembic import context as env_context
+    from alembic import op
+
+    migration_context = op.get_context()
+    if migration_context.opts.get("version_table") == VERSION_TABLE:
+        if migration_context.as_sql:
+            return validate_schema_name(migration_context.opts.get("version_table_schema"))
+        return None
+    config = env_context.config
+    name = config.attributes.get(HOST_SCHEMA_OPTION)
+    if name is None:
+        x_args: dict[str, str] = env_context.get_x_argument(as_dictionary=True)
+        name = x_args.get(HOST_SCHEMA_OPTION) or None
+    return validate_schema_name(name)
+
+
+def make_config(
+    connection: Connection | None = None,
+    *,
+    url: str | URL | None = None,
+    schema_name: str | None = None,
+) -> Config:
+    """An Alembic :class:`Config` for our environment, built in code (no ini file)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", script_location())
+    cfg.set_main_option("path_separator", "os")
+    cfg.attributes["connection"] = connection
+    cfg.attributes["schema_name"] = schema_name
+    cfg.attributes["configure_logging"] = False
+    if url is not None:
+        cfg.attributes["url"] = url
+    return cfg
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Parse ``url``; plain ``postgresql://`` / ``postgres://`` get the psycopg (3) driver.
+
+    Raises:
+        EntryValidationError: not a database URL (the message hides the password).
+    """
+    try:
+        parsed = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError, TypeError) as exc:
+        raise EntryValidationError("url", f"not a database URL: {redact_url(url)}") from exc
+    if parsed.drivername in ("postgres", "postgresql"):
+        # "postgres://" is the usual form of hosted DATABASE_URLs.
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def head() -> str:
+    """The head revision of our migrations."""
+    script = ScriptDirectory.from_config(make_config())
+    heads = script.get_heads()
+    if len(heads) != 1:
+        raise RuntimeError(f"firefly_orm migrations must have one head, found {heads}")
+    return heads[0]
+
+
+def our_revisions() -> set[str]:
+    """Every revision id of our migrations."""
+    script = ScriptDirectory.from_config(make_config())
+    return {rev.revision for rev in script.walk_revisions()}
