@@ -44,10 +44,10 @@ from __future__ import annotations
 import builtins
 import heapq
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Self, TypeGuard, Unpack
+from typing import Any, Self, TypeGuard, TypeVar, Unpack
 
 from firefly_orm.bridges.twins import SyncBackedAsyncUnitOfWork
 from firefly_orm.entry import (
@@ -84,6 +84,7 @@ __all__ = [
     "SyncBackedAsyncUnitOfWork",
     "UnitOfWork",
     "apply_version",
+    "arun_in_unit_of_work",
     "async_unit_of_work_for",
     "check_preconditions",
     "check_version_room",
@@ -94,6 +95,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger("firefly_orm")
+
+T = TypeVar("T")
 
 
 # --------------------------------------------------------------------------- ordering
@@ -562,3 +565,28 @@ def async_unit_of_work_for(
     if _offers_unit_of_work(store):
         return SyncBackedAsyncUnitOfWork(store.unit_of_work(read_only=read_only))
     return SyncBackedAsyncUnitOfWork(BestEffortUnitOfWork(store))
+
+
+async def arun_in_unit_of_work(
+    store: MemoryStore,
+    work: Callable[[UnitOfWork], T],
+    *,
+    read_only: bool = False,
+    commit: bool = False,
+) -> T:
+    """``work(uow)`` (a sync function) in one async unit of work of ``store``; its result.
+
+    Committed after ``work`` when ``commit``, rolled back otherwise and when
+    ``work`` raises.  A store with ``async_run_in_unit_of_work`` (the SQL
+    stores) runs it its own way: where its async methods run on a sync engine
+    in worker threads, the whole unit of work is one worker-thread call.  Any
+    other store: :func:`async_unit_of_work_for` and ``await uow.run_sync(work)``.
+    """
+    own: Callable[..., Awaitable[T]] | None = getattr(store, "async_run_in_unit_of_work", None)
+    if own is not None:
+        return await own(work, read_only=read_only, commit=commit)
+    async with async_unit_of_work_for(store, read_only=read_only) as uow:
+        result: T = await uow.run_sync(work)
+        if commit:
+            await uow.commit()
+    return result

@@ -7,9 +7,11 @@ yields *steps* and receives their results, and let :func:`run` (sync code) or
 world it runs in; the steps are the only places that cross:
 
 * :class:`Transaction`: ``work(uow)`` inside one unit of work of the store
-  (:func:`~firefly_orm.uow.unit_of_work_for`; the async path awaits the same
-  sync function through ``await uow.run_sync(work)``, so SQL stores use their
-  async driver), committed by :meth:`Transaction.write`, rolled back by
+  (:func:`~firefly_orm.uow.unit_of_work_for`; the async path,
+  :func:`~firefly_orm.uow.arun_in_unit_of_work`, awaits the same sync
+  function through ``await uow.run_sync(work)``, or on SQL stores whose async
+  work runs on a sync engine, runs the whole unit of work in one worker
+  thread), committed by :meth:`Transaction.write`, rolled back by
   :meth:`Transaction.read` and whenever ``work`` raises.
 * :class:`StoreCall`: one of the store's own single-call methods (``save``,
   ``load_by_key``...; no unit of work, so no transaction overhead).  The async
@@ -81,7 +83,7 @@ from firefly_orm.bridges.loop_thread import shared_loop
 from firefly_orm.bridges.twins import call_blocking
 from firefly_orm.errors import ConcurrencyError
 from firefly_orm.protocols import AsyncMemoryStore, MemoryStore, UnitOfWork
-from firefly_orm.uow import async_unit_of_work_for, unit_of_work_for
+from firefly_orm.uow import arun_in_unit_of_work, async_unit_of_work_for, unit_of_work_for
 
 __all__ = [
     "MAX_ATTEMPTS",
@@ -180,11 +182,9 @@ class Transaction(Step[T]):
         return result
 
     async def aperform(self, store: MemoryStore) -> T:
-        async with async_unit_of_work_for(store, read_only=self.read_only) as uow:
-            result: T = await uow.run_sync(self.work)
-            if self.commit:
-                await uow.commit()
-        return result
+        return await arun_in_unit_of_work(
+            store, self.work, read_only=self.read_only, commit=self.commit
+        )
 
 
 @dataclass(frozen=True)

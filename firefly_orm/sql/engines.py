@@ -9,8 +9,20 @@ variants the store runs on:
 * ``"write"``: write transactions; on SQLite they start with
   ``BEGIN IMMEDIATE`` (the write lock up front instead of failing to upgrade a
   read lock later).
-* ``"read"``: single-statement reads; on SQLite they run without
-  ``BEGIN``/``COMMIT`` at all (one statement is atomic on its own).
+* ``"single"``: operations that are one statement (the store's ``save``,
+  ``load``, ``load_by_key``, ``delete``...): no ``BEGIN``/``COMMIT`` at all,
+  the statement is atomic on its own.  SQLite: no ``BEGIN`` (the driver is in
+  autocommit; a write statement takes the write lock as it starts, waiting
+  ``busy_timeout`` like ``BEGIN IMMEDIATE``).  PostgreSQL: the connection in
+  autocommit, when transactions run at ``READ COMMITTED`` (the default): one
+  round trip instead of three, and no ``ROLLBACK``, which would make psycopg
+  drop its prepared statements.
+* ``"read"``: read-only units of work.  SQLite: a ``BEGIN`` (one snapshot for
+  all their statements).  PostgreSQL at ``READ COMMITTED``: autocommit, like
+  ``"single"``: there each statement of a transaction takes a snapshot of its
+  own anyway, so ``BEGIN``/``ROLLBACK`` would add two round trips and nothing
+  else.  At a stricter isolation level (the caller's engine, or the server's
+  ``default_transaction_isolation``) both modes keep their transaction.
 
 Engines built from a URL are the store's and are disposed by
 :meth:`Engines.close`; engines the caller passes in are never disposed.
@@ -58,16 +70,18 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 #: Which variant of an engine: see the module docstring.
-Mode = Literal["default", "read", "write"]
+Mode = Literal["default", "read", "single", "write"]
 
 _WRITE_OPTION = "firefly_orm_write"
 #: On SQLite: run this connection's statements in autocommit (no BEGIN).  Used
-#: only for single-statement reads, which SQLite makes atomic by themselves.
-_AUTOCOMMIT_READ_OPTION = "firefly_orm_autocommit_read"
-_MODE_OPTIONS: dict[Mode, dict[str, Any]] = {
-    "read": {_AUTOCOMMIT_READ_OPTION: True},
-    "write": {_WRITE_OPTION: True},
-}
+#: only for single-statement operations, which SQLite makes atomic by themselves.
+_NO_BEGIN_OPTION = "firefly_orm_no_begin"
+#: PostgreSQL: the execution options of a connection without transactions.
+_AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
+#: Isolation levels at which a PostgreSQL transaction gives each statement a
+#: snapshot of its own (READ UNCOMMITTED is READ COMMITTED there): a statement
+#: in autocommit sees what it would see inside one.
+_PER_STATEMENT_SNAPSHOTS = frozenset({"READ COMMITTED", "READ UNCOMMITTED", "AUTOCOMMIT"})
 #: dispose() tasks scheduled by close() inside a running loop (kept referenced)
 _PENDING_DISPOSALS: set[asyncio.Task[None]] = set()
 
@@ -90,7 +104,7 @@ def enable_sqlite_savepoints(engine: Engine | AsyncEngine) -> None:
     @event.listens_for(sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
         options = conn.get_execution_options()
-        if options.get(_AUTOCOMMIT_READ_OPTION, False):
+        if options.get(_NO_BEGIN_OPTION, False):
             return
         write = options.get(_WRITE_OPTION, False)
         # Straight to the DBAPI cursor: the statement needs no SQLAlchemy
@@ -124,6 +138,46 @@ def is_memory_sqlite(url: URL) -> bool:
     """Whether ``url`` names an in-memory SQLite database (one per connection)."""
     database = url.database or ""
     return database in ("", ":memory:") or url.query.get("mode") == "memory"
+
+
+def _mode_options(mode: Mode, engine: Engine | AsyncEngine) -> dict[str, Any] | None:
+    """The execution options of ``mode`` over ``engine`` (the default variant).
+
+    ``{}``: the default engine itself serves ``mode``.  ``None``: not known yet
+    (a PostgreSQL engine learns the server's isolation level on its first
+    connection; until then the default engine serves, in a transaction).
+    """
+    if mode == "write":
+        return {_WRITE_OPTION: True}
+    dialect = engine.dialect.name
+    if mode == "default" or dialect not in ("sqlite", "postgresql"):
+        return {}
+    if dialect == "sqlite":
+        return {_NO_BEGIN_OPTION: True} if mode == "single" else {}
+    level = engine.get_execution_options().get("isolation_level")
+    if level is None:  # set on the first connection, from the server
+        level = getattr(engine.dialect, "default_isolation_level", None)
+    if level is None:
+        return None
+    return dict(_AUTOCOMMIT) if level in _PER_STATEMENT_SNAPSHOTS else {}
+
+
+def in_transaction(
+    engine: Engine,
+    fn: Callable[Concatenate[Connection, P], T],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """``fn(connection, *args, **kwargs)`` on a connection of ``engine``, in its transaction.
+
+    Committed when ``fn`` returns, rolled back when it raises.  On the
+    ``"single"`` variants there is no transaction to end: the statement was
+    its own (a ``COMMIT`` at ``REPEATABLE READ`` and above, which, unlike a
+    ``ROLLBACK``, keeps psycopg's prepared statements).
+    """
+    with engine.begin() as conn:
+        return fn(conn, *args, **kwargs)
 
 
 def _async_url_for(url: URL) -> URL:
@@ -171,6 +225,17 @@ class ThreadedEngine:
     def dialect(self) -> Dialect:
         """The sync engine's dialect."""
         return self.sync_engine.dialect
+
+    async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)``, sync work on :attr:`sync_engine`, in ONE worker-thread call.
+
+        For work that checks a connection out, runs and ends its transaction
+        itself (:func:`in_transaction`, a whole unit of work): one hand-off to
+        a thread per operation instead of one per step.  Cancelling the
+        awaiting task does not stop the thread: the work finishes (or fails)
+        there, and only its outcome is lost.
+        """
+        return await call_blocking(fn, *args, **kwargs)
 
     def connect(self) -> ThreadedConnection:
         """A connection: ``await`` it, or use it with ``async with``."""
@@ -304,6 +369,9 @@ class Engines:
         schema: Schema our table is mapped to (``None``: the default one).
         engine_kwargs: Extra ``create_engine`` arguments; they win over ``defaults``.
         defaults: Per-backend ``create_engine`` arguments for a URL (the presets').
+        async_in_threads: For engines built from ``url`` (no ``async_url``):
+            run async work on the sync engine in worker threads
+            (:class:`ThreadedEngine`) instead of building a native async one.
     """
 
     def __init__(
@@ -316,8 +384,10 @@ class Engines:
         schema: str | None = None,
         engine_kwargs: dict[str, Any] | None = None,
         defaults: Callable[[URL], dict[str, Any]] | None = None,
+        async_in_threads: bool = False,
     ) -> None:
         self.url = url
+        self._url_async_in_threads = async_in_threads
         self.async_url = async_url
         self.schema = schema
         self._given: dict[bool, Engine | AsyncEngine | None] = {False: engine, True: async_engine}
@@ -379,39 +449,49 @@ class Engines:
         """
         engine = self.async_target(mode)
         if isinstance(engine, ThreadedEngine):
+            whose = "its own sync engine" if self.url is not None else "the sync engine (engine=)"
             raise MissingEngineError(
-                "this store was given only a sync engine (engine=): its async_* methods run "
-                "on that engine in worker threads, and it has no AsyncEngine; pass "
-                "async_engine= (or async_url=) as well for a native async one"
+                f"this store runs its async_* methods on {whose} in worker threads, one "
+                "per operation, and has no AsyncEngine; pass async_url= (or async_engine=) "
+                "for a native async one"
             )
         return engine
 
     @property
-    def reuses_sync_engine(self) -> bool:
-        """Whether async work runs on the caller's sync engine (no async engine nor URL given)."""
-        return (
-            self._given[True] is None
-            and self.url is None
-            and self.async_url is None
-            and self._given[False] is not None
-        )
+    def async_in_threads(self) -> bool:
+        """Whether async work runs on the sync engine in worker threads (:class:`ThreadedEngine`).
+
+        True for a store given only a sync ``engine=``, and for one built from
+        a URL whose preset chose threads (no ``async_url=``); never with an
+        ``async_engine=`` or ``async_url=``.
+        """
+        if self._given[True] is not None or self.async_url is not None:
+            return False
+        if self.url is None:
+            return self._given[False] is not None
+        return self._url_async_in_threads
 
     def _build(self, is_async: bool, mode: Mode) -> Engine | AsyncTarget:
         with self._lock:
             engine = self._cache.get((is_async, mode))
-            if engine is None:
-                if is_async and self.reuses_sync_engine:
-                    engine = ThreadedEngine(self.sync_engine(mode))
-                    if mode == "default":
-                        logger.debug(
-                            "async work on %s runs on the caller's sync engine, in worker threads",
-                            self.display_url(),
-                        )
-                elif mode == "default":
-                    engine = self._translated(self._base(is_async))
-                else:
-                    default = cast(Engine | AsyncEngine, self._build(is_async, "default"))
-                    engine = default.execution_options(**_MODE_OPTIONS[mode])
+            if engine is not None:
+                return engine
+            if is_async and self.async_in_threads:
+                engine = ThreadedEngine(self.sync_engine(mode))
+                known = (False, mode) in self._cache
+                if mode == "default":
+                    logger.debug(
+                        "async work on %s runs on the sync engine, in worker threads",
+                        self.display_url(),
+                    )
+            elif mode == "default":
+                engine, known = self._translated(self._base(is_async)), True
+            else:
+                default = cast(Engine | AsyncEngine, self._build(is_async, "default"))
+                options = _mode_options(mode, default)
+                known = options is not None
+                engine = default.execution_options(**options) if options else default
+            if known:
                 self._cache[is_async, mode] = engine
             return engine
 

@@ -4,11 +4,18 @@ A store hands every operation (a function of :mod:`firefly_orm.sql.ops`) to
 its runner, which initialises the store on first use, maps errors and runs
 the function on a transaction:
 
-* :class:`EngineRunner` (a store's own): a Connection transaction of the write
-  engine for writes; for single-statement reads a plain connection, which on
-  SQLite runs without ``BEGIN`` at all.  Reads and read-only units of work run
-  on the engines its :class:`~firefly_orm.sql.replica.ReadRouter` chooses (a
-  read replica's, unless this process wrote a moment ago).
+* :class:`EngineRunner` (a store's own): the store's operations are one
+  statement each, and run on the ``"single"`` engines (see
+  :mod:`firefly_orm.sql.engines`): no ``BEGIN``/``COMMIT`` on SQLite, nor on
+  PostgreSQL at ``READ COMMITTED``; units of work get a Connection
+  transaction (``BEGIN IMMEDIATE`` on SQLite for writes; read-only ones
+  without ``BEGIN``/``ROLLBACK`` on PostgreSQL at ``READ COMMITTED``).  Reads
+  and read-only units of work run on the engines its
+  :class:`~firefly_orm.sql.replica.ReadRouter` chooses (a read replica's,
+  unless this process wrote a moment ago).  Where async work runs on a sync
+  engine in worker threads (:class:`~firefly_orm.sql.engines.ThreadedEngine`),
+  an operation, or a whole unit of work run by :meth:`Runner.arun_in_unit_of_work`,
+  is one hand-off to a thread.
 * :class:`SessionRunner` (a store bound to a caller's session, and
   ``unit_of_work(session=...)``): a SAVEPOINT of the caller's Session or
   AsyncSession, so the caller's commit or rollback decides.  The caller's
@@ -16,7 +23,7 @@ the function on a transaction:
   unchanged (see :mod:`firefly_orm.sql.uow`).
 
 Both give sync and async units of work; the async side awaits the same
-functions through ``run_sync``.
+functions through ``run_sync`` (or runs the sync path in a worker thread).
 """
 
 from __future__ import annotations
@@ -29,7 +36,8 @@ from typing import Any, TypeVar
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from firefly_orm.sql.engines import Engines
+from firefly_orm.protocols import UnitOfWork
+from firefly_orm.sql.engines import Engines, ThreadedEngine, in_transaction
 from firefly_orm.sql.replica import ReadRouter
 from firefly_orm.sql.uow import AsyncSQLUnitOfWork, ErrorMapper, SQLUnitOfWork, run_ours
 
@@ -115,14 +123,47 @@ class Runner(ABC):
             if not read_only:
                 self.router.wrote()
 
+    def run_in_unit_of_work(
+        self,
+        work: Callable[[UnitOfWork], T],
+        *,
+        read_only: bool = False,
+        commit: bool = False,
+        what: str = "unit of work",
+    ) -> T:
+        """``work(uow)`` in one unit of work, committed after it when ``commit``."""
+        with self.unit_of_work(read_only=read_only, what=what) as uow:
+            result = work(uow)
+            if commit:
+                uow.commit()
+        return result
+
+    async def arun_in_unit_of_work(
+        self,
+        work: Callable[[UnitOfWork], T],
+        *,
+        read_only: bool = False,
+        commit: bool = False,
+        what: str = "unit of work",
+    ) -> T:
+        """Async form of :meth:`run_in_unit_of_work` (``work`` stays sync: ``run_sync``)."""
+        async with self.async_unit_of_work(read_only=read_only, what=what) as uow:
+            result: T = await uow.run_sync(work)
+            if commit:
+                await uow.commit()
+        return result
+
 
 class EngineRunner(Runner):
     """A store's own transactions, on its engines.
 
-    Writes run in one Connection transaction (``BEGIN IMMEDIATE`` on SQLite)
-    on the primary.  Reads are single statements: they run on a plain
-    connection, without ``BEGIN``/``COMMIT`` on SQLite (the statement is
-    atomic on its own), on the engines the router chooses.
+    :meth:`call` runs one statement on the ``"single"`` engines: without
+    ``BEGIN``/``COMMIT`` on SQLite, and on PostgreSQL at ``READ COMMITTED``
+    (the statement is atomic on its own); writes on the primary, reads on the
+    engines the router chooses.  Units of work: a Connection transaction
+    (``BEGIN IMMEDIATE`` on SQLite for writes).  On a
+    :class:`~firefly_orm.sql.engines.ThreadedEngine` an operation, and a unit
+    of work run by :meth:`arun_in_unit_of_work`, is one worker-thread call.
     """
 
     def _engines_for(self, read_only: bool, consistent: bool = False) -> Engines:
@@ -130,29 +171,65 @@ class EngineRunner(Runner):
 
     def call(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         self.ensure()
-        if write:
-            try:
-                with self.errors(what), self.engines.sync_engine("write").begin() as conn:
-                    return fn(conn, *args)
-            finally:
+        engines = self.engines if write else self._engines_for(True)
+        try:
+            with self.errors(what, engines):
+                return in_transaction(engines.sync_engine("single"), fn, *args)
+        finally:
+            if write:
                 self.router.wrote()
-        engines = self._engines_for(True)
-        with self.errors(what, engines), engines.sync_engine("read").connect() as conn:
-            return fn(conn, *args)
 
     async def acall(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         await self.async_ensure()
-        if write:
-            try:
-                with self.errors(what):
-                    async with self.engines.async_target("write").begin() as conn:
-                        return await conn.run_sync(fn, *args)
-            finally:
+        engines = self.engines if write else self._engines_for(True)
+        try:
+            with self.errors(what, engines):
+                target = engines.async_target("single")
+                if isinstance(target, ThreadedEngine):
+                    return await target.run(in_transaction, target.sync_engine, fn, *args)
+                async with target.begin() as conn:
+                    return await conn.run_sync(fn, *args)
+        finally:
+            if write:
                 self.router.wrote()
-        engines = self._engines_for(True)
-        with self.errors(what, engines):
-            async with engines.async_target("read").connect() as aconn:
-                return await aconn.run_sync(fn, *args)
+
+    async def arun_in_unit_of_work(
+        self,
+        work: Callable[[UnitOfWork], T],
+        *,
+        read_only: bool = False,
+        commit: bool = False,
+        what: str = "unit of work",
+    ) -> T:
+        """Async form of :meth:`run_in_unit_of_work`: one worker-thread call on a ThreadedEngine."""
+        engines = self._engines_for(read_only)
+        target = engines.async_target("read" if read_only else "write")
+        if not isinstance(target, ThreadedEngine):
+            return await super().arun_in_unit_of_work(
+                work, read_only=read_only, commit=commit, what=what
+            )
+        await self.async_ensure()
+        return await target.run(self._unit_on, engines, work, read_only, commit, what)
+
+    def _unit_on(
+        self,
+        engines: Engines,
+        work: Callable[[UnitOfWork], T],
+        read_only: bool,
+        commit: bool,
+        what: str,
+    ) -> T:
+        """:meth:`run_in_unit_of_work` on ``engines`` (chosen before the thread hand-off)."""
+        uow = SQLUnitOfWork(engines, self.errors, read_only=read_only)
+        try:
+            with self.errors(what, engines), uow:
+                result = work(uow)
+                if commit:
+                    uow.commit()
+                return result
+        finally:
+            if not read_only:
+                self.router.wrote()
 
     def _new_uow(self, read_only: bool, consistent: bool) -> SQLUnitOfWork:
         engines = self._engines_for(read_only, consistent)

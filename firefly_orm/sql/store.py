@@ -1,10 +1,12 @@
 """The SQLAlchemy store: lifecycle, migrations, error mapping, and its operations.
 
 :class:`SQLAlchemyStore` validates each call's arguments and hands the
-operation (a function of :mod:`firefly_orm.sql.ops`) to its runner
-(:mod:`firefly_orm.sql.runners`), which runs it on a Connection transaction of
-the store's engines; the ``async_*`` twins await the very same function
-through ``run_sync`` on the native async driver.  :meth:`SQLAlchemyStore.bind_session`
+operation (a function of :mod:`firefly_orm.sql.ops`, one statement each) to
+its runner (:mod:`firefly_orm.sql.runners`), which runs it on the store's
+engines without a transaction of its own where the statement is atomic alone;
+the ``async_*`` twins await the very same function through ``run_sync`` on
+the native async driver, or run it on the sync engine in one worker-thread
+call (SQLite's default, :data:`ASYNC_IN_THREADS`).  :meth:`SQLAlchemyStore.bind_session`
 gives the same store behaviour with a runner that joins a caller's session
 (:class:`SessionBoundStore`).
 """
@@ -14,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
@@ -35,6 +37,7 @@ from firefly_orm.errors import (
     redact_url,
     scrub_secret,
 )
+from firefly_orm.protocols import UnitOfWork
 from firefly_orm.sql import ops
 from firefly_orm.sql.engines import Engines, Mode, is_memory_sqlite
 from firefly_orm.sql.replica import DEFAULT_REPLICA_WINDOW, ReadRouter, consistent_reads
@@ -42,9 +45,18 @@ from firefly_orm.sql.runners import EngineRunner, Runner
 from firefly_orm.sql.statements import TABLE
 from firefly_orm.sql.uow import AsyncSQLUnitOfWork, SQLUnitOfWork, is_callers_error
 
-__all__ = ["SQLAlchemyStore", "SessionBoundStore"]
+__all__ = ["ASYNC_IN_THREADS", "SQLAlchemyStore", "SessionBoundStore"]
 
 logger = logging.getLogger("firefly_orm")
+
+T = TypeVar("T")
+
+#: By database: whether a store built from a URL (no ``async_url=``) runs its
+#: async methods on its sync engine in worker threads, one hand-off per
+#: operation, instead of on a native async driver.  Chosen by measurement
+#: (README, "Performance"): aiosqlite hands every statement, fetch, BEGIN and
+#: COMMIT to its own thread and back.
+ASYNC_IN_THREADS: dict[str, bool] = {"sqlite": True, "postgresql": False}
 
 # --------------------------------------------------------------------------- migration lock
 #: Alembic's ``context``/``op`` are process-wide proxies: one migration at a time
@@ -215,6 +227,32 @@ class _StoreOperations:
         """Async twin of :meth:`cleanup_expired`."""
         return await self._runner.acall("cleanup_expired", ops.cleanup_expired, write=True)
 
+    def run_in_unit_of_work(
+        self, work: Callable[[UnitOfWork], T], *, read_only: bool = False, commit: bool = False
+    ) -> T:
+        """``work(uow)`` in one unit of work; committed after it when ``commit``.
+
+        The same as ``with store.unit_of_work(read_only=...) as uow`` around
+        ``work``; its async twin is where it differs.
+
+        Raises:
+            StoreError: The database failed (nothing of ``work`` is committed).
+        """
+        return self._runner.run_in_unit_of_work(work, read_only=read_only, commit=commit)
+
+    async def async_run_in_unit_of_work(
+        self, work: Callable[[UnitOfWork], T], *, read_only: bool = False, commit: bool = False
+    ) -> T:
+        """Async twin of :meth:`run_in_unit_of_work`: the sync ``work`` in one unit of work.
+
+        On the native async driver ``work`` runs through ``run_sync``; where
+        the async methods run on the sync engine in worker threads, the whole
+        unit of work (connection, ``BEGIN``, ``work``, ``COMMIT``) is one
+        worker-thread call instead of one per step.  (The step driver of the
+        memory layers runs their transactions through it.)
+        """
+        return await self._runner.arun_in_unit_of_work(work, read_only=read_only, commit=commit)
+
     def unit_of_work(
         self,
         *,
@@ -272,8 +310,12 @@ class SQLAlchemyStore(_StoreOperations):
 
     Args:
         url: Database URL (``sqlite:///path``, ``postgresql+psycopg://...``); the
-            store builds (and owns) a sync engine and, on first async use, an
-            async one (aiosqlite / psycopg async).
+            store builds (and owns) a sync engine.  Async methods: on
+            PostgreSQL an async engine (psycopg async) built on first async
+            use; on SQLite the sync engine, each operation (or unit of work run
+            by :meth:`async_run_in_unit_of_work`) in one worker-thread call, which
+            measured faster than aiosqlite's thread hand-off per statement
+            (:data:`ASYNC_IN_THREADS`; pass ``async_url=`` for aiosqlite).
         engine: A caller-owned sync :class:`Engine` (never disposed by us).
             Given alone, the ``async_*`` methods run on it too, in worker
             threads: the store opens no second connection pool.
@@ -321,13 +363,16 @@ class SQLAlchemyStore(_StoreOperations):
             raise EntryValidationError("url", "give a database URL, an engine or an async_engine")
         if url is not None and engine is not None:
             raise EntryValidationError("url", "give either url or engine, not both")
+        own = migrate.normalize_url(url) if url is not None else None
         self._engines = Engines(
-            migrate.normalize_url(url) if url is not None else None,
+            own,
             engine=engine,
             async_engine=async_engine,
             async_url=migrate.normalize_url(async_url) if async_url is not None else None,
             engine_kwargs=engine_kwargs,
             defaults=self._engine_options,
+            async_in_threads=own is not None
+            and ASYNC_IN_THREADS.get(own.get_backend_name(), False),
         )
         dialect = self._engines.dialect_name
         if dialect not in ("sqlite", "postgresql"):
@@ -364,7 +409,12 @@ class SQLAlchemyStore(_StoreOperations):
         parsed = migrate.normalize_url(url)
         if parsed.get_backend_name() != "postgresql":
             raise EntryValidationError("replica_url", f"not a PostgreSQL URL: {redact_url(parsed)}")
-        replica = Engines(parsed, engine_kwargs=engine_kwargs, defaults=self._engine_options)
+        replica = Engines(
+            parsed,
+            engine_kwargs=engine_kwargs,
+            defaults=self._engine_options,
+            async_in_threads=ASYNC_IN_THREADS["postgresql"],
+        )
         replica.schema = self._engines.schema
         return replica
 
@@ -387,8 +437,9 @@ class SQLAlchemyStore(_StoreOperations):
         """The async engine (native async driver, schema translation applied).
 
         Raises:
-            MissingEngineError: The store was given only a sync ``engine=`` (its
-                async methods run on that engine in worker threads).
+            MissingEngineError: The store's async methods run on its sync engine
+                in worker threads (given only a sync ``engine=``, or a SQLite
+                store without ``async_url=``): it has no async engine.
         """
         return self._engines.async_engine()
 

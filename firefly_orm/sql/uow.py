@@ -135,8 +135,10 @@ class _Transaction(Generic[S]):
         errors: Turns driver errors into :mod:`firefly_orm.errors` exceptions.
         session: A caller's session to join through a SAVEPOINT (else a
             Connection transaction of the store's own).
-        read_only: For a store-owned transaction: the plain engine instead of
-            the write one (on SQLite, ``BEGIN`` instead of ``BEGIN IMMEDIATE``).
+        read_only: For a store-owned transaction: the ``"read"`` engine instead
+            of the write one (on SQLite ``BEGIN`` instead of ``BEGIN IMMEDIATE``;
+            on PostgreSQL at ``READ COMMITTED`` no ``BEGIN``/``ROLLBACK`` at all,
+            see :mod:`firefly_orm.sql.engines`).
     """
 
     def __init__(
@@ -150,7 +152,7 @@ class _Transaction(Generic[S]):
         self.engines = engines
         self._errors = errors
         self._external: S | None = session
-        self._mode: Mode = "default" if read_only else "write"
+        self._mode: Mode = "read" if read_only else "write"
         self._restore: Callable[[], None] | None = None
         self._tx: Any = None
         self._done = False
@@ -181,7 +183,7 @@ class SQLUnitOfWork(_Transaction[Session]):
     """One transaction; rolls back unless :meth:`commit` is called.
 
     Without ``session`` the work runs on a Connection transaction of the
-    store's write engine (its plain engine when ``read_only``).  With a
+    store's write engine (its read engine when ``read_only``).  With a
     caller's ``session``, it runs inside a SAVEPOINT of it (``begin_nested``):
     :meth:`commit` releases the savepoint and the caller's own commit (or
     rollback) decides the outcome; a failure rolls back only the savepoint.

@@ -22,6 +22,7 @@ entries is the W6 bench row (``bench/recall.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from dbutil import describe_plan, drop_schema, plan_nodes
 from pymongo import AsyncMongoClient, MongoClient, monitoring
 
 from firefly_orm.bridges.loop_thread import shared_loop
+from firefly_orm.errors import MissingEngineError
 from firefly_orm.long_term import LongTermMemory, Recalled
 from firefly_orm.mongo import MongoDBStore
 from firefly_orm.mongo.document import SEARCH_INDEX
@@ -124,7 +126,10 @@ def mode(request: pytest.FixtureRequest) -> str:
 def _captured_recalls(store: SQLAlchemyStore, mode: str, case: Case) -> tuple[list[Any], int]:
     """Run the recall; return the search statements it executed (with parameters) and the hits."""
     marker = "bm25" if store.engine.dialect.name == "sqlite" else "ts_rank"
-    engine = store.engine if mode == "sync" else store.async_engine.sync_engine
+    engine = store.engine
+    if mode == "async":
+        with contextlib.suppress(MissingEngineError):  # none: async work runs on store.engine
+            engine = store.async_engine.sync_engine
     seen: list[tuple[str, Any]] = []
     executed: list[str] = []
 

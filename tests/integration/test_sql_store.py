@@ -57,7 +57,9 @@ def test_sqlite_persists_across_store_instances(tmp_path: Path) -> None:
 
 
 def test_async_path_uses_native_async_drivers(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.sqlite3")
+    """With async_url=, SQLite's async methods run on aiosqlite (a path alone: worker threads)."""
+    path = tmp_path / "m.sqlite3"
+    store = SQLiteStore(path, async_url=f"sqlite:///{path}")
     assert store.async_engine.dialect.driver == "aiosqlite"
     assert store.engine.dialect.driver == "pysqlite"
 
@@ -449,7 +451,8 @@ def test_sync_initialize_inside_async_initialize_fails_instead_of_hanging(
 
 
 def test_close_inside_a_running_loop_closes_async_connections(tmp_path: Path) -> None:
-    store = SQLiteStore(tmp_path / "m.sqlite3")
+    path = tmp_path / "m.sqlite3"
+    store = SQLiteStore(path, async_url=f"sqlite:///{path}")
 
     async def main() -> int:
         await store.async_save("ns", MemoryEntry(content=1))
@@ -471,7 +474,8 @@ def test_close_after_the_loop_ended_closes_async_connections(
     """A sync close() once asyncio.run() has returned still closes the pooled async connections."""
     store: SQLAlchemyStore
     if backend == "sqlite":
-        store = SQLiteStore(tmp_path / "m.sqlite3")
+        path = tmp_path / "m.sqlite3"
+        store = SQLiteStore(path, async_url=f"sqlite:///{path}")  # aiosqlite
     else:
         store = PostgreSQLStore(
             request.getfixturevalue("postgres_url"),
