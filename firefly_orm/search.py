@@ -29,10 +29,11 @@ Matching and order
 Scores (higher is better; compare them only within one result list)
     * SQLite: ``-bm25()`` of an FTS5 external-content table
       (``unicode61 remove_diacritics 0`` tokens), kept in sync by triggers.
-    * PostgreSQL: ``ts_rank()`` against a generated ``tsvector`` column with a
-      GIN index; each entry is indexed with its ``search_language`` (stemming
-      and stop words of that configuration) and the query is parsed with the
-      ``language`` argument (default :data:`~firefly_orm.entry.DEFAULT_SEARCH_LANGUAGE`);
+    * PostgreSQL: ``ts_rank()`` against a ``tsvector`` column set by a trigger
+      (migration 0007) with a GIN index; each entry is indexed with its
+      ``search_language`` (stemming and stop words of that configuration) and
+      the query is parsed with the ``language`` argument (default
+      :data:`~firefly_orm.entry.DEFAULT_SEARCH_LANGUAGE`);
       PostgreSQL's parser keeps e-mail addresses, URLs and numbers such as
       ``1.5`` as single words.
     * :class:`~firefly_orm.store.InMemoryStore`, :class:`~firefly_orm.FileStore`,
@@ -76,7 +77,9 @@ __all__ = [
     "MAX_TERM_LENGTH",
     "PG_SEARCH_FUNCTION",
     "PG_SEARCH_INDEX",
+    "PG_SEARCH_TRIGGER_FUNCTION",
     "PG_SEARCH_VECTOR",
+    "SQLITE_FTS_CONTENT_VIEW",
     "SQLITE_FTS_TABLE",
     "SQLITE_FTS_TABLES",
     "SearchHit",
@@ -98,18 +101,24 @@ MAX_QUERY_TERMS = 32
 #: PostgreSQL does not index words over 2047 bytes).
 MAX_TERM_LENGTH = 100
 
-#: SQLite: the FTS5 external-content table over ``memory_entries.search_text``.
+#: SQLite: the FTS5 external-content table over ``memory_entries.search_text``
+#: (only rows whose ``search_text`` is not NULL, since migration 0007).
 SQLITE_FTS_TABLE = "memory_entries_fts"
 #: SQLite: that table and the shadow tables FTS5 keeps for it.
 SQLITE_FTS_TABLES = frozenset(
     {SQLITE_FTS_TABLE, *(f"{SQLITE_FTS_TABLE}_{s}" for s in ("data", "idx", "docsize", "config"))}
 )
-#: PostgreSQL: the generated ``tsvector`` column (not in the SQLAlchemy model).
+#: SQLite: the view of the rows with ``search_text`` that is the FTS5 table's content.
+SQLITE_FTS_CONTENT_VIEW = "memory_entries_searchable"
+#: PostgreSQL: the ``tsvector`` column (not in the SQLAlchemy model), filled by triggers.
 PG_SEARCH_VECTOR = "search_vector"
 #: PostgreSQL: the GIN index on :data:`PG_SEARCH_VECTOR`.
 PG_SEARCH_INDEX = "ix_memory_entries_search"
-#: PostgreSQL: ``(language text, text text) -> tsvector``, the generated column's function.
+#: PostgreSQL: ``(language text, text text) -> tsvector``, the vector of a row's text.
 PG_SEARCH_FUNCTION = "firefly_orm_search_vector"
+#: PostgreSQL: the trigger function that sets :data:`PG_SEARCH_VECTOR` with
+#: :data:`PG_SEARCH_FUNCTION` (rows without ``search_text`` never call it).
+PG_SEARCH_TRIGGER_FUNCTION = "firefly_orm_search_vector_fill"
 
 # A word: letters and digits, with combining diacritical marks kept inside
 # (as SQLite's unicode61 tokenizer keeps them).
@@ -119,7 +128,7 @@ _WORD = re.compile(r"(?:[^\W_]|[\u0300-\u036f])+")
 def is_search_index_object(name: str | None, type_: str) -> bool:
     """Whether a reflected database object is part of the search index (not in the model).
 
-    The SQLite FTS5 tables, and PostgreSQL's generated ``tsvector`` column and
+    The SQLite FTS5 tables, and PostgreSQL's ``tsvector`` column and
     its GIN index; Alembic comparisons leave them out
     (:func:`firefly_orm.migrate.include_name`).
     """

@@ -1,10 +1,12 @@
 """Full-text search on the SQL stores: the index stays exact, the plans use it, languages.
 
-* SQLite: a random workload through every write path (upserts that change or keep
-  the text, versioned inserts and updates, moves between namespaces, deletes,
-  clears, erase_user, cleanup_expired, VACUUM) keeps the FTS5 external-content
-  index equal to the table (FTS5's ``integrity-check``) and its answers equal to
-  a tokenised scan of the stored rows.
+* A random workload through every write path (upserts that change or keep the
+  text, versioned inserts and updates, moves between namespaces, deletes,
+  clears, erase_user, cleanup_expired, SQLite's VACUUM) keeps the index exact
+  and its answers equal to a tokenised scan of the stored rows.  SQLite: the
+  FTS5 external-content index holds exactly the rows with text (FTS5's
+  ``integrity-check`` against its content, the rowids); PostgreSQL: every
+  row's vector is the search function of its text, NULL without text.
 * The plans at 10,000 rows: SQLite reads the FTS5 table and looks rows up by
   rowid; PostgreSQL runs a Bitmap Index Scan on the GIN index (before and after
   ANALYZE).  Deterministic plan assertions, no timing.
@@ -22,7 +24,7 @@ import random
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,9 @@ from firefly_orm import migrate
 from firefly_orm.entry import MAX_SEARCH_TEXT_LENGTH, MemoryEntry, utcnow
 from firefly_orm.errors import StoreError
 from firefly_orm.search import (
+    PG_SEARCH_FUNCTION,
     PG_SEARCH_INDEX,
+    PG_SEARCH_VECTOR,
     SQLITE_FTS_TABLE,
     SQLITE_FTS_TABLES,
     SearchRequest,
@@ -94,10 +98,12 @@ def _text(rng: random.Random) -> str | None:
     return " ".join(rng.choice(VOCABULARY) for _ in range(rng.randrange(1, 6)))
 
 
-def test_sqlite_fts_index_stays_exact_through_every_write_path(tmp_path: Path) -> None:
+def _every_write_path(
+    store: SQLAlchemyStore, index_exact: Callable[[], None], vacuum: Callable[[], None]
+) -> None:
+    """A random workload through every write path; after each phase ``index_exact()``
+    and the index's answers == a tokenised scan of the live rows."""
     rng = random.Random(11)
-    path = tmp_path / "fts.sqlite3"
-    store = SQLiteStore(path)
     namespaces = ["ns-a", "ns-b"]
     entries: list[MemoryEntry] = []
     checks = 0
@@ -105,7 +111,7 @@ def test_sqlite_fts_index_stays_exact_through_every_write_path(tmp_path: Path) -
 
     def check(phase: str) -> None:
         nonlocal checks
-        _integrity_check(store)
+        index_exact()
         checks += _assert_index_answers_like_a_scan(store, namespaces)
         print(f"{phase}: {sum(len(store.load(ns)) for ns in namespaces)} live rows, index exact")
 
@@ -146,13 +152,55 @@ def test_sqlite_fts_index_stays_exact_through_every_write_path(tmp_path: Path) -
     check("deleted and erased")
     time.sleep(max(0.0, (deadline - utcnow()).total_seconds()) + 0.01)
     assert store.cleanup_expired() > 0
-    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
-        raw.execute("VACUUM")  # it keeps the rowids the index refers to
+    vacuum()
     check("expired cleaned up, vacuumed")
     store.clear("ns-a")
     check("cleared")
     print(f"{checks} index-vs-scan comparisons")
+
+
+def test_sqlite_fts_index_stays_exact_through_every_write_path(tmp_path: Path) -> None:
+    path = tmp_path / "fts.sqlite3"
+    store = SQLiteStore(path)
+
+    def index_exact() -> None:
+        _integrity_check(store)  # the index == its content, the rows with text
+        with store.engine.connect() as conn:
+            docsize = f"SELECT id FROM {SQLITE_FTS_TABLE}_docsize"
+            indexed = set(conn.exec_driver_sql(docsize).scalars())
+            with_text = set(
+                conn.exec_driver_sql(
+                    "SELECT rowid FROM memory_entries WHERE search_text IS NOT NULL"
+                ).scalars()
+            )
+        assert indexed == with_text  # rows without text are not in the index
+
+    def vacuum() -> None:
+        with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as raw:
+            raw.execute("VACUUM")  # it keeps the rowids the index refers to
+
+    _every_write_path(store, index_exact, vacuum)
     store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_vectors_stay_exact_through_every_write_path(pg_store: PostgreSQLStore) -> None:
+    table = f'"{pg_store.schema_name}".memory_entries'
+    function = f'"{pg_store.schema_name}".{PG_SEARCH_FUNCTION}'
+
+    def index_exact() -> None:
+        with pg_store.engine.connect() as conn:
+            wrong = conn.exec_driver_sql(
+                f"SELECT count(*) FROM {table} WHERE {PG_SEARCH_VECTOR} "
+                f"IS DISTINCT FROM {function}(search_language, search_text)"
+            ).scalar_one()
+            unindexed = conn.exec_driver_sql(
+                f"SELECT count(*) FROM {table} WHERE search_text IS NULL "
+                f"AND {PG_SEARCH_VECTOR} IS NOT NULL"
+            ).scalar_one()
+        assert (wrong, unindexed) == (0, 0)
+
+    _every_write_path(pg_store, index_exact, lambda: None)
 
 
 # --------------------------------------------------------------------------- plans

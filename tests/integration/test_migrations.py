@@ -667,7 +667,7 @@ def test_postgres_full_text_search_upgrade_and_downgrade(postgres_url: str, pg_s
     from firefly_orm.sql import PostgreSQLStore
 
     migrate.upgrade(postgres_url, schema_name=pg_schema, revision=_BEFORE_SEARCH)
-    migrate.upgrade(postgres_url, schema_name=pg_schema)
+    migrate.upgrade(postgres_url, schema_name=pg_schema, revision=_SEARCH_REVISION)
     found = _pg_search_objects(postgres_url, pg_schema)
     assert found["generated"] == "s" and found["functions"] == 1
     assert isinstance(found["index"], str)
