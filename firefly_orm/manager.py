@@ -347,6 +347,7 @@ class MemoryManager(MemoryLayer):
     _erase_user = delegate(ConversationMemory._erase_user, _conversation_of)
     _user_conversations = delegate(ConversationMemory._user_conversations, _conversation_of)
     _get_context = delegate(ConversationMemory._get_context, _conversation_of)
+    _get_recent_messages = delegate(ConversationMemory._get_recent_messages, _conversation_of)
 
     def _clear_conversation(self, conversation_id: str) -> Operation[None]:
         """Remove one conversation (turns and summary)."""
@@ -469,6 +470,7 @@ class MemoryManager(MemoryLayer):
     erase_user = sync_method(_erase_user)
     user_conversations = sync_method(_user_conversations)
     get_context = sync_method(_get_context)
+    get_recent_messages = sync_method(_get_recent_messages)
     assemble_context = sync_method(_assemble_context)
     remember = sync_method(_remember)
     recall = sync_method(_recall)
@@ -488,6 +490,7 @@ class MemoryManager(MemoryLayer):
     async_erase_user = async_method(_erase_user)
     async_user_conversations = async_method(_user_conversations)
     async_get_context = async_method(_get_context)
+    async_get_recent_messages = async_method(_get_recent_messages)
     async_assemble_context = async_method(_assemble_context)
     async_remember = async_method(_remember)
     async_recall = async_method(_recall)

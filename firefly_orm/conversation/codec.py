@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from firefly_orm.entry import check_json_structure
@@ -20,6 +20,7 @@ from firefly_orm.errors import EntryValidationError, StoreCorruptedError
 __all__ = [
     "check_encoded",
     "decode_raw_messages",
+    "decode_turns_messages",
     "encode_raw_messages",
     "pydantic_ai_messages",
 ]
@@ -128,3 +129,30 @@ def decode_raw_messages(stored: Any) -> list[Any]:
             return list(messages)
         return list(messages_mod.ModelMessagesTypeAdapter.validate_python(messages))
     return list(messages)
+
+
+def decode_turns_messages(stored_values: Iterable[Any]) -> list[Any]:
+    """The messages of several turns, in order: :func:`decode_raw_messages` of each.
+
+    The messages of consecutive pydantic-ai turns are validated in one
+    ``ModelMessagesTypeAdapter.validate_python`` call: a history of many turns
+    crosses into pydantic-core once, not once per turn.
+    """
+    messages: list[Any] = []
+    run: list[Any] = []  # the JSON messages of the current run of pydantic-ai turns
+    for stored in stored_values:
+        fmt = stored.get("format") if isinstance(stored, dict) else None
+        listed = stored.get("messages") if fmt is not None else None
+        if fmt == _PYDANTIC_AI_FORMAT and isinstance(listed, list):
+            run.extend(listed)
+            continue
+        if run:
+            messages.extend(decode_raw_messages({"format": _PYDANTIC_AI_FORMAT, "messages": run}))
+            run = []
+        if fmt == _JSON_FORMAT and isinstance(listed, list):
+            messages.extend(listed)  # decode_raw_messages's answer, without its checks again
+        else:
+            messages.extend(decode_raw_messages(stored))
+    if run:
+        messages.extend(decode_raw_messages({"format": _PYDANTIC_AI_FORMAT, "messages": run}))
+    return messages

@@ -25,7 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from firefly_orm.conversation.codec import decode_raw_messages, pydantic_ai_messages
+from firefly_orm.conversation.codec import (
+    decode_raw_messages,
+    decode_turns_messages,
+    pydantic_ai_messages,
+)
 from firefly_orm.conversation.messages import MESSAGES_PER_PLAIN_TURN, inspect_encoded
 from firefly_orm.conversation.rows import turn_message_count
 from firefly_orm.conversation.window import Slot, closed_prefix, window_start
@@ -246,16 +250,27 @@ def history_messages(
 
     ``style`` (``"pydantic-ai"`` or ``"dict"``): turns without raw messages give
     a prompt and an answer message in that style; ``None``: they give nothing
-    (as the history read always did).
+    (as the history read always did).  The raw messages of consecutive turns
+    are decoded together (:func:`~firefly_orm.conversation.codec.decode_turns_messages`).
     """
+    chosen = turns[window.turn :]
     messages: list[Any] = []
-    if style is None and not window.offset:  # the history read: raw messages of whole turns
-        for content in turns[window.turn :]:
-            messages.extend(decode_raw_messages(content.get("raw_messages")))
+    if window.offset and chosen:
+        messages.extend(turn_messages(chosen[0], style)[window.offset :])
+        chosen = chosen[1:]
+    if style is None:  # the history read: the raw messages of whole turns
+        messages.extend(decode_turns_messages(c.get("raw_messages") for c in chosen))
         return messages
-    for index, content in enumerate(turns[window.turn :]):
-        skip = window.offset if index == 0 else 0
-        messages.extend(turn_messages(content, style)[skip:])
+    stored: list[Any] = []  # the raw messages of the turns since the last plain one
+    for content in chosen:
+        raw = content.get("raw_messages")
+        if raw:
+            stored.append(raw)
+            continue
+        messages.extend(decode_turns_messages(stored))
+        stored = []
+        messages.extend(turn_messages(content, style))
+    messages.extend(decode_turns_messages(stored))
     return messages
 
 

@@ -56,6 +56,7 @@ from firefly_orm.conversation.reads import (
     read_context,
     read_history,
     read_recent,
+    read_recent_messages,
     read_user_conversations,
 )
 from firefly_orm.conversation.repair import (
@@ -407,6 +408,27 @@ class ConversationMemory(MemoryLayer):
         count = check_int("count", count, 0)
         return (yield from Transaction.read(read_recent, conversation_id, count))
 
+    def _get_recent_messages(self, conversation_id: str, count: int) -> Operation[list[Any]]:
+        """The newest ``count`` model messages, oldest first (one indexed read).
+
+        "The last N messages" (what OpenAI Agents' ``session.get_items(limit=N)``
+        gives), whatever the memory's limits, served by one
+        ``ORDER BY key DESC LIMIT count`` read of the newest turns on the SQL
+        stores.  The window may start inside a turn but, like every window,
+        only at a message a history may open with (a user or system message),
+        and never between a tool call and its result: so it holds fewer than
+        ``count`` messages when the ``count``-th newest cannot open a history.
+        Turns stored without raw messages give a prompt and an answer message
+        in the style of the others (as :meth:`get_context`).  Unknown id or
+        ``count=0`` -> ``[]``.
+
+        Raises:
+            EntryValidationError: A bad id, or ``count`` not an integer >= 0.
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        count = check_int("count", count, 0)
+        return (yield from Transaction.read(read_recent_messages, conversation_id, count))
+
     def _update_turn(
         self,
         conversation_id: str,
@@ -686,6 +708,7 @@ class ConversationMemory(MemoryLayer):
     repair = sync_method(_repair)
     get_context = sync_method(_get_context)
     get_recent = sync_method(_get_recent)
+    get_recent_messages = sync_method(_get_recent_messages)
     update_turn = sync_method(_update_turn)
     delete_turn = sync_method(_delete_turn)
     user_conversations = sync_method(_user_conversations)
@@ -708,6 +731,7 @@ class ConversationMemory(MemoryLayer):
     async_repair = async_method(_repair)
     async_get_context = async_method(_get_context)
     async_get_recent = async_method(_get_recent)
+    async_get_recent_messages = async_method(_get_recent_messages)
     async_update_turn = async_method(_update_turn)
     async_delete_turn = async_method(_delete_turn)
     async_user_conversations = async_method(_user_conversations)

@@ -27,10 +27,11 @@ a race does not race again: it locks the head and calls the summarizer while
 holding the lock (:func:`append_turn_holding`), so the writers of that
 conversation queue on the lock, each with at most one summary made in vain.
 
-When the unit of work's repository offers ``append_turn`` (SQL stores;
-PostgreSQL answers it, :func:`firefly_orm.sql.ops.append_turn`), a turn that
-needs no eviction is first tried as ONE statement that bumps the head (its
-UPDATE takes the head's row lock) and inserts the turn; when it writes
+When the unit of work's repository offers ``append_turn`` (the SQL stores,
+:func:`firefly_orm.sql.ops.append_turn`), a turn that needs no eviction is
+first tried as ONE statement on PostgreSQL that bumps the head (its UPDATE
+takes the head's row lock) and inserts the turn, as two on SQLite (the head's
+``UPDATE ... RETURNING``, then the turn's ``INSERT``); when it writes
 nothing (eviction needed, no head yet, another owner, an idempotency key...)
 the general path above runs, unchanged.  :class:`AppendHints` remembers the
 totals each conversation was left with, so a conversation that evicts on
@@ -82,7 +83,7 @@ from firefly_orm.conversation.rows import (
     turn_from_entry,
     turn_message_count,
 )
-from firefly_orm.entry import MemoryEntry, derived_entry_id
+from firefly_orm.entry import MemoryEntry, derived_entry_id, validate_namespace
 from firefly_orm.errors import ConcurrencyError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
@@ -549,7 +550,9 @@ def _append_at_once(
         return None
     from firefly_orm.sql.ops import TurnAppend
 
-    namespace = conversation_namespace(conversation_id)
+    # Checked here as the general path's first read would: the statement's
+    # derived ids hash the namespace, which must be text the database can store.
+    namespace = validate_namespace(conversation_namespace(conversation_id))
     done = append(
         TurnAppend(
             namespace=namespace,

@@ -1,13 +1,18 @@
-"""The read transactions of a conversation: history, context, recent turns, a user's list.
+"""The read transactions of a conversation: history, context, recent turns and
+messages, a user's list.
 
 Each takes the sync unit of work first (see :mod:`firefly_orm.conversation.ops`)
-and reads only turn contents, newest first, in growing batches until the
-window stops short of the oldest turn read (:mod:`firefly_orm.conversation.context`
-decides where it stops).
+and reads only turn contents, newest first.  The budgeted reads (history,
+context) read a first batch, then only older rows, each batch sized from the
+stored estimates of the rows already read, until the window stops short of the
+oldest turn read (:mod:`firefly_orm.conversation.context` decides where it
+stops); the last-N reads are one ``ORDER BY key DESC LIMIT n`` read.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from firefly_orm.conversation.context import (
@@ -33,6 +38,8 @@ from firefly_orm.conversation.rows import (
     conversation_namespace,
     head_from_entry,
     turn_from_entry,
+    turn_key,
+    turn_message_count,
 )
 from firefly_orm.protocols import UnitOfWork
 
@@ -41,6 +48,7 @@ __all__ = [
     "read_context_parts",
     "read_history",
     "read_recent",
+    "read_recent_messages",
     "read_user_conversations",
 ]
 
@@ -131,6 +139,29 @@ def read_recent(uow: UnitOfWork, conversation_id: str, count: int) -> list[Conve
     return [turn_from_entry(row) for row in reversed(rows)]
 
 
+def read_recent_messages(uow: UnitOfWork, conversation_id: str, count: int) -> list[Any]:
+    """The newest ``count`` model messages at most, oldest first (one indexed read).
+
+    ``count`` turns hold at least ``count`` messages, so one read of the newest
+    ``count`` turn rows (``ORDER BY key DESC LIMIT count``) serves it.  The
+    window follows the rule of every window (:mod:`~firefly_orm.conversation.window`):
+    it starts at a message a history may open with and never separates a tool
+    call from its result, so it holds fewer than ``count`` messages when the
+    ``count``-th newest cannot start one.  Turns stored without raw messages
+    give a prompt and an answer message in the style of the others, as in
+    :func:`read_context_parts`.
+    """
+    if count == 0:
+        return []
+    namespace = conversation_namespace(conversation_id)
+    rows = uow.entries.list_contents(
+        namespace, key_prefix=TURN_KEY_PREFIX, limit=count, newest_first=True
+    )
+    turns = checked_turns(rows[::-1], namespace)
+    window = place_window(turns, max_tokens=None, max_messages=count, whole_turns=False)
+    return history_messages(turns, window, message_style(turns[window.turn :]))
+
+
 def read_user_conversations(
     uow: UnitOfWork, user_id: str, limit: int | None, offset: int
 ) -> list[str]:
@@ -156,16 +187,21 @@ def _newest_window(
     whole_turns: bool,
     after_turn_id: int = -1,
 ) -> tuple[list[Content], ContextWindow]:
-    """Read the newest turns in growing batches until the window fits inside them.
+    """Read the newest turns, then older ones in batches, until the window fits inside them.
 
-    Whole-turn windows take :func:`~firefly_orm.conversation.context.newest_whole_turns`
-    when it answers (no turn in reach makes or answers a tool call).
+    Each batch after the first reads only turns older than those read
+    (:func:`_older_reader`), as many as the stored estimates of the rows read
+    so far say the window still needs (:func:`_next_batch`), so the rows
+    fetched stay close to the rows the window holds.  Whole-turn windows take
+    :func:`~firefly_orm.conversation.context.newest_whole_turns` when it
+    answers (no turn in reach makes or answers a tool call).
     """
-    batch = 4 * FIRST_BATCH
+    read_older = _older_reader(uow, namespace)
+    batch = _first_batch(max_messages)
+    rows: list[Any] = []  # newest first
     while True:
-        rows = uow.entries.list_contents(
-            namespace, key_prefix=TURN_KEY_PREFIX, limit=batch, newest_first=True
-        )
+        got = read_older(rows, batch)
+        rows.extend(got)
         plain = None
         if whole_turns and after_turn_id < 0:
             plain = newest_whole_turns(
@@ -182,6 +218,82 @@ def _newest_window(
             window = place_window(
                 turns, max_tokens=max_tokens, max_messages=max_messages, whole_turns=whole_turns
             )
-        if not window.reached_oldest or len(rows) < batch or len(turns) < len(rows):
+        if not window.reached_oldest or len(got) < batch or len(turns) < len(rows):
             return turns, window
-        batch *= 4
+        batch = _next_batch(rows, max_tokens=max_tokens, max_messages=max_messages)
+
+
+def _first_batch(max_messages: int | None) -> int:
+    """How many of the newest turns a budgeted read reads first.
+
+    Every turn holds at least one message, so ``max_messages + 1`` turns are
+    always enough to find where a window under ``max_messages`` starts.
+    """
+    first = 4 * FIRST_BATCH
+    return first if max_messages is None else min(first, max_messages + 1)
+
+
+def _next_batch(rows: list[Any], *, max_tokens: int | None, max_messages: int | None) -> int:
+    """How many older turns to read next, the window holding every row in ``rows``.
+
+    The room left under each limit divided by what an average row read so far
+    used of it (their stored token estimates and message counts), a quarter
+    more and the one turn that stops the window; at least 2, at most
+    ``4 * len(rows)`` (the growth of the batches before the estimates were
+    used, so a window never takes more statements than it did then).
+    """
+    needed = math.inf
+    if max_tokens is not None:
+        used = sum(_row_tokens(row) for row in rows)
+        if used > 0:
+            needed = min(needed, (max_tokens - used) * len(rows) / used)
+    if max_messages is not None:
+        counted = sum(turn_message_count(row) for row in rows)
+        needed = min(needed, (max_messages - counted) * len(rows) / counted)
+    most = 4 * len(rows)
+    if needed == math.inf:
+        return most
+    return max(2, min(most, math.ceil(1.25 * max(needed, 0)) + 1))
+
+
+def _row_tokens(row: Any) -> int:
+    """A row's stored token estimate (rows here were read and checked by the window)."""
+    return int(row["token_estimate"]) if isinstance(row, Mapping) else 0
+
+
+#: ``read_older(rows, n)``: the next at most ``n`` turn contents older than ``rows``
+#: (the turns read so far, newest first), newest first.
+OlderReader = Callable[[list[Any], int], list[Any]]
+
+
+def _older_reader(uow: UnitOfWork, namespace: str) -> OlderReader:
+    """How a budgeted read fetches older turns on this unit of work.
+
+    A repository that reads a key range (the SQL stores'
+    ``list_contents_before``) reads only the turns before the oldest one
+    read; on any other, a longer newest-first read is sliced (the rows
+    already read come again).
+    """
+    before = getattr(uow.entries, "list_contents_before", None)
+
+    def read_older(rows: list[Any], count: int) -> list[Any]:
+        if not rows:
+            return uow.entries.list_contents(
+                namespace, key_prefix=TURN_KEY_PREFIX, limit=count, newest_first=True
+            )
+        if before is None:
+            more = uow.entries.list_contents(
+                namespace, key_prefix=TURN_KEY_PREFIX, limit=len(rows) + count, newest_first=True
+            )
+            return list(more[len(rows) :])
+        (oldest,) = checked_turns(rows[-1:], namespace)
+        return list(
+            before(
+                namespace,
+                key_prefix=TURN_KEY_PREFIX,
+                before_key=turn_key(int(oldest["turn_id"])),
+                limit=count,
+            )
+        )
+
+    return read_older

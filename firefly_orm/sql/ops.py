@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from firefly_orm.entry import (
     MAX_ENTRY_VERSION,
     MemoryEntry,
+    derived_entry_id,
     encode_json_for_jsonb,
     utcnow,
     validate_entry,
@@ -52,6 +53,7 @@ __all__ = [
     "delete",
     "get",
     "list_contents",
+    "list_contents_before",
     "list_entries",
     "load",
     "load_by_key",
@@ -187,6 +189,24 @@ def list_contents(
     return list(_execute(target, stmt, params).scalars())
 
 
+def list_contents_before(
+    target: Target, namespace: str, key_prefix: str, before_key: str, limit: int
+) -> list[Any]:
+    """The contents of the live entries whose key starts with ``key_prefix`` and sorts
+    below ``before_key``, newest first (key order), at most ``limit``.
+
+    The key range of a ``key_prefix`` listing with ``before_key`` as its upper
+    end: one range of the namespace-key index, walked backwards, so paging
+    back through a key range re-reads nothing.
+    """
+    if not key_prefix or not before_key.startswith(key_prefix):
+        raise ValueError(f"before_key {before_key!r} must start with {key_prefix!r}")
+    # ``before_key`` starts with the prefix, so it is below the prefix's own upper bound.
+    params = {"ns": namespace, "now": utcnow(), "lo": key_prefix, "hi": before_key}
+    stmt = st.list_contents_statement("range", limit, True, False)
+    return list(_execute(target, stmt, params).scalars())
+
+
 def search(target: Target, request: SearchRequest) -> list[SearchHit]:
     """Full-text search (see :mod:`firefly_orm.search`) on the database's own text index.
 
@@ -284,15 +304,22 @@ class AppendedHead:
 
 
 def append_turn(target: Target, request: TurnAppend) -> AppendedHead | None:
-    """Add a turn and bump the head in one statement, if no eviction is needed.
+    """Add a turn and bump the head, if no eviction is needed: the fewest statements.
 
-    PostgreSQL only (:func:`~firefly_orm.sql.statements.append_turn_statement`:
-    a data-modifying CTE); ``None`` without writing anything elsewhere, and
-    whenever the head does not qualify (missing, eviction needed, another owner,
-    ...) or the row does not fit the statement (content the JSONB column would
-    wrap, expiry, search text): the caller then takes the general path.
+    PostgreSQL: one statement (:func:`~firefly_orm.sql.statements.append_turn_statement`,
+    a data-modifying CTE).  SQLite: two, inside the ``BEGIN IMMEDIATE``
+    transaction of the unit of work: the head's ``UPDATE ... RETURNING``
+    (:func:`~firefly_orm.sql.statements.bump_head_statement`), then the turn's
+    ``INSERT``.  ``None`` without writing anything on other databases, and
+    whenever the head does not qualify (missing, eviction needed, another
+    owner, ...) or, on PostgreSQL, the row does not fit the statement (content
+    the JSONB column would wrap, expiry, search text): the caller then takes
+    the general path.
     """
-    if _dialect(target) != "postgresql":
+    dialect = _dialect(target)
+    if dialect == "sqlite":
+        return _append_turn_sqlite(target, request)
+    if dialect != "postgresql":
         return None
     values = st.entry_values(request.namespace, request.row)
     content = values["content"]
@@ -304,6 +331,22 @@ def append_turn(target: Target, request: TurnAppend) -> AppendedHead | None:
         or values["search_language"] is not None
     ):
         return None
+    params = _head_params(request)
+    params.update(
+        id_prefix=f"{request.namespace}\x00".encode(),
+        row_scope=values["scope"],
+        row_content=content,
+        row_metadata=values["metadata"],
+        row_created_at=values["created_at"],
+        row_importance=values["importance"],
+    )
+    stmt = st.append_turn_statement(request.owner is not None)
+    row = _execute(target, stmt, params).first()
+    return None if row is None else AppendedHead(row[0], row[1], row[2])
+
+
+def _head_params(request: TurnAppend) -> dict[str, Any]:
+    """The parameters naming the head and its limits, shared by both dialects' statements."""
     cap = request.message_cap
     params: dict[str, Any] = {
         "ns": request.namespace,
@@ -314,18 +357,33 @@ def append_turn(target: Target, request: TurnAppend) -> AppendedHead | None:
         "messages": request.messages,
         "token_cap": request.token_cap,
         "message_cap": _NO_MESSAGE_CAP if cap is None else cap,
-        "id_prefix": f"{request.namespace}\x00".encode(),
-        "row_scope": values["scope"],
-        "row_content": content,
-        "row_metadata": values["metadata"],
-        "row_created_at": values["created_at"],
-        "row_importance": values["importance"],
     }
     if request.owner is not None:
         params["uid"] = request.owner
-    stmt = st.append_turn_statement(request.owner is not None)
-    row = _execute(target, stmt, params).first()
-    return None if row is None else AppendedHead(row[0], row[1], row[2])
+    return params
+
+
+def _append_turn_sqlite(target: Target, request: TurnAppend) -> AppendedHead | None:
+    """:func:`append_turn` on SQLite: bump the head, then insert the turn it numbered."""
+    from firefly_orm.conversation.rows import turn_key
+
+    stmt = st.bump_head_statement(request.owner is not None)
+    head = _execute(target, stmt, _head_params(request)).first()
+    if head is None:
+        return None
+    content, version, owner = head[0], head[1], head[2]
+    turn_id = int(content["next_turn_id"]) - 1
+    key = turn_key(turn_id)
+    values = st.insert_values(request.namespace, request.row)
+    values["entry_id"] = derived_entry_id(request.namespace, key)
+    values["key"] = key
+    values["content"] = {**values["content"], "turn_id": turn_id}
+    if owner is not None:
+        values["user_id"] = owner
+    if _execute(target, st.insert_new("sqlite"), values).first() is None:
+        # Unreachable: the UPDATE checked under the write lock that the key is free.
+        raise ConcurrencyError(f"turn {key!r} of {request.namespace!r} already exists")
+    return AppendedHead(content, version, owner)
 
 
 # --------------------------------------------------------------------------- repository
@@ -384,6 +442,18 @@ class SQLEntryRepository:
             validate_user_id(user_id)
         return list_contents(self.session, namespace, key_prefix, limit, newest_first, user_id)
 
+    def list_contents_before(
+        self, namespace: str, *, key_prefix: str, before_key: str, limit: int
+    ) -> builtins.list[Any]:
+        """Contents of the entries keyed ``key_prefix...`` below ``before_key``, newest first.
+
+        A page of a newest-first :meth:`list_contents` that goes on where the
+        previous page stopped (:func:`list_contents_before`).
+        """
+        validate_namespace(namespace)
+        validate_key(before_key)
+        return list_contents_before(self.session, namespace, key_prefix, before_key, limit)
+
     def search(
         self, namespace: str, query: str, **options: Unpack[SearchOptions]
     ) -> builtins.list[SearchHit]:
@@ -412,10 +482,10 @@ class SQLEntryRepository:
         clear(self.session, namespace)
 
     def append_turn(self, request: TurnAppend) -> AppendedHead | None:
-        """Add a conversation turn in one statement when no eviction is needed (PostgreSQL).
+        """Add a conversation turn when no eviction is needed, in the fewest statements.
 
-        ``None``: nothing was written (not PostgreSQL, or the head does not
-        qualify); see :func:`append_turn`.
+        One on PostgreSQL, two on SQLite.  ``None``: nothing was written (another
+        database, or the head does not qualify); see :func:`append_turn`.
         """
         validate_namespace(request.namespace)
         validate_entry(request.row, request.namespace)

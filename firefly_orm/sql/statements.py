@@ -7,14 +7,16 @@ statement and its cache key on every call cost more than running it.
 The table definition has no schema; each store maps it to its own schema with
 ``schema_translate_map``, so stores with different schemas share one process.
 
-Full-text search (:func:`search_statement`) reads what migration
-``0006_full_text_search`` adds beside the model: on SQLite the FTS5 table
-``memory_entries_fts`` (joined on ``rowid``), on PostgreSQL the generated
-``search_vector`` column (unqualified: the statement reads one table).
+Full-text search (:func:`search_statement`) reads what migrations
+``0006_full_text_search`` and ``0007_search_skips_null_text`` add beside the
+model: on SQLite the FTS5 table ``memory_entries_fts`` (joined on ``rowid``), on
+PostgreSQL the ``search_vector`` column set by a trigger (unqualified: the
+statement reads one table).
 
-:func:`append_turn_statement` knows the layout of a conversation
-(:mod:`firefly_orm.conversation.rows`): it adds a turn in one PostgreSQL
-statement when no eviction is needed.
+:func:`append_turn_statement` and :func:`bump_head_statement` know the layout
+of a conversation (:mod:`firefly_orm.conversation.rows`): they add a turn in
+one PostgreSQL statement, or bump the head for it in one SQLite statement,
+when no eviction is needed.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ __all__ = [
     "UPDATE_VERSIONED",
     "PrefixMode",
     "append_turn_statement",
+    "bump_head_statement",
     "entry_values",
     "insert_values",
     "insert_new",
@@ -487,3 +490,83 @@ def append_turn_statement(by_owner: bool) -> Any:
     )
     insert = sa.insert(TABLE).from_select([_C[n] for n in names], row).cte("turn")
     return sa.select(head.c.content, head.c.version, head.c.user_id).add_cte(insert)
+
+
+def _json_path(name: str) -> Any:
+    return _sql_text(f"$.{name}")
+
+
+@functools.cache
+def bump_head_statement(by_owner: bool) -> Any:
+    """SQLite: bump a conversation's head for one more turn, when no eviction is needed.
+
+    The SQLite half of :func:`append_turn_statement` (SQLite has no
+    data-modifying CTE): an ``UPDATE ... RETURNING`` of the head, under the
+    write lock ``BEGIN IMMEDIATE`` took, that the caller follows with the
+    turn's ``INSERT`` in the same transaction.  The head qualifies as there: live,
+    below the largest version and turn id, its counters JSON integers from 0
+    to 15 digits, its summary a string or null, the turn within ``token_cap``
+    and ``message_cap`` on its stored totals, its owner ``uid`` (with
+    ``by_owner``), no row keyed with the new turn's key yet.  Otherwise nothing
+    is written and no row comes back.
+
+    Parameters: ``ns``, ``head_id``, ``now``, ``cid`` (the conversation id),
+    ``tokens``, ``messages``, ``token_cap``, ``message_cap`` and ``uid`` (with
+    ``by_owner``).  The row returned: the head's new ``content``, ``version``
+    and ``user_id``; the new turn's id is ``content["next_turn_id"] - 1``.
+    """
+    from firefly_orm.conversation.rows import MAX_TURN_ID, TURN_ID_DIGITS, TURN_KEY_PREFIX
+
+    def counter(name: str) -> Any:
+        return sa.func.json_extract(_C.content, _json_path(name))
+
+    plain = sa.and_(
+        *(
+            sa.and_(
+                sa.func.json_type(_C.content, _json_path(name)) == _sql_text("integer"),
+                counter(name).between(0, 10**15 - 1),
+            )
+            for name in _HEAD_COUNTERS
+        ),
+        sa.func.coalesce(
+            sa.func.json_type(_C.content, _json_path("summary")), _sql_text("null")
+        ).in_([_sql_text("null"), _sql_text("text")]),
+    )
+    next_turn_id = counter("next_turn_id")
+    within = sa.and_(
+        next_turn_id <= MAX_TURN_ID,
+        counter("total_tokens") + _P("tokens") <= _P("token_cap"),
+        counter("total_messages") + _P("messages") <= _P("message_cap"),
+    )
+    taken = TABLE.alias("taken")
+    new_key = _sql_text(TURN_KEY_PREFIX).op("||", return_type=sa.Text())(
+        sa.func.printf(_sql_text(f"%0{TURN_ID_DIGITS}d"), next_turn_id)
+    )
+    free = ~sa.exists().where(taken.c.namespace == _P("ns"), taken.c.key == new_key)
+    new_content = sa.func.json_set(
+        _C.content,
+        _json_path("conversation_id"),
+        _P("cid", type_=sa.Text()),
+        _json_path("next_turn_id"),
+        next_turn_id + 1,
+        _json_path("total_tokens"),
+        counter("total_tokens") + _P("tokens"),
+        _json_path("turn_count"),
+        counter("turn_count") + 1,
+        _json_path("total_messages"),
+        counter("total_messages") + _P("messages"),
+    )
+    update = sa.update(TABLE).where(
+        _C.entry_id == _P("head_id"),
+        _C.namespace == _P("ns"),
+        _LIVE,
+        _C.version < MAX_ENTRY_VERSION,
+        # Only valid JSON reaches the JSON functions (they raise on anything else).
+        sa.case((sa.func.json_valid(_C.content) == 1, sa.and_(plain, within)), else_=sa.false()),
+        free,
+    )
+    if by_owner:
+        update = update.where(_C.user_id == _P("uid"))
+    return update.values(
+        content=sa.type_coerce(new_content, sa.Text()), version=_C.version + 1
+    ).returning(_C.content, _C.version, _C.user_id)

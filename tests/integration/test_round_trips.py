@@ -8,8 +8,11 @@ A *statement* is one SQL statement SQLAlchemy hands to the driver.  A *round
 trip* is a statement, or a ``BEGIN`` / ``COMMIT`` / ``ROLLBACK`` the driver
 sends on its own: psycopg sends ``BEGIN`` before the first statement of a
 transaction and ``COMMIT`` / ``ROLLBACK`` only when one is open; our SQLite
-engines send ``BEGIN [IMMEDIATE]`` when the transaction starts, except on the
-connections of single-statement reads (no transaction at all).  Both are read
+engines send ``BEGIN [IMMEDIATE]`` when the transaction starts.  One-statement
+operations (``WorkingMemory.set``: a store ``save``) run without a transaction
+on both databases, and so do read-only units of work (history reads) on
+PostgreSQL at ``READ COMMITTED``, where each statement takes its own snapshot
+anyway.  Both are read
 off the driver connection when the transaction ends, so the counts are what
 went over the wire (on SQLite: calls into the library).
 """
@@ -78,7 +81,7 @@ def wire_for() -> Iterator[Callable[[Any], Wire]]:
 
     def attach(store: Any) -> Wire:
         wire = Wire()
-        for engine in (store.engine, store.async_engine.sync_engine):
+        for engine in _engines(store):
             for name, fn in (
                 ("before_cursor_execute", wire._statement),
                 ("commit", wire._ended),
@@ -115,22 +118,45 @@ def _run(mode: str, sync: Callable[[], Any], async_: Callable[[], Any]) -> Any:
     return asyncio.run(async_())
 
 
+def _async_engine(store: Any) -> Any:
+    """The store's AsyncEngine, or ``None`` when its async methods run on the sync engine."""
+    from firefly_orm.errors import MissingEngineError
+
+    try:
+        return store.async_engine
+    except MissingEngineError:
+        return None
+
+
+def _engines(store: Any) -> list[sa.Engine]:
+    """Every engine the store sends statements through."""
+    native = _async_engine(store)
+    return [store.engine] + ([] if native is None else [native.sync_engine])
+
+
 def _close(store: Any, mode: str) -> None:
     """Dispose the async engine on the loop that used it (the backend closes the rest)."""
-    if mode == "async":
-        asyncio.run(store.async_engine.dispose())
+    native = _async_engine(store)
+    if mode == "async" and native is not None:
+        asyncio.run(native.dispose())
 
 
 #: Expected ``(statements, round trips)`` per backend and operation.  Keyed by
 #: backend; every entry is asserted in both sync and async modes.
 EXPECTED: dict[str, dict[str, tuple[int, int]]] = {
     "sqlite": {
-        "add_turn, first turn": (4, 6),
-        "add_turn": (3, 5),
+        # The head's UPDATE ... RETURNING (under BEGIN IMMEDIATE's write lock) numbers
+        # the turn, then its INSERT; without a head the UPDATE writes nothing and the
+        # general path runs (SELECT head, INSERT turn, INSERT head, INSERT index row).
+        "add_turn, first turn": (5, 7),
+        "add_turn": (2, 4),
         "add_turn, evicting": (5, 7),
-        "working set": (1, 3),
+        # One statement, no transaction (a write takes the lock as BEGIN IMMEDIATE would).
+        "working set": (1, 1),
+        # Read-only units of work keep their BEGIN: one snapshot for every statement.
         "get_message_history": (1, 3),
         "get_recent": (1, 3),
+        "get_recent_messages": (1, 3),
     },
     "postgres": {
         # The one-statement append (a data-modifying CTE) writes nothing without a
@@ -138,9 +164,11 @@ EXPECTED: dict[str, dict[str, tuple[int, int]]] = {
         "add_turn, first turn": (5, 7),
         "add_turn": (1, 3),
         "add_turn, evicting": (5, 7),
-        "working set": (1, 3),
-        "get_message_history": (1, 3),
-        "get_recent": (1, 3),
+        # One statement in autocommit; reads at READ COMMITTED need no transaction.
+        "working set": (1, 1),
+        "get_message_history": (1, 1),
+        "get_recent": (1, 1),
+        "get_recent_messages": (1, 1),
     },
 }
 
@@ -180,6 +208,11 @@ def _measure(sql_env: OpenedBackend, mode: str, wire_for: Callable[[Any], Wire])
         lambda: memory.async_get_message_history("warm"),
     )
     _run(mode, lambda: memory.get_recent("warm", 2), lambda: memory.async_get_recent("warm", 2))
+    _run(
+        mode,
+        lambda: memory.get_recent_messages("warm", 2),
+        lambda: memory.async_get_recent_messages("warm", 2),
+    )
     wire = wire_for(store)
 
     step("add_turn, first turn", lambda: add(memory, "c1", 0))
@@ -205,6 +238,14 @@ def _measure(sql_env: OpenedBackend, mode: str, wire_for: Callable[[Any], Wire])
             mode, lambda: memory.get_recent("c1", 2), lambda: memory.async_get_recent("c1", 2)
         ),
     )
+    step(
+        "get_recent_messages",
+        lambda: _run(
+            mode,
+            lambda: memory.get_recent_messages("c1", 4),
+            lambda: memory.async_get_recent_messages("c1", 4),
+        ),
+    )
     seen["turns"] = _run(mode, lambda: memory.get_turns("c1"), lambda: memory.async_get_turns("c1"))
     seen["evicting turns"] = _run(
         mode, lambda: evicting.get_turns("e1"), lambda: evicting.async_get_turns("e1")
@@ -227,6 +268,12 @@ def test_statements_and_round_trips_per_operation(
     assert [t.user_prompt for t in seen["evicting turns"]] == ["question 1"]
     assert [t.turn_id for t in seen["get_recent"][2]] == [1, 2]
     assert len(seen["get_message_history"][2]) == 6
+    assert [m["content"] for m in seen["get_recent_messages"][2]] == [
+        "question 1",
+        "answer 1",
+        "question 2",
+        "answer 2",
+    ]
 
 
 # ------------------------------------------------------------------ the one-statement append
@@ -276,24 +323,18 @@ def _normalised_rows(store: Any, cid: str) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True, default=str))
 
 
-@pytest.fixture
-def pg_env(request: pytest.FixtureRequest) -> Iterator[OpenedBackend]:
-    """PostgreSQL, a schema of its own."""
-    opened = open_backend(request, "postgres")
-    try:
-        yield opened
-    finally:
-        opened.close()
+#: The first statement of the fast append, by backend: PostgreSQL's CTE, SQLite's
+#: UPDATE of the head.
+_FAST_APPEND = {"postgres": "WITH head AS", "sqlite": "SET content=json_set("}
 
 
-@pytest.mark.postgres
 def test_one_statement_append_writes_what_the_general_path_writes(
-    pg_env: OpenedBackend, wire_for: Callable[[Any], Wire], monkeypatch: pytest.MonkeyPatch
+    sql_env: OpenedBackend, wire_for: Callable[[Any], Wire], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Same rows, head content and versions, turn ids, summaries: with and without it."""
     from firefly_orm.conversation import ops
 
-    store = pg_env.store
+    store = sql_env.store
     summaries: list[str] = []
 
     def summarizer(turns: list[Any]) -> str:
@@ -320,7 +361,7 @@ def test_one_statement_append_writes_what_the_general_path_writes(
     wire.reset()
     _turns_script(memory(), "at-once")
     assert summaries == general_summaries and summaries  # the same evictions
-    tried = sum("WITH head AS" in s for s in wire.statements)
+    tried = sum(_FAST_APPEND[sql_env.name] in s for s in wire.statements)
     assert 0 < tried < 12  # taken, though not by every turn
     assert len(wire.statements) < general_statements
     assert _normalised_rows(store, "at-once") == _normalised_rows(store, "general")
@@ -328,13 +369,12 @@ def test_one_statement_append_writes_what_the_general_path_writes(
     assert reader.get_context("at-once") == reader.get_context("general")
 
 
-@pytest.mark.postgres
 def test_one_statement_append_refuses_another_owner_and_writes_nothing(
-    pg_env: OpenedBackend,
+    sql_env: OpenedBackend,
 ) -> None:
     from firefly_orm.errors import EntryValidationError
 
-    store = pg_env.store
+    store = sql_env.store
     memory = ConversationMemory(store=store, max_tokens=10_000)
     memory.add_turn("c", "q0", "a0", user_id="u1")
     before = _normalised_rows(store, "c")
@@ -344,12 +384,11 @@ def test_one_statement_append_refuses_another_owner_and_writes_nothing(
     assert memory.add_turn("c", "q1", "a1", user_id="u1").turn_id == 1
 
 
-@pytest.mark.postgres
-def test_concurrent_one_statement_appends_keep_the_head_exact(pg_env: OpenedBackend) -> None:
+def test_concurrent_one_statement_appends_keep_the_head_exact(sql_env: OpenedBackend) -> None:
     """Writers racing on one conversation: every turn stored once, ids dense, totals exact."""
     import threading
 
-    store = pg_env.store
+    store = sql_env.store
     memory = ConversationMemory(store=store, max_tokens=100_000)
     memory.add_turn("c", "first", "turn")
     errors: list[BaseException] = []
