@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import sys
 from typing import Any
 
@@ -23,19 +22,20 @@ def _memory(store: Any, max_tokens: int | None, max_messages: int | None = None)
 
 
 #: The library's last-N read, when it has one.
-LIMIT_API = "get_message_history(limit=)"
+RECENT_API = "get_recent_messages(cid, n)"
 
 
 def last_n_api(memory: Any) -> str:
     """How the library reads a conversation's last N messages.
 
-    ``limit=`` on ``get_message_history`` when the library has it, else a
-    reader with ``max_messages=n`` (the newest whole turns holding at most
-    ``n`` messages).  (``get_recent(cid, n)`` returns the newest ``n`` turns,
-    not messages.)
+    ``get_recent_messages(cid, n)`` when the library has it (one indexed
+    ``ORDER BY ... DESC LIMIT`` read), else a reader with ``max_messages=n``
+    (the newest whole turns holding at most ``n`` messages), so the bench also
+    runs against earlier versions.  (``get_recent(cid, n)`` returns the newest
+    ``n`` turns, not messages.)
     """
-    if "limit" in inspect.signature(memory.get_message_history).parameters:
-        return LIMIT_API
+    if callable(getattr(memory, "get_recent_messages", None)):
+        return RECENT_API
     return "max_messages reader"
 
 
@@ -123,8 +123,8 @@ class Ours(_Base):
     def recent(self, cid: str, n: int) -> list[Any]:
         """The last ``n`` messages through the library's last-N read (:func:`last_n_api`)."""
         result: list[Any]
-        if self.last_n_api == LIMIT_API:
-            result = self.writer.get_message_history(cid, limit=n)
+        if self.last_n_api == RECENT_API:
+            result = self.writer.get_recent_messages(cid, n)
         else:
             result = self.last_reader(n).get_message_history(cid)
         return result
@@ -191,8 +191,8 @@ class AsyncOurs(_Base):
     async def recent(self, cid: str, n: int) -> list[Any]:
         """:meth:`Ours.recent` through the async API."""
         result: list[Any]
-        if self.last_n_api == LIMIT_API:
-            result = await self.writer.async_get_message_history(cid, limit=n)
+        if self.last_n_api == RECENT_API:
+            result = await self.writer.async_get_recent_messages(cid, n)
         else:
             result = await self.last_reader(n).async_get_message_history(cid)
         return result
