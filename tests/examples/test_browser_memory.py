@@ -62,7 +62,7 @@ from firefly_orm import (
     SQLiteStore,
     WorkingMemory,
 )
-from firefly_orm.uow import async_unit_of_work_for, unit_of_work_for
+from firefly_orm.uow import arun_in_unit_of_work, async_unit_of_work_for, unit_of_work_for
 
 pytest.importorskip("pydantic_ai")
 
@@ -145,9 +145,18 @@ class UnitsOfWork:
 
             return wrapper
 
-        # the step driver opens every unit of work of the memory layers
+        def counted_run(store: Any, work: Any, *, read_only: bool = False, **kw: Any) -> Any:
+            if read_only:
+                self.reads += 1
+            else:
+                self.writes += 1
+            return arun_in_unit_of_work(store, work, read_only=read_only, **kw)
+
+        # the step driver opens every unit of work of the memory layers (the async
+        # path of a transaction through arun_in_unit_of_work)
         monkeypatch.setattr(f"{STEPS}.unit_of_work_for", counted(unit_of_work_for))
         monkeypatch.setattr(f"{STEPS}.async_unit_of_work_for", counted(async_unit_of_work_for))
+        monkeypatch.setattr(f"{STEPS}.arun_in_unit_of_work", counted_run)
 
     def reset(self) -> None:
         self.reads = self.writes = 0
