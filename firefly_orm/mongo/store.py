@@ -181,6 +181,13 @@ class MongoDBStore:
         return self._model
 
     @property
+    def ttl_index(self) -> bool:
+        """Whether the ``expires_at`` index is a TTL index: the server then deletes
+        expired entries on its own schedule too (MongoDB: about once a minute), so
+        :meth:`cleanup_expired` counts only those it found still there."""
+        return self._ttl_index
+
+    @property
     def uses_transactions(self) -> bool:
         """Whether units of work commit in a multi-document transaction (after init)."""
         return self._use_transactions

@@ -344,7 +344,11 @@ class StoreContract(UnitOfWorkContract):
         await contract.save(ns_b, make_entry(expires_at=in_past()))
         removed = await contract.cleanup_expired()
         assert type(removed) is int
-        assert removed == 3
+        if contract.server_expires_entries():
+            # The server's TTL monitor may have deleted some of the three first.
+            assert 0 <= removed <= 3
+        else:
+            assert removed == 3
         assert await contract.cleanup_expired() == 0
         assert ids_of(await contract.load(ns_a)) == ids_of([alive, forever])
         assert await contract.load(ns_b) == []

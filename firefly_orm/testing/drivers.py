@@ -229,6 +229,11 @@ class StoreDriver:
         wanted = _CleansUp if self.mode == "sync" else _AsyncCleansUp
         return isinstance(self.store, wanted)
 
+    def server_expires_entries(self) -> bool:
+        """Whether the database also deletes expired entries itself (a MongoDB TTL
+        index): ``cleanup_expired`` may then find some of them already gone."""
+        return bool(getattr(self.store, "ttl_index", False))
+
     async def cleanup_expired(self) -> int:
         """``cleanup_expired`` / ``async_cleanup_expired``."""
         store = self.store
