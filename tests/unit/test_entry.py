@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from firefly_orm import entry as entry_module
+from firefly_orm import entry_rules
 from firefly_orm.entry import (
     EntryFieldsError,
     MemoryEntry,
@@ -267,13 +268,13 @@ def test_the_trusted_read_path_skips_the_checks_and_writes_still_refuse(
     # Reads build entries with from_dict / the SQL row converter: no pydantic
     # validation and no rule checks per entry (the deterministic proxy of their speed).
     checks: list[str] = []
-    check = entry_module._check_fields
+    check = entry_rules._check_fields
 
     def counted(fields: Any) -> None:
         checks.append(fields["entry_id"])
         check(fields)
 
-    monkeypatch.setattr(entry_module, "_check_fields", counted)
+    monkeypatch.setattr(entry_rules, "_check_fields", counted)
     sqlite = SQLiteStore(tmp_path / "m.sqlite3")
     memory = InMemoryStore()
     for i in range(5):
