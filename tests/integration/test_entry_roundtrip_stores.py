@@ -10,8 +10,8 @@ web response or a JSON log makes of them must still name the metadata
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
 
+from entry_samples import sample_entries
 from pydantic import TypeAdapter
 from store_backends import OpenedBackend
 
@@ -21,29 +21,11 @@ ENTRIES = TypeAdapter(list[MemoryEntry])
 PUBLIC_FIELDS = sorted("metadata" if n == "metadata_" else n for n in MemoryEntry.model_fields)
 
 
-def samples() -> list[MemoryEntry]:
-    """Entries using every field: Unicode, nested JSON, an offset expiry, search fields."""
-    return [
-        MemoryEntry(
-            key="plain",
-            content={"text": "héllo wörld ✓ \U0001f600", "nested": {"list": [1, 2.5, None, True]}},
-            metadata={"source": "test", "tags": ["a", "b"], "deep": {"x": {"y": [1]}}},
-            importance=0.75,
-            user_id="ada",
-            search_text="hello world",
-            search_language="english",
-            expires_at=datetime(2999, 1, 1, 12, 30, tzinfo=timezone(timedelta(hours=2))),
-        ),
-        MemoryEntry(key="empty", content=None, scope="long_term"),
-        MemoryEntry(content=[], metadata={"m": {}}, importance=0.0, version=7),
-    ]
-
-
 def test_entries_read_back_from_every_store_serialise_and_validate_back(
     layer_backend: OpenedBackend,
 ) -> None:
     store = layer_backend.store
-    saved = samples()
+    saved = sample_entries()
     for entry in saved:
         store.save("rt", entry)
     read = layer_backend.reopen().load("rt")

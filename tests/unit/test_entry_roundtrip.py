@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from entry_samples import sample_entries
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from hypothesis import given, settings
@@ -228,27 +229,10 @@ def test_the_json_schema_names_metadata_in_both_directions() -> None:
 # --------------------------------------------------------------------------- FastAPI
 
 
-def stored_samples() -> list[MemoryEntry]:
-    return [
-        MemoryEntry(
-            key="plain",
-            content={"text": "héllo wörld ✓ \U0001f600", "nested": {"list": [1, 2.5, None, True]}},
-            metadata={"source": "test", "tags": ["a", "b"], "deep": {"x": {"y": [1]}}},
-            importance=0.75,
-            user_id="ada",
-            search_text="hello world",
-            search_language="english",
-            expires_at=datetime(2999, 1, 1, 12, 30, tzinfo=timezone(timedelta(hours=2))),
-        ),
-        MemoryEntry(key="empty", content=None, scope="long_term"),
-        MemoryEntry(content=[], metadata={"m": {}}, importance=0.0, version=7),
-    ]
-
-
 @pytest.fixture
 def client() -> TestClient:
     store = InMemoryStore()
-    for entry in stored_samples():
+    for entry in sample_entries():
         store.save("api", entry)
     app = FastAPI()
 
@@ -273,7 +257,7 @@ def test_fastapi_responses_show_metadata_under_its_name(client: TestClient) -> N
     for item in body:
         assert_public_keys(item)
     assert {json.dumps(i["metadata"], sort_keys=True) for i in body} == {
-        json.dumps(metadata_of(e), sort_keys=True) for e in stored_samples()
+        json.dumps(metadata_of(e), sort_keys=True) for e in sample_entries()
     }
 
 
