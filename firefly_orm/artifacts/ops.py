@@ -15,15 +15,20 @@ with ``expected_sha``, and then saves the file row conditioned on the version
 it read, the audit row and the version row.  They commit together or not at
 all; a failed condition or any error rolls all of them back.  A delete saves
 the file row conditioned on its version before deleting it, so a delete too
-fails when the file changed after it was read, on every store.
+fails when the file changed after it was read, on every store.  A write that
+creates a file, and a delete, also move the workspace head's version on
+(:func:`bump_head`): a path that is created and deleted again between
+another writer's read and its commit makes that writer retry, so every
+path's audit rows are in the order their changes committed.
 
 What each operation costs (SQL statements; ``N`` rows read):
 
 * write: read the head (by id), read the file (by key, locked), save the file
   (one conditional ``UPDATE`` or ``INSERT``), insert the audit row, insert
-  the version row (with ``keep_versions``);
+  the version row (with ``keep_versions``); a new file adds the head's
+  conditional ``UPDATE``;
 * delete: the same reads, one conditional ``UPDATE`` and one ``DELETE``, the
-  audit row;
+  audit row, the head's conditional ``UPDATE``;
 * ``list_paths`` / ``files``: one indexed key-range read over the files (their
   bodies included: the repository has no metadata-only listing);
 * ``audit_tail(n)``: one indexed read of the newest ``n`` audit rows;
@@ -67,6 +72,7 @@ from firefly_orm.protocols import UnitOfWork
 __all__ = [
     "WritePolicy",
     "append_messages",
+    "bump_head",
     "create_workspace",
     "delete_file",
     "delete_workspace",
@@ -82,6 +88,7 @@ __all__ = [
     "read_messages",
     "read_version",
     "read_workspace",
+    "require_head",
     "require_workspace",
     "retry_races",
     "write_file",
@@ -137,20 +144,47 @@ def read_workspace(uow: UnitOfWork, layout: Layout) -> WorkspaceInfo | None:
     return None if head is None else workspace_info(head)
 
 
+def require_head(uow: UnitOfWork, layout: Layout) -> MemoryEntry:
+    """The workspace's head row.
+
+    Raises:
+        NotFoundError: The workspace does not exist (never created, or deleted).
+    """
+    head = uow.entries.get(layout.registry, layout.head_id)
+    if head is None:
+        owner = "" if layout.user_id is None else f" of user {layout.user_id!r}"
+        raise NotFoundError(
+            f"artifact workspace {layout.key!r}{owner} does not exist: create it with "
+            "Artifacts.create() or Artifacts.get_or_create()"
+        )
+    return head
+
+
 def require_workspace(uow: UnitOfWork, layout: Layout) -> WorkspaceInfo:
     """The workspace's registry entry.
 
     Raises:
         NotFoundError: The workspace does not exist (never created, or deleted).
     """
-    info = read_workspace(uow, layout)
-    if info is None:
-        owner = "" if layout.user_id is None else f" of user {layout.user_id!r}"
-        raise NotFoundError(
-            f"artifact workspace {layout.key!r}{owner} does not exist: create it with "
-            "Artifacts.create() or Artifacts.get_or_create()"
-        )
-    return info
+    return workspace_info(require_head(uow, layout))
+
+
+def bump_head(uow: UnitOfWork, layout: Layout, head: MemoryEntry) -> None:
+    """Move the head row's version on: a file was created or deleted in this unit of work.
+
+    A file row's version guards it only while the row exists.  Without this, a
+    writer that read "no file" could commit after another created and deleted
+    that path (the same "no file" again), and its audit row, timed at its
+    read, would sit before theirs and break the path's chain.  The head's
+    version, read with ``head`` and conditioned on here, changes with every
+    creation and deletion, so such a writer fails with
+    :class:`~firefly_orm.errors.ConcurrencyError` and retries; updates of an
+    existing file are guarded by its own version and leave the head alone.
+    The head is written last, so on PostgreSQL its row lock is always taken
+    after the file rows' (no lock-order deadlock with another write).
+    Call it once per unit of work.
+    """
+    uow.entries.save(layout.registry, head, expected_version=head.version)
 
 
 def _clear_family(uow: UnitOfWork, layout: Layout) -> None:
@@ -186,8 +220,8 @@ def ensure_workspace(uow: UnitOfWork, layout: Layout) -> tuple[WorkspaceInfo, bo
 def delete_workspace(uow: UnitOfWork, layout: Layout) -> bool:
     """Delete the workspace: its head and every row of its namespaces; whether it existed."""
     existed = read_workspace(uow, layout) is not None
+    _clear_family(uow, layout)  # the file rows first, the head last, as in every write
     uow.entries.delete(layout.registry, layout.head_id)
-    _clear_family(uow, layout)
     return existed
 
 
@@ -288,9 +322,12 @@ def write_file(
     expected_sha: str | None,
     policy: WritePolicy,
 ) -> FileInfo:
-    """The transaction of a write: the workspace must exist, then :func:`put_file`."""
-    require_workspace(uow, layout)
-    return put_file(
+    """The transaction of a write: the workspace must exist, then :func:`put_file`.
+
+    A write that creates the file moves the head's version on (:func:`bump_head`).
+    """
+    head = require_head(uow, layout)
+    info = put_file(
         uow,
         layout,
         path,
@@ -300,6 +337,9 @@ def write_file(
         expected_sha=expected_sha,
         policy=policy,
     )
+    if info.version == 1:  # created (an update's version is at least 2)
+        bump_head(uow, layout, head)
+    return info
 
 
 def _remove_file(
@@ -333,12 +373,13 @@ def delete_file(
         NotFoundError: The workspace does not exist.
         ShaMismatchError: ``expected_sha`` is not the file's current sha.
     """
-    require_workspace(uow, layout)
+    head = require_head(uow, layout)
     current = _locked_file(uow, layout, path)
     _check_expected(path, expected_sha, file_sha(current))
     if current is None:
         return False
     _remove_file(uow, layout, current, actor, reason, policy.audit)
+    bump_head(uow, layout, head)
     return True
 
 
@@ -362,7 +403,7 @@ def promote_file(
         ShaMismatchError: ``src_sha`` is not the source's sha, or
             ``expected_sha`` not the destination's.
     """
-    require_workspace(uow, layout)
+    head = require_head(uow, layout)
     if dst < src:
         # Rows are locked in path order, so two promotions between the same two
         # paths in opposite directions queue instead of deadlocking (PostgreSQL).
@@ -389,6 +430,8 @@ def promote_file(
     )
     if move:
         _remove_file(uow, layout, source, actor, reason, audit=False)
+    if move or info.version == 1:  # a path appeared or went away
+        bump_head(uow, layout, head)
     logger.info(
         "artifact workspace %r: %s %r (%s) to %r by %r",
         layout.key,
@@ -503,9 +546,14 @@ def import_snapshot(
         raise WorkspaceExistsError(
             f"artifact workspace {layout.key!r} already exists (pass replace=True to overwrite)"
         )
-    uow.entries.delete(layout.registry, layout.head_id)
     _clear_family(uow, layout)
-    uow.entries.save(layout.registry, layout.head_entry(snapshot.created_at))
+    # The head is replaced in place, its version moving on (as bump_head does).
+    existing = uow.entries.get(layout.registry, layout.head_id)
+    uow.entries.save(
+        layout.registry,
+        layout.head_entry(snapshot.created_at),
+        expected_version=0 if existing is None else existing.version,
+    )
     for file, body in zip(snapshot.files, bodies, strict=True):
         info = file.info
         entry = layout.file_entry(

@@ -170,12 +170,14 @@ def test_sqlite_statement_counts(tmp_path: Path) -> None:
             "read": statements_of(store.engine, lambda: ws.read("f4.md")),
         }
         print({name: len(found) for name, found in counts.items()})
-        # head, file (by key), file write, audit row (+ version row)
-        assert len(counts["create"]) == 4, counts["create"]
+        # head, file (by key), file write, audit row (+ version row); a new
+        # path also moves the head's version on (conditional UPDATE)
+        assert len(counts["create"]) == 5, counts["create"]
+        assert counts["create"][-1].startswith("UPDATE"), counts["create"]
         assert len(counts["update"]) == 4, counts["update"]
         assert len(counts["versioned"]) == 5, counts["versioned"]
-        # head, file, conditional touch, delete, audit row
-        assert len(counts["delete"]) == 5, counts["delete"]
+        # head, file, conditional touch, delete, audit row, head
+        assert len(counts["delete"]) == 6, counts["delete"]
         assert len(counts["read"]) == 1, counts["read"]
     finally:
         store.close()

@@ -34,11 +34,13 @@ from firefly_orm.artifacts import (
     WorkspaceExistsError,
     WorkspaceSnapshot,
     json_text,
+    ops,
     transcript_from_json,
 )
-from firefly_orm.artifacts.model import REGISTRY_NAMESPACE
+from firefly_orm.artifacts.model import REGISTRY_NAMESPACE, Body
 from firefly_orm.conversation import ConversationMemory
 from firefly_orm.errors import ConcurrencyError, EntryValidationError, NotFoundError
+from firefly_orm.uow import StagedUnitOfWork
 
 SHA_OF_EMPTY = hashlib.sha256(b"").hexdigest()
 
@@ -678,6 +680,56 @@ async def test_bad_arguments_are_named(store: Any, mode: str) -> None:
         await call(mode, ws, "audit_tail", -1)
     with pytest.raises(EntryValidationError, match="limit"):
         await call(mode, ws, "files", limit=-1)
+
+
+def test_a_path_created_and_deleted_meanwhile_fails_a_stale_write(store: Any) -> None:
+    """ABA on a path: a write that read "no file" must not commit after a create and a delete.
+
+    Its audit row is timed at its read, before theirs; had it committed, the
+    path's audit chain would be out of order (a create after a create).  The
+    head's version, moved on by every creation and deletion, catches it.
+    Stores that apply the writes at commit show it in one thread; SQL stores
+    lock the file row or run one writer at a time, so the interleaving cannot
+    be staged in one thread there (the kill -9 test covers them across
+    processes).
+    """
+    ws = Artifacts(store=store).create("aba", keep_versions=True)
+    uow = store.unit_of_work()
+    if not isinstance(uow, StagedUnitOfWork):
+        pytest.skip("writes are applied as they are made; no interleaving in one thread")
+    policy = ops.WritePolicy(keep_versions=True)
+    with uow:
+        ops.write_file(uow, ws.layout, "f.md", Body.of_text("late"), "late", "", None, policy)
+        ws.write_text("f.md", "early", actor="early")
+        ws.delete("f.md", actor="early")
+        before = rows(store, ws)
+        with pytest.raises(ConcurrencyError):
+            uow.commit()
+    assert rows(store, ws) == before
+    assert [(r.op, r.actor) for r in ws.audit_log()] == [("create", "early"), ("delete", "early")]
+    # Retried, the write reads again and lands after them, in order.
+    ws.write_text("f.md", "late", actor="late")
+    log = ws.audit_log()
+    assert [r.op for r in log] == ["create", "delete", "create"]
+    assert all(a.new_sha == b.old_sha for a, b in itertools.pairwise(log))
+
+
+def test_a_stale_delete_of_a_recreated_path_fails(store: Any) -> None:
+    """A delete read at version 1 must not commit after the path was deleted and created again."""
+    ws = Artifacts(store=store).create("aba-delete")
+    ws.write_text("f.md", "one")
+    uow = store.unit_of_work()
+    if not isinstance(uow, StagedUnitOfWork):
+        pytest.skip("writes are applied as they are made; no interleaving in one thread")
+    with uow:
+        assert ops.delete_file(uow, ws.layout, "f.md", "late", "", None, ops.WritePolicy())
+        ws.delete("f.md", actor="early")
+        ws.write_text("f.md", "two", actor="early")
+        with pytest.raises(ConcurrencyError):
+            uow.commit()
+    assert ws.read_text("f.md") == "two"
+    log = ws.audit_log()
+    assert all(a.new_sha == b.old_sha for a, b in itertools.pairwise(log))
 
 
 def test_threads_incrementing_a_counter_lose_nothing(store: Any) -> None:
