@@ -119,7 +119,11 @@ async def test_cleanup_expired_example(new_store: StoreFactory) -> None:
     store.save("ttl", MemoryEntry(key="later", content="kept", expires_at=now + timedelta(1)))
     # Expired entries are invisible at once and deleted by cleanup_expired().
     assert [e.key for e in store.load("ttl")] == ["later"]
-    assert await store.cleanup_expired() == 2
+    removed = await store.cleanup_expired()
+    if isinstance(store, MongoDBStore):  # its TTL monitor may have deleted some first
+        assert 0 <= removed <= 2
+    else:
+        assert removed == 2
     assert await store.cleanup_expired() == 0
     assert [e.key for e in await store.async_load("ttl")] == ["later"]
     await store.close()

@@ -59,6 +59,18 @@ def store(mongo_test_url: str, db_name: str) -> Iterator[MongoDBStore]:
     s.close()
 
 
+@pytest.fixture
+def store_no_ttl(mongo_test_url: str, db_name: str) -> Iterator[MongoDBStore]:
+    """A store without the TTL index: the server never deletes expired entries itself.
+
+    For tests that count what ``cleanup_expired`` removes: with the index, the
+    server's TTL monitor may delete them first (the count is then lower).
+    """
+    s = MongoDBStore(mongo_test_url, database=db_name, ttl_index=False)
+    yield s
+    s.close()
+
+
 def raw_docs(client: MongoClient[dict[str, Any]], db: str, coll: str = "entries") -> list[Any]:
     return list(client[db][coll].find({}, {"_id": 0}))
 
@@ -170,8 +182,9 @@ def test_load_by_key_returns_the_newest_live_match(store: MongoDBStore) -> None:
 
 
 def test_expired_entries_are_filtered_and_cleaned_up(
-    store: MongoDBStore, raw_client: MongoClient[dict[str, Any]], db_name: str
+    store_no_ttl: MongoDBStore, raw_client: MongoClient[dict[str, Any]], db_name: str
 ) -> None:
+    store = store_no_ttl
     now = utcnow()
     store.save("a", entry(content="gone", expires_at=now - timedelta(milliseconds=1)))
     store.save("b", entry(key="k", content="gone too", expires_at=now - timedelta(days=1)))
@@ -466,7 +479,8 @@ async def test_sync_calls_from_a_thread_while_a_loop_runs(store: MongoDBStore) -
     assert len(await store.async_load("ns")) == 16
 
 
-async def test_async_twins(store: MongoDBStore) -> None:
+async def test_async_twins(store_no_ttl: MongoDBStore) -> None:
+    store = store_no_ttl
     e = entry(key="k", content="v1")
     await store.async_save("ns", e)
     await store.async_save("ns", e.copy_entry(content="v2"))
