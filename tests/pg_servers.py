@@ -410,6 +410,7 @@ class CommitCutter:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._armed = threading.Event()
+        self._tag = b"COMMIT"
         self._lock = threading.Lock()
         self.cuts = 0
         self._sockets: set[socket.socket] = set()
@@ -423,8 +424,14 @@ class CommitCutter:
         parsed = parsed.update_query_dict({"sslmode": "disable", "gssencmode": "disable"})
         return parsed.render_as_string(hide_password=False)
 
-    def arm(self) -> None:
-        """Cut the connection that sends the next COMMIT, once the server committed it."""
+    def arm(self, tag: bytes = b"COMMIT") -> None:
+        """Cut the connection that sends the next COMMIT, once the server committed it.
+
+        ``tag``: cut instead after the server completes the next statement whose
+        command tag starts with it (``b"SELECT"``, ``b"INSERT"``...: for a
+        statement run in autocommit, committed as it completes).
+        """
+        self._tag = tag
         self._armed.set()
 
     def close(self) -> None:
@@ -494,7 +501,9 @@ class CommitCutter:
         try:
             while True:
                 kind, message = _read_message(server)
-                if kind == b"C" and state["commit_sent"] and message[5:].startswith(b"COMMIT"):
+                tag = self._tag
+                watched = state["commit_sent"] if tag == b"COMMIT" else self._armed.is_set()
+                if kind == b"C" and watched and message[5:].startswith(tag):
                     state["commit_sent"] = False
                     with self._lock:
                         cut = self._armed.is_set()

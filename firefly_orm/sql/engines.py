@@ -8,7 +8,11 @@ variants the store runs on:
   read-only units of work and the schema check.
 * ``"write"``: write transactions; on SQLite they start with
   ``BEGIN IMMEDIATE`` (the write lock up front instead of failing to upgrade a
-  read lock later).
+  read lock later).  On PostgreSQL at ``READ COMMITTED`` a store's write unit
+  of work starts on the ``"single"`` connection instead and begins its
+  transaction at the first statement that needs one
+  (:meth:`Engines.deferred_write_level`), so a one-statement ``add_turn`` is
+  one round trip.
 * ``"single"``: operations that are one statement (the store's ``save``,
   ``load``, ``load_by_key``, ``delete``...): no ``BEGIN``/``COMMIT`` at all,
   the statement is atomic on its own.  SQLite: no ``BEGIN`` (the driver is in
@@ -81,6 +85,9 @@ _AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 #: Isolation levels at which a PostgreSQL transaction gives each statement a
 #: snapshot of its own (READ UNCOMMITTED is READ COMMITTED there): a statement
 #: in autocommit sees what it would see inside one.
+#: ``Engines.deferred_write_level`` not worked out yet.
+_UNKNOWN = object()
+
 _PER_STATEMENT_SNAPSHOTS = frozenset({"READ COMMITTED", "READ UNCOMMITTED", "AUTOCOMMIT"})
 #: dispose() tasks scheduled by close() inside a running loop (kept referenced)
 _PENDING_DISPOSALS: set[asyncio.Task[None]] = set()
@@ -394,6 +401,7 @@ class Engines:
         self._engine_kwargs = dict(engine_kwargs or {})
         self._defaults = defaults or _no_defaults
         self._cache: dict[tuple[bool, Mode], Engine | AsyncTarget] = {}
+        self._deferred_levels: dict[bool, object] = {}
         self._owned: list[Engine | AsyncEngine] = []
         self._lock = threading.RLock()
 
@@ -456,6 +464,40 @@ class Engines:
                 "for a native async one"
             )
         return engine
+
+    def deferred_write_level(self, is_async: bool = False) -> str | None:
+        """The isolation level a write unit of work begins at when it needs a transaction.
+
+        ``None``: write units of work begin at once (SQLite, a threaded async
+        target, or a PostgreSQL engine whose ``"single"`` variant is not in
+        autocommit: a stricter isolation level, or not known yet).  Otherwise
+        (PostgreSQL at ``READ COMMITTED``) they start on the ``"single"``
+        connection, and a one-statement write run first commits on its own
+        (see :class:`~firefly_orm.sql.uow.SQLUnitOfWork`).
+        """
+        known = self._deferred_levels.get(is_async, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return cast(str | None, known)
+        if self.dialect_name != "postgresql" or (is_async and self.async_in_threads):
+            self._deferred_levels[is_async] = None
+            return None
+        single = self.async_target("single") if is_async else self.sync_engine("single")
+        if (is_async, "single") not in self._cache:
+            return None  # the server's level is not known before the first connection
+        options = cast(Engine | AsyncEngine, single).get_execution_options()
+        level: str | None = None
+        if options.get("isolation_level") == "AUTOCOMMIT":
+            default = cast(
+                Engine | AsyncEngine,
+                self.async_target("default") if is_async else self.sync_engine("default"),
+            )
+            level = default.get_execution_options().get("isolation_level") or getattr(
+                default.dialect, "default_isolation_level", None
+            )
+            if level == "AUTOCOMMIT":
+                level = None
+        self._deferred_levels[is_async] = level
+        return level
 
     @property
     def async_in_threads(self) -> bool:

@@ -20,7 +20,9 @@ the function on a transaction:
   ``unit_of_work(session=...)``): a SAVEPOINT of the caller's Session or
   AsyncSession, so the caller's commit or rollback decides.  The caller's
   pending objects are flushed first, and their errors reach the caller
-  unchanged (see :mod:`firefly_orm.sql.uow`).
+  unchanged (see :mod:`firefly_orm.sql.uow`); so do the errors of the
+  caller's own statements in the body of a unit of work: only our calls'
+  errors are mapped (:attr:`Runner.maps_body`).
 
 Both give sync and async units of work; the async side awaits the same
 functions through ``run_sync`` (or runs the sync path in a worker thread).
@@ -28,6 +30,7 @@ functions through ``run_sync`` (or runs the sync path in a worker thread).
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -42,6 +45,8 @@ from firefly_orm.sql.replica import ReadRouter
 from firefly_orm.sql.uow import AsyncSQLUnitOfWork, ErrorMapper, SQLUnitOfWork, run_ours
 
 __all__ = ["EngineRunner", "Runner", "SessionRunner"]
+
+logger = logging.getLogger("firefly_orm")
 
 T = TypeVar("T")
 
@@ -91,6 +96,12 @@ class Runner(ABC):
     def _new_async_uow(self, read_only: bool, consistent: bool) -> AsyncSQLUnitOfWork:
         """Async form of :meth:`_new_uow`."""
 
+    #: Whether the errors of a unit of work's body are mapped too.  ``False``
+    #: in a caller's session, where the body is the caller's code and its own
+    #: statements' errors are the caller's; ours are mapped where they run (the
+    #: repository calls, ``run_sync``, begin, commit and rollback).
+    maps_body = True
+
     @contextmanager
     def unit_of_work(
         self, *, read_only: bool = False, consistent: bool = False, what: str = "unit of work"
@@ -102,8 +113,22 @@ class Runner(ABC):
         self.ensure()
         uow = self._new_uow(read_only, consistent)
         try:
-            with self.errors(what, uow.engines), uow:
+            if self.maps_body:
+                with self.errors(what, uow.engines), uow:
+                    yield uow
+                return
+            with self.errors(what, uow.engines):
+                uow.__enter__()
+            try:
                 yield uow
+            except BaseException as exc:
+                try:
+                    uow.__exit__(type(exc), exc, exc.__traceback__)
+                except Exception:  # the body's error is the one to see
+                    logger.warning("%s: the rollback after an error failed", what, exc_info=True)
+                raise
+            with self.errors(what, uow.engines):
+                uow.__exit__(None, None, None)
         finally:
             if not read_only:
                 self.router.wrote()
@@ -116,9 +141,23 @@ class Runner(ABC):
         await self.async_ensure()
         uow = self._new_async_uow(read_only, consistent)
         try:
+            if self.maps_body:
+                with self.errors(what, uow.engines):
+                    async with uow:
+                        yield uow
+                return
             with self.errors(what, uow.engines):
-                async with uow:
-                    yield uow
+                await uow.__aenter__()
+            try:
+                yield uow
+            except BaseException as exc:
+                try:
+                    await uow.__aexit__(type(exc), exc, exc.__traceback__)
+                except Exception:  # the body's error is the one to see
+                    logger.warning("%s: the rollback after an error failed", what, exc_info=True)
+                raise
+            with self.errors(what, uow.engines):
+                await uow.__aexit__(None, None, None)
         finally:
             if not read_only:
                 self.router.wrote()
@@ -249,6 +288,8 @@ class SessionRunner(Runner):
     transaction is what it is.
     """
 
+    maps_body = False
+
     def __init__(self, session: Session | AsyncSession, store_runner: Runner) -> None:
         super().__init__(
             store_runner.engines,
@@ -261,7 +302,8 @@ class SessionRunner(Runner):
 
     def call(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         with self.unit_of_work(what=what) as uow:
-            result = run_ours(uow.target, fn, *args)
+            with self.errors(what, uow.engines):
+                result = run_ours(uow.target, fn, *args)
             if write:
                 uow.commit()
             return result

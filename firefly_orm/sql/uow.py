@@ -6,7 +6,10 @@ inside a caller's session) and an :data:`ErrorMapper` (which turns driver
 errors into :mod:`firefly_orm.errors`); they know nothing else of the store.
 
 Store-owned units of work run on a plain Connection transaction (lighter than
-a Session); a Session is used only to join a caller's transaction.
+a Session); a Session is used only to join a caller's transaction.  On
+PostgreSQL at ``READ COMMITTED`` a write unit of work defers its ``BEGIN``
+(:class:`_DeferredBegin`): a one-statement append run first commits on its own
+in one round trip; anything else begins the transaction before it runs.
 
 The caller's errors stay the caller's: in a caller's session, the objects the
 caller has pending are flushed by :func:`flush_callers` before our SAVEPOINT,
@@ -90,27 +93,134 @@ class _CallersFirst:
     of our statements, never by them.
     """
 
-    def __init__(self, entries: SQLEntryRepository, session: Session) -> None:
+    def __init__(
+        self,
+        entries: SQLEntryRepository,
+        session: Session,
+        errors: ErrorMapper | None,
+        engines: Engines | None,
+    ) -> None:
         self._entries = entries
         self._session = session
+        self._errors = errors
+        self._engines = engines
 
     def __getattr__(self, name: str) -> Any:
         method = getattr(self._entries, name)
         if not callable(method):
             return method
+        errors, engines = self._errors, self._engines
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            return run_ours(self._session, lambda _session: method(*args, **kwargs))
+            if errors is None:
+                return run_ours(self._session, lambda _session: method(*args, **kwargs))
+            with errors(name, engines):
+                return run_ours(self._session, lambda _session: method(*args, **kwargs))
 
         return call
 
 
-def _entries_on(target: Target) -> EntryRepository:
-    """Our repository over ``target`` (through :class:`_CallersFirst` on a caller's Session)."""
+def _entries_on(
+    target: Target, errors: ErrorMapper | None = None, engines: Engines | None = None
+) -> EntryRepository:
+    """Our repository over ``target`` (through :class:`_CallersFirst` on a caller's Session).
+
+    With ``errors``, each call on a caller's Session maps its own driver errors
+    (the body of the unit of work around it is the caller's and is not mapped).
+    """
     entries = SQLEntryRepository(target)
     if isinstance(target, Session):
-        return cast(EntryRepository, _CallersFirst(entries, target))
+        return cast(EntryRepository, _CallersFirst(entries, target, errors, engines))
     return entries
+
+
+#: Repository methods that are one statement on PostgreSQL, atomic on its own
+#: (:meth:`~firefly_orm.sql.ops.SQLEntryRepository.append_turn`): in a unit of
+#: work whose transaction has not begun, they run without one.
+_ATOMIC_ALONE = frozenset({"append_turn"})
+
+
+class _DeferredBegin:
+    """The transaction of a PostgreSQL write unit of work, begun when a statement needs it.
+
+    The connection comes from the ``"single"`` engine (autocommit, at ``READ
+    COMMITTED``).  A one-statement write (:data:`_ATOMIC_ALONE`) run before
+    anything else commits on its own: the unit of work then costs one round
+    trip instead of ``BEGIN``, the statement and ``COMMIT``.  Any other
+    statement first switches the connection back to ``level`` and begins the
+    transaction, exactly as an eager unit of work would have.  After a
+    statement that committed alone nothing else may run in the unit of work
+    (it would not be atomic with it): that raises :class:`RuntimeError`.
+    """
+
+    def __init__(self, conn: Connection, level: str) -> None:
+        self.conn = conn
+        self.level = level
+        self.tx: Any = None
+        self.committed_alone = False
+
+    def begin(self) -> None:
+        """Begin the transaction, if it has not begun."""
+        if self.tx is not None:
+            return
+        if self.committed_alone:
+            raise RuntimeError(
+                "a one-statement write of this unit of work has committed on its own; "
+                "nothing else may run in it"
+            )
+        if self.conn.in_transaction():
+            # SQLAlchemy's autobegin after a statement run in autocommit: nothing
+            # is open on the server, and ending it sends nothing.
+            self.conn.commit()
+        self.conn.execution_options(isolation_level=self.level)
+        self.tx = self.conn.begin()
+
+
+#: How a failure of a statement that commits as it runs is named: like a failed
+#: COMMIT, its outcome is unknown to the caller.
+_ALONE_WHAT = "{name} (one statement, committed as it runs: it may have been stored)"
+
+
+class _BeginsLazily:
+    """The entries of a unit of work with a :class:`_DeferredBegin` transaction."""
+
+    def __init__(
+        self,
+        entries: SQLEntryRepository,
+        deferred: _DeferredBegin,
+        errors: ErrorMapper,
+        engines: Engines,
+    ) -> None:
+        self._entries = entries
+        self._deferred = deferred
+        self._errors = errors
+        self._engines = engines
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._entries, name)
+        if not callable(method):
+            return method
+        deferred = self._deferred
+        if name in _ATOMIC_ALONE:
+            errors, engines = self._errors, self._engines
+
+            def alone(*args: Any, **kwargs: Any) -> Any:
+                if deferred.tx is not None or deferred.committed_alone:
+                    deferred.begin()
+                    return method(*args, **kwargs)
+                with errors(_ALONE_WHAT.format(name=name), engines):
+                    result = method(*args, **kwargs)
+                if result is not None:  # it wrote (and committed)
+                    deferred.committed_alone = True
+                return result
+
+            return alone
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            deferred.begin()
+            return method(*args, **kwargs)
+
+        return call
 
 
 class ErrorMapper(Protocol):
@@ -155,19 +265,34 @@ class _Transaction(Generic[S]):
         self._mode: Mode = "read" if read_only else "write"
         self._restore: Callable[[], None] | None = None
         self._tx: Any = None
+        self._deferred: _DeferredBegin | None = None
         self._done = False
 
+    def _current_tx(self) -> Any:
+        return self._tx if self._deferred is None else self._deferred.tx
+
     def _active_tx(self) -> Any:
-        if self._done or self._tx is None:
+        if self._done or self._current_tx() is None:
             raise RuntimeError("this unit of work is not active")
-        return self._tx
+        return self._current_tx()
+
+    def _nothing_to_commit(self) -> bool:
+        """A deferred transaction that never began: mark the unit of work done, return True."""
+        if self._deferred is None or self._deferred.tx is not None:
+            return False
+        if self._done:
+            raise RuntimeError("this unit of work is not active")
+        self._done = True
+        return True
 
     def _needs_rollback(self) -> bool:
         """Whether the transaction is still open and must be rolled back (marks it done)."""
-        if self._tx is None or self._done:
+        tx = self._current_tx()
+        if tx is None or self._done:
+            self._done = self._done or self._deferred is not None
             return False
         self._done = True
-        return bool(self._tx.is_active)
+        return bool(tx.is_active)
 
     def _translate(self, session: Session) -> None:
         """Map our table to the store's schema in the caller's ``session``."""
@@ -190,14 +315,24 @@ class SQLUnitOfWork(_Transaction[Session]):
     """
 
     entries: EntryRepository
-    #: The Session or Connection the work runs on (while entered).
-    target: Target
+    _target: Target
     _conn: Connection | None = None
+
+    @property
+    def target(self) -> Target:
+        """The Session or Connection the work runs on (while entered).
+
+        Statements run on it directly are inside the unit of work's
+        transaction: asking for it begins a deferred one.
+        """
+        if self._deferred is not None:
+            self._deferred.begin()
+        return self._target
 
     def __enter__(self) -> Self:
         if self._external is not None:
             flush_callers(self._external)  # the caller's objects, before our SAVEPOINT
-            self.target = self._external
+            self._target = self._external
             self._translate(self._external)
             try:
                 self._tx = self._external.begin_nested()
@@ -205,17 +340,30 @@ class SQLUnitOfWork(_Transaction[Session]):
                 self._undo_translation()
                 raise
         else:
-            self.target = self._conn = self.engines.sync_engine(self._mode).connect()
+            level = self.engines.deferred_write_level() if self._mode == "write" else None
+            if level is not None:
+                self._target = self._conn = self.engines.sync_engine("single").connect()
+                self._deferred = _DeferredBegin(self._conn, level)
+                self.entries = cast(
+                    EntryRepository,
+                    _BeginsLazily(
+                        SQLEntryRepository(self._conn), self._deferred, self._errors, self.engines
+                    ),
+                )
+                return self
+            self._target = self._conn = self.engines.sync_engine(self._mode).connect()
             try:
                 self._tx = self._conn.begin()
             except BaseException:
                 self._conn.close()
                 raise
-        self.entries = _entries_on(self.target)
+        self.entries = _entries_on(self._target, self._errors, self.engines)
         return self
 
     def commit(self) -> None:
         """Commit the transaction (release the savepoint in a caller's session)."""
+        if self._nothing_to_commit():
+            return
         tx = self._active_tx()
         if self._external is not None:
             flush_callers(self._external)  # what the caller added meanwhile is theirs
@@ -225,8 +373,9 @@ class SQLUnitOfWork(_Transaction[Session]):
 
     def rollback(self) -> None:
         """Roll the transaction (or the savepoint) back; no-op once finished."""
+        tx = self._current_tx()
         if self._needs_rollback():
-            self._tx.rollback()
+            tx.rollback()
 
     def __exit__(self, *exc_info: object) -> None:
         try:
@@ -259,6 +408,16 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
                 self._undo_translation()
                 raise
         else:
+            level = (
+                self.engines.deferred_write_level(is_async=True) if self._mode == "write" else None
+            )
+            if level is not None:
+                conn = await self.engines.async_engine("single").connect()
+                self._runner = self._conn = conn
+                if conn.sync_connection is None:  # set by connect(); for the type checker
+                    raise RuntimeError("the async connection has no sync facade")
+                self._deferred = _DeferredBegin(conn.sync_connection, level)
+                return self
             self._runner = self._conn = await self.engines.async_target(self._mode).connect()
             try:
                 self._tx = await self._conn.begin()
@@ -269,7 +428,20 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
 
     async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(uow, *args)`` with a sync unit-of-work view of this transaction."""
-        return await self.run_on_target(_with_view, fn, *args)
+        return await self._run(_with_view, fn, self._lazy_entries(), *args)
+
+    def _lazy_entries(self) -> Callable[[Connection], EntryRepository] | None:
+        """How a ``run_sync`` view builds its entries when the transaction is deferred."""
+        deferred = self._deferred
+        if deferred is None:
+            return None
+        errors, engines = self._errors, self.engines
+
+        def entries(conn: Connection) -> EntryRepository:
+            lazy = _BeginsLazily(SQLEntryRepository(conn), deferred, errors, engines)
+            return cast(EntryRepository, lazy)
+
+        return entries
 
     async def run_on_target(
         self, fn: Callable[..., T], *args: Any, what: str = "unit of work"
@@ -278,6 +450,11 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
 
         ``what`` names the work in error messages (e.g. ``"save failed on ..."``).
         """
+        if self._deferred is not None:  # fn's statements are not ours to count: begin
+            return await self._run(_begun, self._deferred, fn, *args, what=what)
+        return await self._run(fn, *args, what=what)
+
+    async def _run(self, fn: Callable[..., T], *args: Any, what: str = "unit of work") -> T:
         if self._runner is None:
             raise RuntimeError("this unit of work is not active")
         with self._errors(what, self.engines):
@@ -286,17 +463,28 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
 
     async def commit(self) -> None:
         """Commit the transaction (release the savepoint in a caller's session)."""
+        if self._nothing_to_commit():
+            return
         tx = self._active_tx()
         if self._external is not None:
             await self._external.run_sync(flush_callers)
         with self._errors("commit", self.engines):
-            await tx.commit()
+            if self._deferred is not None:  # begun on the sync facade: end it through it
+                assert isinstance(self._conn, AsyncConnection)
+                await self._conn.commit()
+            else:
+                await tx.commit()
         self._done = True
 
     async def rollback(self) -> None:
         """Roll the transaction (or the savepoint) back; no-op once finished."""
+        tx = self._current_tx()
         if self._needs_rollback():
-            await self._tx.rollback()
+            if self._deferred is not None:
+                assert isinstance(self._conn, AsyncConnection)
+                await self._conn.rollback()
+            else:
+                await tx.rollback()
 
     async def __aexit__(self, *exc_info: object) -> None:
         try:
@@ -307,15 +495,30 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
             self._undo_translation()
 
 
-def _with_view(target: Target, fn: Callable[..., T], *args: Any) -> T:
-    return fn(_SessionUnitOfWork(target), *args)
+def _begun(target: Target, deferred: _DeferredBegin, fn: Callable[..., T], *args: Any) -> T:
+    deferred.begin()
+    return fn(target, *args)
+
+
+def _with_view(
+    target: Target,
+    fn: Callable[..., T],
+    lazy: Callable[[Connection], EntryRepository] | None,
+    *args: Any,
+) -> T:
+    return fn(_SessionUnitOfWork(target, lazy), *args)
 
 
 class _SessionUnitOfWork:
     """Sync view handed to ``run_sync`` callbacks; commit is the async owner's job."""
 
-    def __init__(self, session: Target) -> None:
-        self.entries = _entries_on(session)
+    def __init__(
+        self, session: Target, lazy: Callable[[Connection], EntryRepository] | None = None
+    ) -> None:
+        if lazy is not None and isinstance(session, Connection):
+            self.entries: EntryRepository = lazy(session)
+        else:
+            self.entries = _entries_on(session)
 
     def commit(self) -> None:
         raise RuntimeError("inside run_sync, commit with `await uow.commit()` afterwards")

@@ -6,7 +6,9 @@ own pending in that session.  When those fail to flush (a NOT NULL or unique
 violation; on PostgreSQL a value too long for its column), the app must get
 its own exception, with its own type (``IntegrityError``, ``DataError``), so
 its ``except IntegrityError`` still works; nothing of ours may be written.
-Failures of our own statements are still :class:`~firefly_orm.errors.StoreError`.
+The same holds for the app's own statements in the body of
+``unit_of_work(session=...)``.  Failures of our own statements are still
+:class:`~firefly_orm.errors.StoreError`.
 """
 
 from __future__ import annotations
@@ -197,6 +199,44 @@ def test_our_own_failures_are_still_store_errors(app: tuple[sa.Engine, SQLAlchem
     assert store.load("ns") == []
 
 
+def test_the_apps_own_statements_in_the_unit_of_work_keep_their_errors(
+    app: tuple[sa.Engine, SQLAlchemyStore],
+) -> None:
+    """A statement the app runs itself inside ``unit_of_work(session=...)`` fails as the app's."""
+    engine, store = app
+    with Session(engine) as session:
+        with (
+            pytest.raises(sa.exc.IntegrityError) as info,
+            store.unit_of_work(session=session) as uow,
+        ):
+            _save_entry(uow, "ns")
+            session.execute(sa.insert(Customer).values(email=TAKEN))
+        _assert_apps(info.value, sa.exc.IntegrityError)
+        with (
+            pytest.raises(sa.exc.DBAPIError, match="app_no_such_table") as raw,
+            store.unit_of_work(session=session),
+        ):
+            session.execute(sa.text("SELECT * FROM app_no_such_table"))
+        assert not isinstance(raw.value, FireflyOrmError)
+        session.rollback()
+    assert store.load("ns") == []
+
+
+def test_our_failures_inside_the_apps_unit_of_work_are_store_errors(
+    app: tuple[sa.Engine, SQLAlchemyStore],
+) -> None:
+    engine, store = app
+    with Session(engine) as session:
+        with (
+            pytest.raises(StoreError, match=f"^save failed on .*{TABLE_NAME}"),
+            store.unit_of_work(session=session) as uow,
+        ):
+            session.execute(sa.text(f"DROP TABLE {TABLE_NAME}"))  # undone by the rollback
+            _save_entry(uow, "ns")
+        session.rollback()
+    assert store.load("ns") == []
+
+
 def test_the_apps_valid_objects_and_our_rows_commit_together(
     app: tuple[sa.Engine, SQLAlchemyStore],
 ) -> None:
@@ -264,6 +304,24 @@ async def test_async_objects_added_inside_the_unit_of_work_stay_the_apps(
                 session.add(Customer(email=None))
                 await uow.commit()
         _assert_apps(info.value, sa.exc.IntegrityError)
+        await session.rollback()
+    assert await store.async_load("ns") == []
+
+
+async def test_async_apps_own_statements_in_the_unit_of_work_keep_their_errors(
+    async_app: tuple[AsyncEngine, SQLAlchemyStore],
+) -> None:
+    engine, store = async_app
+    async with AsyncSession(engine) as session:
+        with pytest.raises(sa.exc.IntegrityError) as info:
+            async with store.async_unit_of_work(session=session) as uow:
+                await uow.run_sync(_save_entry, "ns")
+                await session.execute(sa.insert(Customer).values(email=TAKEN))
+        _assert_apps(info.value, sa.exc.IntegrityError)
+        with pytest.raises(StoreError, match=f"{TABLE_NAME}"):
+            async with store.async_unit_of_work(session=session) as uow:
+                await session.execute(sa.text(f"DROP TABLE {TABLE_NAME}"))
+                await uow.run_sync(_save_entry, "ns")
         await session.rollback()
     assert await store.async_load("ns") == []
 

@@ -12,7 +12,8 @@ engines send ``BEGIN [IMMEDIATE]`` when the transaction starts.  One-statement
 operations (``WorkingMemory.set``: a store ``save``) run without a transaction
 on both databases, and so do read-only units of work (history reads) on
 PostgreSQL at ``READ COMMITTED``, where each statement takes its own snapshot
-anyway.  Both are read
+anyway, and ``add_turn``'s one-statement append there (its unit of work begins
+a transaction only for a statement that needs one).  Both are read
 off the driver connection when the transaction ends, so the counts are what
 went over the wire (on SQLite: calls into the library).
 """
@@ -159,10 +160,12 @@ EXPECTED: dict[str, dict[str, tuple[int, int]]] = {
         "get_recent_messages": (1, 3),
     },
     "postgres": {
-        # The one-statement append (a data-modifying CTE) writes nothing without a
-        # head, then the general path runs: one statement more, once per conversation.
+        # The one-statement append (a data-modifying CTE) runs before the unit of
+        # work's transaction begins, in autocommit: one round trip.  Without a head
+        # it writes nothing, then the transaction begins and the general path runs:
+        # one statement more, once per conversation.
         "add_turn, first turn": (5, 7),
-        "add_turn": (1, 3),
+        "add_turn": (1, 1),
         "add_turn, evicting": (5, 7),
         # One statement in autocommit; reads at READ COMMITTED need no transaction.
         "working set": (1, 1),
@@ -414,3 +417,97 @@ def test_concurrent_one_statement_appends_keep_the_head_exact(sql_env: OpenedBac
     assert head.content["turn_count"] == 41 and head.content["next_turn_id"] == 41
     assert head.content["total_messages"] == 82
     assert head.version == 41  # created by the first turn, then one version per turn
+
+
+# ------------------------------------------------------------------ the deferred transaction
+
+
+@pytest.fixture
+def pg_store(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A PostgreSQL store (a schema of its own) that has connected once (its level is known)."""
+    opened = open_backend(request, "postgres")
+    try:
+        opened.store.load("warm-up")
+        yield opened.store
+    finally:
+        opened.close()
+
+
+def _request(namespace: str, turn: int) -> Any:
+    """A one-statement append of a small turn to the conversation in ``namespace``."""
+    from firefly_orm.conversation.model import ConversationTurn
+    from firefly_orm.conversation.rows import HEAD_KEY, turn_entry
+    from firefly_orm.entry import derived_entry_id
+    from firefly_orm.sql.ops import TurnAppend
+
+    row = turn_entry(
+        namespace, ConversationTurn(turn_id=turn, user_prompt="q", assistant_response="a"), None
+    )
+    return TurnAppend(
+        namespace=namespace,
+        head_id=derived_entry_id(namespace, HEAD_KEY),
+        conversation_id=namespace.split(":", 1)[1],
+        row=row,
+        tokens=row.content["token_estimate"],
+        messages=2,
+        token_cap=10_000,
+        message_cap=None,
+        owner=None,
+    )
+
+
+@pytest.mark.postgres
+def test_an_append_committed_alone_ends_what_its_unit_of_work_may_do(pg_store: Any) -> None:
+    """The append that ran without a transaction is committed; nothing may follow it."""
+    from firefly_orm.entry import MemoryEntry
+
+    memory = ConversationMemory(store=pg_store, max_tokens=10_000)
+    memory.add_turn("c", "q0", "a0")
+    with (
+        pytest.raises(RuntimeError, match="committed on its own"),
+        pg_store.unit_of_work() as uow,
+    ):
+        assert uow.entries.append_turn(_request("conversation:c", 1)) is not None
+        uow.entries.save("other", MemoryEntry(content="must not be written"))
+    assert [t.turn_id for t in memory.get_turns("c")] == [0, 1]
+    assert pg_store.load("other") == []
+
+
+@pytest.mark.postgres
+def test_a_deferred_unit_of_work_is_one_transaction_once_begun(pg_store: Any) -> None:
+    """Statements that need a transaction get one: rolled back together, sync and async."""
+    from firefly_orm.entry import MemoryEntry
+
+    with pytest.raises(KeyError), pg_store.unit_of_work() as uow:
+        uow.entries.save("ns", MemoryEntry(key="a", content=1))
+        uow.target.execute(sa.text("SELECT 1"))  # the caller's own statement, same transaction
+        uow.entries.save("ns", MemoryEntry(key="b", content=2))
+        raise KeyError("boom")
+    assert pg_store.load("ns") == []
+
+    async def run() -> None:
+        with pytest.raises(KeyError):
+            async with pg_store.async_unit_of_work() as uow:
+                await uow.run_sync(lambda u: u.entries.save("ns", MemoryEntry(key="c", content=3)))
+                await uow.run_on_target(lambda conn: conn.execute(sa.text("SELECT 1")))
+                raise KeyError("boom")
+        async with pg_store.async_unit_of_work() as uow:
+            await uow.run_sync(lambda u: u.entries.save("ns", MemoryEntry(key="d", content=4)))
+            await uow.commit()
+
+    asyncio.run(run())
+    assert [e.key for e in pg_store.load("ns")] == ["d"]
+
+
+@pytest.mark.postgres
+def test_an_append_that_writes_nothing_leaves_the_transaction_to_the_general_path(
+    pg_store: Any, wire_for: Callable[[Any], Wire]
+) -> None:
+    """No head yet: the append writes nothing, and the general path then runs in one transaction."""
+    wire = wire_for(pg_store)
+    memory = ConversationMemory(store=pg_store, max_tokens=10_000)
+    wire.reset()
+    memory.add_turn("fresh", "q0", "a0")
+    assert wire.counts() == EXPECTED["postgres"]["add_turn, first turn"]
+    assert wire.transactions == 1
+    assert [t.turn_id for t in memory.get_turns("fresh")] == [0]
