@@ -579,7 +579,8 @@ def _append_at_once(
     )
     plan = plan_append(before, turn, (), limits, has_summarizer=has_summarizer)
     if plan.evicted_turn_ids or plan.next_turn_id != after.next_turn_id:
-        # Unreachable while the statement and the planner agree; the unit of work rolls back.
+        # Unreachable while the statement and the planner agree (on PostgreSQL the
+        # statement has committed on its own; on SQLite the unit of work rolls back).
         raise RuntimeError(f"one-statement append disagrees with the planner: {plan}")
     policy.hints.record(conversation_id, plan.total_tokens, plan.total_messages)
     return Appended(plan.turn, plan, None)
