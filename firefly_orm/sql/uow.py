@@ -85,12 +85,39 @@ def run_ours(target: Target, fn: Callable[..., T], *args: Any) -> T:
         return fn(target, *args)
 
 
-class _CallersFirst:
+class _EntriesProxy:
+    """Our repository, each method call wrapped by :meth:`_wrap` (attributes pass through).
+
+    Args:
+        entries: The repository.
+        errors: Maps driver errors of our calls (``None``: the caller maps them).
+        engines: Named in the mapped errors.
+    """
+
+    def __init__(
+        self, entries: SQLEntryRepository, errors: ErrorMapper | None, engines: Engines | None
+    ) -> None:
+        self._entries = entries
+        self._errors = errors
+        self._engines = engines
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._entries, name)
+        if not callable(method):
+            return method
+        return self._wrap(name, method)
+
+    def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        raise NotImplementedError
+
+
+class _CallersFirst(_EntriesProxy):
     """The entries of a unit of work in a caller's Session: each call goes through :func:`run_ours`.
 
     The caller's code runs between our calls (``with store.unit_of_work(session=s)``)
     and may add objects to ``s``; they are flushed as the caller's before each
-    of our statements, never by them.
+    of our statements, never by them.  With ``errors``, each call maps its own
+    driver errors (the body of the unit of work around it is the caller's).
     """
 
     def __init__(
@@ -100,22 +127,17 @@ class _CallersFirst:
         errors: ErrorMapper | None,
         engines: Engines | None,
     ) -> None:
-        self._entries = entries
+        super().__init__(entries, errors, engines)
         self._session = session
-        self._errors = errors
-        self._engines = engines
 
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._entries, name)
-        if not callable(method):
-            return method
-        errors, engines = self._errors, self._engines
+    def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        errors, engines, session = self._errors, self._engines, self._session
 
         def call(*args: Any, **kwargs: Any) -> Any:
             if errors is None:
-                return run_ours(self._session, lambda _session: method(*args, **kwargs))
+                return run_ours(session, lambda _session: method(*args, **kwargs))
             with errors(name, engines):
-                return run_ours(self._session, lambda _session: method(*args, **kwargs))
+                return run_ours(session, lambda _session: method(*args, **kwargs))
 
         return call
 
@@ -181,7 +203,7 @@ class _DeferredBegin:
 _ALONE_WHAT = "{name} (one statement, committed as it runs: it may have been stored)"
 
 
-class _BeginsLazily:
+class _BeginsLazily(_EntriesProxy):
     """The entries of a unit of work with a :class:`_DeferredBegin` transaction."""
 
     def __init__(
@@ -191,18 +213,12 @@ class _BeginsLazily:
         errors: ErrorMapper,
         engines: Engines,
     ) -> None:
-        self._entries = entries
+        super().__init__(entries, errors, engines)
         self._deferred = deferred
-        self._errors = errors
-        self._engines = engines
 
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self._entries, name)
-        if not callable(method):
-            return method
-        deferred = self._deferred
-        if name in _ATOMIC_ALONE:
-            errors, engines = self._errors, self._engines
+    def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
+        deferred, errors, engines = self._deferred, self._errors, self._engines
+        if name in _ATOMIC_ALONE and errors is not None:
 
             def alone(*args: Any, **kwargs: Any) -> Any:
                 if deferred.tx is not None or deferred.committed_alone:
