@@ -15,11 +15,12 @@ with ``expected_sha``, and then saves the file row conditioned on the version
 it read, the audit row and the version row.  They commit together or not at
 all; a failed condition or any error rolls all of them back.  A delete saves
 the file row conditioned on its version before deleting it, so a delete too
-fails when the file changed after it was read, on every store.  A write that
-creates a file, and a delete, also move the workspace head's version on
-(:func:`bump_head`): a path that is created and deleted again between
-another writer's read and its commit makes that writer retry, so every
-path's audit rows are in the order their changes committed.
+fails when the file changed after it was read, on every store.  Creating and
+deleting a file also move the workspace head's version on, and so does every
+write on the stores that lock nothing until commit (:func:`bump_head`): a
+path deleted and created again between another writer's read and its commit
+makes that writer retry, so every path's audit rows are in the order their
+changes committed.
 
 What each operation costs (SQL statements; ``N`` rows read):
 
@@ -68,6 +69,7 @@ from firefly_orm.bridges.steps import Operation, RetryBudget, Transaction
 from firefly_orm.entry import MemoryEntry, utcnow
 from firefly_orm.errors import ConcurrencyError, NotFoundError
 from firefly_orm.protocols import UnitOfWork
+from firefly_orm.uow import StagedUnitOfWork
 
 __all__ = [
     "WritePolicy",
@@ -169,22 +171,32 @@ def require_workspace(uow: UnitOfWork, layout: Layout) -> WorkspaceInfo:
     return workspace_info(require_head(uow, layout))
 
 
-def bump_head(uow: UnitOfWork, layout: Layout, head: MemoryEntry) -> None:
-    """Move the head row's version on: a file was created or deleted in this unit of work.
+def bump_head(uow: UnitOfWork, layout: Layout, head: MemoryEntry, *, created: bool) -> None:
+    """Move the head row's version on after a change of the workspace's files, where needed.
 
-    A file row's version guards it only while the row exists.  Without this, a
-    writer that read "no file" could commit after another created and deleted
-    that path (the same "no file" again), and its audit row, timed at its
-    read, would sit before theirs and break the path's chain.  The head's
-    version, read with ``head`` and conditioned on here, changes with every
-    creation and deletion, so such a writer fails with
-    :class:`~firefly_orm.errors.ConcurrencyError` and retries; updates of an
-    existing file are guarded by its own version and leave the head alone.
-    The head is written last, so on PostgreSQL its row lock is always taken
-    after the file rows' (no lock-order deadlock with another write).
-    Call it once per unit of work.
+    A file row's version guards it only while the row exists: its versions
+    start again at 1 when the path is deleted and created anew.  Without this,
+    a writer that read "no file", or version ``v`` of the file, could commit
+    after others deleted and re-created the path (the same "no file", or a new
+    file at version ``v``), and its audit row, timed at its read, would sit
+    out of order in the path's chain (its update would even overwrite the new
+    file unseen).  The head's version, read with ``head`` and conditioned on
+    here, changes with every such change, so a stale writer fails with
+    :class:`~firefly_orm.errors.ConcurrencyError` and retries with a fresh read.
+
+    ``created``: the change created or deleted a path; it always moves the head
+    (on PostgreSQL no row is there to lock when a path is created).  An update
+    of an existing file moves it only on stores that lock nothing until
+    commit (a staged unit of work: :class:`~firefly_orm.FileStore`,
+    :class:`~firefly_orm.InMemoryStore`, MongoDB); on SQL the file row read
+    ``for_update`` is locked (PostgreSQL) or the whole write is serialised
+    (SQLite), so no delete can slip in, and concurrent writers of different
+    files do not queue on the head.  The head is written last, so on
+    PostgreSQL its row lock is always taken after the file rows' (no
+    lock-order deadlock with another write).  Call it once per unit of work.
     """
-    uow.entries.save(layout.registry, head, expected_version=head.version)
+    if created or isinstance(uow, StagedUnitOfWork):
+        uow.entries.save(layout.registry, head, expected_version=head.version)
 
 
 def _clear_family(uow: UnitOfWork, layout: Layout) -> None:
@@ -324,7 +336,7 @@ def write_file(
 ) -> FileInfo:
     """The transaction of a write: the workspace must exist, then :func:`put_file`.
 
-    A write that creates the file moves the head's version on (:func:`bump_head`).
+    The head's version moves on (:func:`bump_head`).
     """
     head = require_head(uow, layout)
     info = put_file(
@@ -337,8 +349,7 @@ def write_file(
         expected_sha=expected_sha,
         policy=policy,
     )
-    if info.version == 1:  # created (an update's version is at least 2)
-        bump_head(uow, layout, head)
+    bump_head(uow, layout, head, created=info.version == 1)  # (an update's is at least 2)
     return info
 
 
@@ -379,7 +390,7 @@ def delete_file(
     if current is None:
         return False
     _remove_file(uow, layout, current, actor, reason, policy.audit)
-    bump_head(uow, layout, head)
+    bump_head(uow, layout, head, created=True)
     return True
 
 
@@ -430,8 +441,7 @@ def promote_file(
     )
     if move:
         _remove_file(uow, layout, source, actor, reason, audit=False)
-    if move or info.version == 1:  # a path appeared or went away
-        bump_head(uow, layout, head)
+    bump_head(uow, layout, head, created=move or info.version == 1)
     logger.info(
         "artifact workspace %r: %s %r (%s) to %r by %r",
         layout.key,

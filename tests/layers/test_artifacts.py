@@ -732,6 +732,26 @@ def test_a_stale_delete_of_a_recreated_path_fails(store: Any) -> None:
     assert all(a.new_sha == b.old_sha for a, b in itertools.pairwise(log))
 
 
+def test_a_stale_update_of_a_recreated_path_fails(store: Any) -> None:
+    """An update read at version 1 must not overwrite the path deleted and created anew (v1 too)."""
+    ws = Artifacts(store=store).create("aba-update")
+    ws.write_text("f.md", "one")
+    uow = store.unit_of_work()
+    if not isinstance(uow, StagedUnitOfWork):
+        pytest.skip("writes are applied as they are made; no interleaving in one thread")
+    with uow:
+        ops.write_file(
+            uow, ws.layout, "f.md", Body.of_text("late"), "late", "", None, ops.WritePolicy()
+        )
+        ws.delete("f.md", actor="early")
+        ws.write_text("f.md", "two", actor="early")
+        with pytest.raises(ConcurrencyError):
+            uow.commit()
+    assert ws.read_text("f.md") == "two"
+    log = ws.audit_log()
+    assert all(a.new_sha == b.old_sha for a, b in itertools.pairwise(log))
+
+
 def test_threads_incrementing_a_counter_lose_nothing(store: Any) -> None:
     """Writers in threads of one process (every store): CAS retries count every increment."""
     ws = Artifacts(store=store).create("counter", keep_versions=True)
