@@ -15,11 +15,12 @@ import hashlib
 import itertools
 import json
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from store_backends import OpenedBackend
+from store_backends import OpenedBackend, backend_params, open_backend
 
 from firefly_orm.artifacts import (
     ArtifactFile,
@@ -53,6 +54,21 @@ def mode(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def store(layer_backend: OpenedBackend) -> Any:
     return layer_backend.store
+
+
+#: The layer backends whose units of work are staged: applied at commit, no lock
+#: taken before.  Only there can a stale writer be interleaved in one thread.
+STAGED_BACKENDS = ("memory", "file", "mongo")
+
+
+@pytest.fixture(params=backend_params(STAGED_BACKENDS))
+def staged_store(request: pytest.FixtureRequest) -> Iterator[Any]:
+    opened = open_backend(request, str(request.param))
+    try:
+        assert isinstance(opened.store.unit_of_work(), StagedUnitOfWork)
+        yield opened.store
+    finally:
+        opened.close()
 
 
 async def call(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:
@@ -682,21 +698,19 @@ async def test_bad_arguments_are_named(store: Any, mode: str) -> None:
         await call(mode, ws, "files", limit=-1)
 
 
-def test_a_path_created_and_deleted_meanwhile_fails_a_stale_write(store: Any) -> None:
+def test_a_path_created_and_deleted_meanwhile_fails_a_stale_write(staged_store: Any) -> None:
     """ABA on a path: a write that read "no file" must not commit after a create and a delete.
 
     Its audit row is timed at its read, before theirs; had it committed, the
     path's audit chain would be out of order (a create after a create).  The
     head's version, moved on by every creation and deletion, catches it.
-    Stores that apply the writes at commit show it in one thread; SQL stores
-    lock the file row or run one writer at a time, so the interleaving cannot
-    be staged in one thread there (the kill -9 test covers them across
-    processes).
+    Shown on the stores that apply the writes at commit; SQL stores lock the
+    file row or run one writer at a time, so the interleaving cannot be staged
+    in one thread there (the kill -9 test covers them across processes).
     """
+    store = staged_store
     ws = Artifacts(store=store).create("aba", keep_versions=True)
     uow = store.unit_of_work()
-    if not isinstance(uow, StagedUnitOfWork):
-        pytest.skip("writes are applied as they are made; no interleaving in one thread")
     policy = ops.WritePolicy(keep_versions=True)
     with uow:
         ops.write_file(uow, ws.layout, "f.md", Body.of_text("late"), "late", "", None, policy)
@@ -714,13 +728,12 @@ def test_a_path_created_and_deleted_meanwhile_fails_a_stale_write(store: Any) ->
     assert all(a.new_sha == b.old_sha for a, b in itertools.pairwise(log))
 
 
-def test_a_stale_delete_of_a_recreated_path_fails(store: Any) -> None:
+def test_a_stale_delete_of_a_recreated_path_fails(staged_store: Any) -> None:
     """A delete read at version 1 must not commit after the path was deleted and created again."""
+    store = staged_store
     ws = Artifacts(store=store).create("aba-delete")
     ws.write_text("f.md", "one")
     uow = store.unit_of_work()
-    if not isinstance(uow, StagedUnitOfWork):
-        pytest.skip("writes are applied as they are made; no interleaving in one thread")
     with uow:
         assert ops.delete_file(uow, ws.layout, "f.md", "late", "", None, ops.WritePolicy())
         ws.delete("f.md", actor="early")
@@ -732,13 +745,12 @@ def test_a_stale_delete_of_a_recreated_path_fails(store: Any) -> None:
     assert all(a.new_sha == b.old_sha for a, b in itertools.pairwise(log))
 
 
-def test_a_stale_update_of_a_recreated_path_fails(store: Any) -> None:
+def test_a_stale_update_of_a_recreated_path_fails(staged_store: Any) -> None:
     """An update read at version 1 must not overwrite the path deleted and created anew (v1 too)."""
+    store = staged_store
     ws = Artifacts(store=store).create("aba-update")
     ws.write_text("f.md", "one")
     uow = store.unit_of_work()
-    if not isinstance(uow, StagedUnitOfWork):
-        pytest.skip("writes are applied as they are made; no interleaving in one thread")
     with uow:
         ops.write_file(
             uow, ws.layout, "f.md", Body.of_text("late"), "late", "", None, ops.WritePolicy()
