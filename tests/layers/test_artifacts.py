@@ -728,33 +728,24 @@ def test_a_path_created_and_deleted_meanwhile_fails_a_stale_write(staged_store: 
     assert all(a.new_sha == b.old_sha for a, b in itertools.pairwise(log))
 
 
-def test_a_stale_delete_of_a_recreated_path_fails(staged_store: Any) -> None:
-    """A delete read at version 1 must not commit after the path was deleted and created again."""
+def _stale_delete(uow: Any, layout: Layout) -> None:
+    assert ops.delete_file(uow, layout, "f.md", "late", "", None, ops.WritePolicy())
+
+
+def _stale_update(uow: Any, layout: Layout) -> None:
+    ops.write_file(uow, layout, "f.md", Body.of_text("late"), "late", "", None, ops.WritePolicy())
+
+
+@pytest.mark.parametrize("stale", [_stale_delete, _stale_update], ids=["delete", "update"])
+def test_a_stale_change_of_a_recreated_path_fails(staged_store: Any, stale: Any) -> None:
+    """A delete or an update read at version 1 must not commit after the path was deleted
+    and created again (at version 1 too): the update would overwrite the new file unseen."""
     store = staged_store
-    ws = Artifacts(store=store).create("aba-delete")
+    ws = Artifacts(store=store).create("aba-change")
     ws.write_text("f.md", "one")
     uow = store.unit_of_work()
     with uow:
-        assert ops.delete_file(uow, ws.layout, "f.md", "late", "", None, ops.WritePolicy())
-        ws.delete("f.md", actor="early")
-        ws.write_text("f.md", "two", actor="early")
-        with pytest.raises(ConcurrencyError):
-            uow.commit()
-    assert ws.read_text("f.md") == "two"
-    log = ws.audit_log()
-    assert all(a.new_sha == b.old_sha for a, b in itertools.pairwise(log))
-
-
-def test_a_stale_update_of_a_recreated_path_fails(staged_store: Any) -> None:
-    """An update read at version 1 must not overwrite the path deleted and created anew (v1 too)."""
-    store = staged_store
-    ws = Artifacts(store=store).create("aba-update")
-    ws.write_text("f.md", "one")
-    uow = store.unit_of_work()
-    with uow:
-        ops.write_file(
-            uow, ws.layout, "f.md", Body.of_text("late"), "late", "", None, ops.WritePolicy()
-        )
+        stale(uow, ws.layout)
         ws.delete("f.md", actor="early")
         ws.write_text("f.md", "two", actor="early")
         with pytest.raises(ConcurrencyError):
