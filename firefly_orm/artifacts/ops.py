@@ -140,9 +140,14 @@ def retry_races(step: Transaction[T]) -> Operation[T]:
 # --------------------------------------------------------------------------- workspaces
 
 
+def _read_head(uow: UnitOfWork, layout: Layout) -> MemoryEntry | None:
+    """The workspace's head row, or ``None`` when it does not exist."""
+    return uow.entries.get(layout.registry, layout.head_id)
+
+
 def read_workspace(uow: UnitOfWork, layout: Layout) -> WorkspaceInfo | None:
     """The workspace's registry entry, or ``None`` when it does not exist."""
-    head = uow.entries.get(layout.registry, layout.head_id)
+    head = _read_head(uow, layout)
     return None if head is None else workspace_info(head)
 
 
@@ -152,7 +157,7 @@ def require_head(uow: UnitOfWork, layout: Layout) -> MemoryEntry:
     Raises:
         NotFoundError: The workspace does not exist (never created, or deleted).
     """
-    head = uow.entries.get(layout.registry, layout.head_id)
+    head = _read_head(uow, layout)
     if head is None:
         owner = "" if layout.user_id is None else f" of user {layout.user_id!r}"
         raise NotFoundError(
@@ -552,13 +557,13 @@ def import_snapshot(
     Raises:
         WorkspaceExistsError: The workspace exists and ``replace`` is false.
     """
-    if read_workspace(uow, layout) is not None and not replace:
+    existing = _read_head(uow, layout)
+    if existing is not None and not replace:
         raise WorkspaceExistsError(
             f"artifact workspace {layout.key!r} already exists (pass replace=True to overwrite)"
         )
     _clear_family(uow, layout)
     # The head is replaced in place, its version moving on (as bump_head does).
-    existing = uow.entries.get(layout.registry, layout.head_id)
     uow.entries.save(
         layout.registry,
         layout.head_entry(snapshot.created_at),

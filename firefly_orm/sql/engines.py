@@ -82,12 +82,11 @@ _WRITE_OPTION = "firefly_orm_write"
 _NO_BEGIN_OPTION = "firefly_orm_no_begin"
 #: PostgreSQL: the execution options of a connection without transactions.
 _AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
+#: ``Engines.deferred_write_level`` not worked out yet.
+_UNKNOWN = object()
 #: Isolation levels at which a PostgreSQL transaction gives each statement a
 #: snapshot of its own (READ UNCOMMITTED is READ COMMITTED there): a statement
 #: in autocommit sees what it would see inside one.
-#: ``Engines.deferred_write_level`` not worked out yet.
-_UNKNOWN = object()
-
 _PER_STATEMENT_SNAPSHOTS = frozenset({"READ COMMITTED", "READ UNCOMMITTED", "AUTOCOMMIT"})
 #: dispose() tasks scheduled by close() inside a running loop (kept referenced)
 _PENDING_DISPOSALS: set[asyncio.Task[None]] = set()
@@ -161,12 +160,22 @@ def _mode_options(mode: Mode, engine: Engine | AsyncEngine) -> dict[str, Any] | 
         return {}
     if dialect == "sqlite":
         return {_NO_BEGIN_OPTION: True} if mode == "single" else {}
-    level = engine.get_execution_options().get("isolation_level")
-    if level is None:  # set on the first connection, from the server
-        level = getattr(engine.dialect, "default_isolation_level", None)
+    level = _isolation_level(engine)
     if level is None:
         return None
     return dict(_AUTOCOMMIT) if level in _PER_STATEMENT_SNAPSHOTS else {}
+
+
+def _isolation_level(engine: Engine | AsyncEngine) -> str | None:
+    """The isolation level ``engine``'s transactions run at (``None``: not known yet).
+
+    The engine's own ``isolation_level`` option, else the server's default,
+    which the dialect learns on the first connection.
+    """
+    level = engine.get_execution_options().get("isolation_level")
+    if level is None:
+        level = getattr(engine.dialect, "default_isolation_level", None)
+    return cast(str | None, level)
 
 
 def in_transaction(
@@ -484,17 +493,11 @@ class Engines:
         single = self.async_target("single") if is_async else self.sync_engine("single")
         if (is_async, "single") not in self._cache:
             return None  # the server's level is not known before the first connection
-        options = cast(Engine | AsyncEngine, single).get_execution_options()
         level: str | None = None
-        if options.get("isolation_level") == "AUTOCOMMIT":
-            default = cast(
-                Engine | AsyncEngine,
-                self.async_target("default") if is_async else self.sync_engine("default"),
-            )
-            level = default.get_execution_options().get("isolation_level") or getattr(
-                default.dialect, "default_isolation_level", None
-            )
-            if level == "AUTOCOMMIT":
+        if _isolation_level(cast(Engine | AsyncEngine, single)) == "AUTOCOMMIT":
+            default = self.async_target("default") if is_async else self.sync_engine("default")
+            level = _isolation_level(cast(Engine | AsyncEngine, default))
+            if level == "AUTOCOMMIT":  # the caller's engine is itself in autocommit
                 level = None
         self._deferred_levels[is_async] = level
         return level

@@ -30,10 +30,9 @@ functions through ``run_sync`` (or runs the sync path in a worker thread).
 
 from __future__ import annotations
 
-import logging
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -46,7 +45,6 @@ from firefly_orm.sql.uow import AsyncSQLUnitOfWork, ErrorMapper, SQLUnitOfWork, 
 
 __all__ = ["EngineRunner", "Runner", "SessionRunner"]
 
-logger = logging.getLogger("firefly_orm")
 
 T = TypeVar("T")
 
@@ -99,7 +97,8 @@ class Runner(ABC):
     #: Whether the errors of a unit of work's body are mapped too.  ``False``
     #: in a caller's session, where the body is the caller's code and its own
     #: statements' errors are the caller's; ours are mapped where they run (the
-    #: repository calls, ``run_sync``, begin, commit and rollback).
+    #: repository calls, ``run_sync``, and the unit of work's begin, commit and
+    #: rollback: :class:`~firefly_orm.sql.uow.SQLUnitOfWork`).
     maps_body = True
 
     @contextmanager
@@ -113,22 +112,8 @@ class Runner(ABC):
         self.ensure()
         uow = self._new_uow(read_only, consistent)
         try:
-            if self.maps_body:
-                with self.errors(what, uow.engines), uow:
-                    yield uow
-                return
-            with self.errors(what, uow.engines):
-                uow.__enter__()
-            try:
+            with self._body_errors(what, uow.engines), uow:
                 yield uow
-            except BaseException as exc:
-                try:
-                    uow.__exit__(type(exc), exc, exc.__traceback__)
-                except Exception:  # the body's error is the one to see
-                    logger.warning("%s: the rollback after an error failed", what, exc_info=True)
-                raise
-            with self.errors(what, uow.engines):
-                uow.__exit__(None, None, None)
         finally:
             if not read_only:
                 self.router.wrote()
@@ -141,26 +126,16 @@ class Runner(ABC):
         await self.async_ensure()
         uow = self._new_async_uow(read_only, consistent)
         try:
-            if self.maps_body:
-                with self.errors(what, uow.engines):
-                    async with uow:
-                        yield uow
-                return
-            with self.errors(what, uow.engines):
-                await uow.__aenter__()
-            try:
-                yield uow
-            except BaseException as exc:
-                try:
-                    await uow.__aexit__(type(exc), exc, exc.__traceback__)
-                except Exception:  # the body's error is the one to see
-                    logger.warning("%s: the rollback after an error failed", what, exc_info=True)
-                raise
-            with self.errors(what, uow.engines):
-                await uow.__aexit__(None, None, None)
+            with self._body_errors(what, uow.engines):
+                async with uow:
+                    yield uow
         finally:
             if not read_only:
                 self.router.wrote()
+
+    def _body_errors(self, what: str, engines: Engines) -> AbstractContextManager[None]:
+        """What maps the errors of a unit of work as a whole (see :attr:`maps_body`)."""
+        return self.errors(what, engines) if self.maps_body else nullcontext()
 
     def run_in_unit_of_work(
         self,

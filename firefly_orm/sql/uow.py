@@ -22,8 +22,9 @@ of our own statements become :mod:`firefly_orm.errors` exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Generic, Protocol, Self, TypeVar, cast
 
 from sqlalchemy.engine import Connection
@@ -42,6 +43,8 @@ __all__ = [
     "is_callers_error",
     "run_ours",
 ]
+
+logger = logging.getLogger("firefly_orm")
 
 T = TypeVar("T")
 S = TypeVar("S", Session, AsyncSession)
@@ -175,11 +178,17 @@ class _DeferredBegin:
     (it would not be atomic with it): that raises :class:`RuntimeError`.
     """
 
-    def __init__(self, conn: Connection, level: str) -> None:
+    def __init__(self, conn: Connection, level: str, errors: ErrorMapper, engines: Engines) -> None:
         self.conn = conn
         self.level = level
+        self.errors = errors
+        self.engines = engines
         self.tx: Any = None
         self.committed_alone = False
+
+    def entries(self, conn: Connection) -> EntryRepository:
+        """Our repository over ``conn`` (this connection, or its ``run_sync`` facade)."""
+        return cast(EntryRepository, _BeginsLazily(SQLEntryRepository(conn), self))
 
     def begin(self) -> None:
         """Begin the transaction, if it has not begun."""
@@ -206,19 +215,14 @@ _ALONE_WHAT = "{name} (one statement, committed as it runs: it may have been sto
 class _BeginsLazily(_EntriesProxy):
     """The entries of a unit of work with a :class:`_DeferredBegin` transaction."""
 
-    def __init__(
-        self,
-        entries: SQLEntryRepository,
-        deferred: _DeferredBegin,
-        errors: ErrorMapper,
-        engines: Engines,
-    ) -> None:
-        super().__init__(entries, errors, engines)
+    def __init__(self, entries: SQLEntryRepository, deferred: _DeferredBegin) -> None:
+        super().__init__(entries, deferred.errors, deferred.engines)
         self._deferred = deferred
 
     def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        deferred, errors, engines = self._deferred, self._errors, self._engines
-        if name in _ATOMIC_ALONE and errors is not None:
+        deferred = self._deferred
+        errors, engines = deferred.errors, deferred.engines
+        if name in _ATOMIC_ALONE:
 
             def alone(*args: Any, **kwargs: Any) -> Any:
                 if deferred.tx is not None or deferred.committed_alone:
@@ -304,11 +308,31 @@ class _Transaction(Generic[S]):
     def _needs_rollback(self) -> bool:
         """Whether the transaction is still open and must be rolled back (marks it done)."""
         tx = self._current_tx()
-        if tx is None or self._done:
-            self._done = self._done or self._deferred is not None
-            return False
+        if self._done or (tx is None and self._deferred is None):
+            return False  # finished, or never entered
         self._done = True
-        return bool(tx.is_active)
+        return tx is not None and bool(tx.is_active)
+
+    @contextmanager
+    def _ending(self, failed: bool) -> Iterator[None]:
+        """Around the end of the transaction in ``__exit__``.
+
+        In a caller's session our errors are mapped here (the store's runner
+        maps nothing around the body, which is the caller's code), and after
+        the body failed, a failed rollback of the savepoint is logged and the
+        body's error stays the one raised.  A store-owned transaction's runner
+        maps around the whole unit of work.
+        """
+        if self._external is None:
+            yield
+            return
+        try:
+            with self._errors("unit of work", self.engines):
+                yield
+        except Exception:
+            if not failed:
+                raise
+            logger.warning("rolling back the savepoint after an error failed", exc_info=True)
 
     def _translate(self, session: Session) -> None:
         """Map our table to the store's schema in the caller's ``session``."""
@@ -351,7 +375,8 @@ class SQLUnitOfWork(_Transaction[Session]):
             self._target = self._external
             self._translate(self._external)
             try:
-                self._tx = self._external.begin_nested()
+                with self._errors("unit of work", self.engines):
+                    self._tx = self._external.begin_nested()
             except BaseException:
                 self._undo_translation()
                 raise
@@ -359,13 +384,8 @@ class SQLUnitOfWork(_Transaction[Session]):
             level = self.engines.deferred_write_level() if self._mode == "write" else None
             if level is not None:
                 self._target = self._conn = self.engines.sync_engine("single").connect()
-                self._deferred = _DeferredBegin(self._conn, level)
-                self.entries = cast(
-                    EntryRepository,
-                    _BeginsLazily(
-                        SQLEntryRepository(self._conn), self._deferred, self._errors, self.engines
-                    ),
-                )
+                self._deferred = _DeferredBegin(self._conn, level, self._errors, self.engines)
+                self.entries = self._deferred.entries(self._conn)
                 return self
             self._target = self._conn = self.engines.sync_engine(self._mode).connect()
             try:
@@ -395,7 +415,8 @@ class SQLUnitOfWork(_Transaction[Session]):
 
     def __exit__(self, *exc_info: object) -> None:
         try:
-            self.rollback()
+            with self._ending(exc_info[0] is not None):
+                self.rollback()
         finally:
             if self._conn is not None:
                 self._conn.close()
@@ -419,7 +440,8 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
             self._runner = self._external
             self._translate(self._external.sync_session)
             try:
-                self._tx = await self._external.begin_nested()
+                with self._errors("unit of work", self.engines):
+                    self._tx = await self._external.begin_nested()
             except BaseException:
                 self._undo_translation()
                 raise
@@ -432,7 +454,9 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
                 self._runner = self._conn = conn
                 if conn.sync_connection is None:  # set by connect(); for the type checker
                     raise RuntimeError("the async connection has no sync facade")
-                self._deferred = _DeferredBegin(conn.sync_connection, level)
+                self._deferred = _DeferredBegin(
+                    conn.sync_connection, level, self._errors, self.engines
+                )
                 return self
             self._runner = self._conn = await self.engines.async_target(self._mode).connect()
             try:
@@ -444,20 +468,7 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
 
     async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(uow, *args)`` with a sync unit-of-work view of this transaction."""
-        return await self._run(_with_view, fn, self._lazy_entries(), *args)
-
-    def _lazy_entries(self) -> Callable[[Connection], EntryRepository] | None:
-        """How a ``run_sync`` view builds its entries when the transaction is deferred."""
-        deferred = self._deferred
-        if deferred is None:
-            return None
-        errors, engines = self._errors, self.engines
-
-        def entries(conn: Connection) -> EntryRepository:
-            lazy = _BeginsLazily(SQLEntryRepository(conn), deferred, errors, engines)
-            return cast(EntryRepository, lazy)
-
-        return entries
+        return await self._run(_with_view, fn, self._deferred, *args)
 
     async def run_on_target(
         self, fn: Callable[..., T], *args: Any, what: str = "unit of work"
@@ -504,7 +515,8 @@ class AsyncSQLUnitOfWork(_Transaction[AsyncSession]):
 
     async def __aexit__(self, *exc_info: object) -> None:
         try:
-            await self.rollback()
+            with self._ending(exc_info[0] is not None):
+                await self.rollback()
         finally:
             if self._conn is not None:
                 await self._conn.close()
@@ -517,22 +529,17 @@ def _begun(target: Target, deferred: _DeferredBegin, fn: Callable[..., T], *args
 
 
 def _with_view(
-    target: Target,
-    fn: Callable[..., T],
-    lazy: Callable[[Connection], EntryRepository] | None,
-    *args: Any,
+    target: Target, fn: Callable[..., T], deferred: _DeferredBegin | None, *args: Any
 ) -> T:
-    return fn(_SessionUnitOfWork(target, lazy), *args)
+    return fn(_SessionUnitOfWork(target, deferred), *args)
 
 
 class _SessionUnitOfWork:
     """Sync view handed to ``run_sync`` callbacks; commit is the async owner's job."""
 
-    def __init__(
-        self, session: Target, lazy: Callable[[Connection], EntryRepository] | None = None
-    ) -> None:
-        if lazy is not None and isinstance(session, Connection):
-            self.entries: EntryRepository = lazy(session)
+    def __init__(self, session: Target, deferred: _DeferredBegin | None = None) -> None:
+        if deferred is not None and isinstance(session, Connection):
+            self.entries: EntryRepository = deferred.entries(session)
         else:
             self.entries = _entries_on(session)
 
