@@ -95,6 +95,7 @@ from firefly_orm.jsonvalues import (
     MAX_JSON_DEPTH,
     check_json_structure,
     is_json_wrapper,
+    load_json,
     unwrap_stored_json,
     validate_json_value,
     wrap_json_for_storage,
@@ -206,7 +207,7 @@ class JSONValue(sa.TypeDecorator[Any]):
         if dialect.name == "postgresql":
             return decode_json_from_jsonb(value)
         if dialect.name == "sqlite":
-            return None if value is None else json.loads(value)
+            return None if value is None else load_json(value)
         return value
 
 

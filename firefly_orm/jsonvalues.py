@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic_core import from_json
+
 from firefly_orm.errors import EntryValidationError
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "decode_json_from_jsonb",
     "encode_json_for_jsonb",
     "is_json_wrapper",
+    "load_json",
     "unwrap_stored_json",
     "validate_json_value",
     "wrap_json_for_storage",
@@ -33,6 +36,25 @@ __all__ = [
 #: (``[]`` and ``{}`` are depth 1, ``[[1]]`` depth 2; the metadata dict itself
 #: counts).  Deeper values are refused by :func:`validate_entry`.
 MAX_JSON_DEPTH = 100
+
+
+# --------------------------------------------------------------------------- reading JSON text
+
+
+def load_json(text: str | bytes) -> Any:
+    """The value of a JSON text, as :func:`json.loads` reads it, parsed faster.
+
+    pydantic-core's parser (a dependency through pydantic) reads a stored row
+    several times faster than :func:`json.loads`, and gives the same values
+    (big integers, floats to the last bit, the last of duplicate keys).  Where
+    it refuses a text (an escaped lone surrogate, nesting deeper than its
+    limit), :func:`json.loads` reads it, or raises its own error: so every text
+    reads as it always did.
+    """
+    try:
+        return from_json(text)
+    except ValueError:
+        return json.loads(text)
 
 
 # --------------------------------------------------------------------------- JSON wrapper
@@ -75,7 +97,7 @@ def wrap_json_for_storage(value: Any, *, text: str, unstorable: bool) -> Any:
 def unwrap_stored_json(value: Any) -> Any:
     """Inverse of :func:`wrap_json_for_storage` (other values pass through)."""
     if is_json_wrapper(value) and isinstance(value[JSON_WRAPPER_KEY], str):
-        return json.loads(value[JSON_WRAPPER_KEY])
+        return load_json(value[JSON_WRAPPER_KEY])
     return value
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "checked_turns",
     "history_messages",
     "message_style",
+    "newest_plain_messages",
     "newest_whole_turns",
     "pinned_part",
     "place_window",
@@ -206,6 +207,46 @@ def newest_whole_turns(
             count = fitting
     room = used_tokens < token_room and used_messages < message_room
     return count, room and 0 < count == fitting
+
+
+def newest_plain_messages(turns: Sequence[Content], count: int) -> ContextWindow | None:
+    """The last-N read's fast path: its window over checked turns (chronological).
+
+    A turn row written by this release records (``message_tokens == []`` and
+    no ``window`` summary) that only its first message may open a history and
+    that it makes and answers no tool call; a turn without raw messages stands
+    for a prompt and an answer.  Over such turns the newest window of at most
+    ``count`` messages (:func:`place_window`, without a token limit) starts at
+    the oldest turn whose messages all fit, so it is found from the message
+    counts alone, without inspecting a message.  ``None`` when a turn in reach
+    (one in the window, or the one before it) is of another kind: then
+    :func:`place_window` decides.
+    """
+    used = 0
+    start = len(turns)
+    for index in range(len(turns) - 1, -1, -1):
+        messages = _plain_message_count(turns[index])
+        if messages is None:
+            return None
+        if used + messages > count:
+            break
+        used += messages
+        start = index
+    if start == len(turns):
+        return ContextWindow(start, 0, False)
+    return ContextWindow(start, 0, start == 0 and used < count)
+
+
+def _plain_message_count(content: Content) -> int | None:
+    """How many messages a turn holds when only its first one opens and no tool
+    call is made or answered in it (:func:`newest_plain_messages`); else ``None``."""
+    raw = content.get("raw_messages")
+    if not raw:
+        return MESSAGES_PER_PLAIN_TURN
+    if content.get("message_tokens") != [] or "window" in content or not isinstance(raw, Mapping):
+        return None
+    messages = raw.get("messages")
+    return len(messages) if isinstance(messages, list) and messages else None
 
 
 def _estimate(content: Any, namespace: str) -> int:

@@ -22,6 +22,7 @@ from firefly_orm.conversation.context import (
     checked_turns,
     history_messages,
     message_style,
+    newest_plain_messages,
     newest_whole_turns,
     pinned_part,
     place_window,
@@ -158,7 +159,9 @@ def read_recent_messages(uow: UnitOfWork, conversation_id: str, count: int) -> l
         namespace, key_prefix=TURN_KEY_PREFIX, limit=count, newest_first=True
     )
     turns = checked_turns(rows[::-1], namespace)
-    window = place_window(turns, max_tokens=None, max_messages=count, whole_turns=False)
+    window = newest_plain_messages(turns, count) or place_window(
+        turns, max_tokens=None, max_messages=count, whole_turns=False
+    )
     return history_messages(turns, window, message_style(turns[window.turn :]))
 
 

@@ -58,6 +58,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from firefly_orm.bridges.twins import call_blocking
 from firefly_orm.errors import MissingEngineError, MissingExtraError, redact_url, url_secrets
+from firefly_orm.jsonvalues import load_json
 
 __all__ = [
     "Engines",
@@ -574,6 +575,9 @@ class Engines:
     def _create(self, url: URL, is_async: bool) -> Engine | AsyncEngine:
         # The caller's engine_kwargs win over the preset's defaults.
         defaults = self._defaults(url)
+        if url.get_backend_name() == "postgresql":
+            # psycopg decodes JSONB with this (the faster parse of the same values).
+            defaults = {"json_deserializer": load_json, **defaults}
         kwargs = {**defaults, **self._engine_kwargs}
         if "connect_args" in defaults or "connect_args" in self._engine_kwargs:
             kwargs["connect_args"] = {

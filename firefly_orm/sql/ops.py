@@ -171,7 +171,7 @@ def list_entries(
     params: dict[str, Any] = {"ns": namespace, "now": utcnow(), "uid": user_id}
     mode = st.prefix_mode(key_prefix, params)
     stmt = st.list_statement(mode, limit, newest_first, user_id is not None)
-    return [st.row_to_entry(row) for row in _execute(target, stmt, params)]
+    return [st.row_to_entry(row) for row in _execute(target, stmt, params).all()]
 
 
 def list_contents(
@@ -186,7 +186,8 @@ def list_contents(
     params: dict[str, Any] = {"ns": namespace, "now": utcnow(), "uid": user_id}
     mode = st.prefix_mode(key_prefix, params)
     stmt = st.list_contents_statement(mode, limit, newest_first, user_id is not None)
-    return list(_execute(target, stmt, params).scalars())
+    contents: list[Any] = _execute(target, stmt, params).scalars().all()
+    return contents
 
 
 def list_contents_before(
@@ -204,7 +205,8 @@ def list_contents_before(
     # ``before_key`` starts with the prefix, so it is below the prefix's own upper bound.
     params = {"ns": namespace, "now": utcnow(), "lo": key_prefix, "hi": before_key}
     stmt = st.list_contents_statement("range", limit, True, False)
-    return list(_execute(target, stmt, params).scalars())
+    contents: list[Any] = _execute(target, stmt, params).scalars().all()
+    return contents
 
 
 def search(target: Target, request: SearchRequest) -> list[SearchHit]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import threading
 import uuid
@@ -21,6 +22,7 @@ from firefly_orm.errors import (
     MigrationRequiredError,
     StoreError,
 )
+from firefly_orm.jsonvalues import load_json
 from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
 
 
@@ -421,6 +423,36 @@ def test_engine_kwargs_win_over_preset_defaults(postgres_url: str, pg_schema: st
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("SHOW application_name").scalar() == "firefly-test"
         assert int(conn.exec_driver_sql("SHOW statement_timeout").scalar() or 0) == 0
+    store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_engines_read_jsonb_with_the_fast_parser_unless_told_otherwise(
+    postgres_url: str, pg_schema: str
+) -> None:
+    """Our engines decode JSONB with ``load_json``; ``engine_kwargs`` still win."""
+    content = {"big": 2**80, "float": 0.1, "text": "caf\u00e9 \U0001f600", "deep": [[[[1.5]]]]}
+    store = PostgreSQLStore(postgres_url, schema_name=pg_schema, pool_min_size=0)
+    assert store.engine.dialect._json_deserializer is load_json  # type: ignore[attr-defined]
+    store.save("ns", MemoryEntry(key="k", content=content))
+    got = store.load_by_key("ns", "k")
+    assert got is not None and got.content == content
+    store.close()
+
+    parsed: list[object] = []
+
+    def counting(text: str | bytes) -> object:
+        parsed.append(text)
+        return json.loads(text)
+
+    store = PostgreSQLStore(
+        postgres_url,
+        schema_name=pg_schema,
+        pool_min_size=0,
+        engine_kwargs={"json_deserializer": counting},
+    )
+    got = store.load_by_key("ns", "k")
+    assert got is not None and got.content == content and parsed
     store.close()
 
 

@@ -28,6 +28,7 @@ from firefly_orm.conversation.codec import encode_raw_messages
 from firefly_orm.conversation.context import (
     ContextWindow,
     checked_turns,
+    newest_plain_messages,
     newest_whole_turns,
     pinned_part,
     place_window,
@@ -150,6 +151,30 @@ def test_the_history_fast_path_gives_the_general_window(
     if fast is not None:
         count, reached = fast
         assert ContextWindow(len(rows) - count, 0, reached) == general
+
+
+@settings(max_examples=400, deadline=None)
+@given(turns=conversations(), count=st.integers(0, 14), earlier_release=st.booleans())
+def test_the_last_messages_fast_path_gives_the_general_window(
+    turns: list[tuple[ConversationTurn, Any, list[int] | None]],
+    count: int,
+    earlier_release: bool,
+) -> None:
+    """The last-N read's window from message counts alone is the general rule's."""
+    rows = checked_turns(
+        [stored(turn, encoded, None if earlier_release else per) for turn, encoded, per in turns],
+        NAMESPACE,
+    )
+    fast = newest_plain_messages(rows, count)
+    general = place_window(rows, max_tokens=None, max_messages=count, whole_turns=False)
+    chat_only = all(
+        not turn.raw_messages or [m["role"] for m in turn.raw_messages] == ["user", "assistant"]
+        for turn, _encoded, _per in turns
+    )
+    if chat_only and not earlier_release:
+        assert fast is not None  # plain chats never take the general path
+    if fast is not None:
+        assert fast == general
 
 
 def test_the_fast_path_checks_every_row_read() -> None:
