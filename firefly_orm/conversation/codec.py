@@ -16,6 +16,7 @@ from typing import Any
 
 from firefly_orm.entry import check_json_structure
 from firefly_orm.errors import EntryValidationError, StoreCorruptedError
+from firefly_orm.jsonvalues import load_json
 
 __all__ = [
     "check_encoded",
@@ -78,7 +79,7 @@ def encode_raw_messages(raw_messages: Any) -> dict[str, Any] | None:
             "raw_messages must be pydantic-ai ModelMessage objects or JSON-serialisable "
             f"values ({exc})"
         ) from None
-    return {"format": _JSON_FORMAT, "messages": json.loads(text)}
+    return {"format": _JSON_FORMAT, "messages": load_json(text)}
 
 
 def check_encoded(value: Any) -> dict[str, Any] | None:
@@ -103,7 +104,7 @@ def check_encoded(value: Any) -> dict[str, Any] | None:
             raise EntryValidationError(
                 "raw_messages", f"invalid pydantic-ai messages ({exc})"
             ) from None
-    return {"format": fmt, "messages": json.loads(text)} if messages else None
+    return {"format": fmt, "messages": load_json(text)} if messages else None
 
 
 def decode_raw_messages(stored: Any) -> list[Any]:

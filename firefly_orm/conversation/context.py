@@ -110,8 +110,11 @@ class ContextWindow:
     Attributes:
         turn: Index of the first (partly) included turn; ``len(turns)``: none.
         offset: Messages of that turn left out.
-        reached_oldest: The window would go on into older turns if it had them
-            (the caller then reads more turns and asks again).
+        reached_oldest: Older turns could change the window: every message of
+            the turns given fits within the limits with room to spare, so the
+            window would go on into older turns, or start at an older message
+            when none given may start it (the caller then reads more turns and
+            asks again).
     """
 
     turn: int
@@ -138,15 +141,16 @@ def place_window(
             slots.append(slot)
             owner.append((turn_index, message_index))
     start = window_start(slots, max_tokens=max_tokens, max_messages=max_messages)
-    if start >= len(slots):
-        return ContextWindow(len(turns), 0, False)
-    turn_index, offset = owner[start]
-    used_tokens = sum(s.tokens for s in slots[start:])
-    used_messages = sum(s.messages for s in slots[start:])
-    room = (max_tokens is None or used_tokens < max_tokens) and (
-        max_messages is None or used_messages < max_messages
+    # Older turns can change the window only if every message here fits with
+    # room to spare: then the window may reach further back, and start at an
+    # older message (when none here may start it, or the oldest here may not).
+    room = (max_tokens is None or sum(s.tokens for s in slots) < max_tokens) and (
+        max_messages is None or sum(s.messages for s in slots) < max_messages
     )
-    return ContextWindow(turn_index, offset, start == 0 and room)
+    if start >= len(slots):
+        return ContextWindow(len(turns), 0, room and bool(slots))
+    turn_index, offset = owner[start]
+    return ContextWindow(turn_index, offset, room)
 
 
 def newest_whole_turns(
@@ -170,8 +174,8 @@ def newest_whole_turns(
     token_room = math.inf if max_tokens is None else max_tokens
     message_room = math.inf if max_messages is None else max_messages
     used_tokens = used_messages = 0
-    fitting = count = 0  # the newest turns within the limits; the window's part of them
-    for content in rows:
+    count = 0  # the window's part of the newest turns within the limits
+    for fitting, content in enumerate(rows):
         try:
             used_tokens += int(content["token_estimate"])
         except (KeyError, TypeError, ValueError) as exc:
@@ -202,11 +206,10 @@ def newest_whole_turns(
             for older in rows[fitting + 1 :]:  # only checked
                 _estimate(older, namespace)
             return count, False
-        fitting += 1
         if opening:
-            count = fitting
-    room = used_tokens < token_room and used_messages < message_room
-    return count, room and 0 < count == fitting
+            count = fitting + 1
+    # Every row fits: older ones may widen the window, or give it an opening turn.
+    return count, bool(rows) and used_tokens < token_room and used_messages < message_room
 
 
 def newest_plain_messages(turns: Sequence[Content], count: int) -> ContextWindow | None:
@@ -232,9 +235,8 @@ def newest_plain_messages(turns: Sequence[Content], count: int) -> ContextWindow
             break
         used += messages
         start = index
-    if start == len(turns):
-        return ContextWindow(start, 0, False)
-    return ContextWindow(start, 0, start == 0 and used < count)
+    room = start == 0 and used < count  # every turn fits, with room to spare
+    return ContextWindow(start, 0, room and bool(turns))
 
 
 def _plain_message_count(content: Content) -> int | None:

@@ -141,26 +141,29 @@ def read_recent(uow: UnitOfWork, conversation_id: str, count: int) -> list[Conve
 
 
 def read_recent_messages(uow: UnitOfWork, conversation_id: str, count: int) -> list[Any]:
-    """The newest ``count`` model messages at most, oldest first (one indexed read).
+    """The newest ``count`` model messages at most, oldest first.
 
-    ``count`` turns hold at least ``count`` messages, so one read of the newest
-    ``count`` turn rows (``ORDER BY key DESC LIMIT count``) serves it.  The
-    window follows the rule of every window (:mod:`~firefly_orm.conversation.window`):
-    it starts at a message a history may open with and never separates a tool
-    call from its result, so it holds fewer than ``count`` messages when the
-    ``count``-th newest cannot start one.  Turns stored without raw messages
-    give a prompt and an answer message in the style of the others, as in
-    :func:`read_context_parts`.
+    An indexed ``ORDER BY key DESC LIMIT`` read of the newest turns: as many
+    as hold ``count`` messages if each holds two (a prompt and an answer), so
+    a chat is one statement reading half as many rows as ``count``; turns
+    holding fewer messages than that make it read older turns, in batches
+    sized from the message counts read so far (as the budgeted reads do).
+    The window follows the rule of every window
+    (:mod:`~firefly_orm.conversation.window`): it starts at a message a history
+    may open with and never separates a tool call from its result, so it holds
+    fewer than ``count`` messages when the ``count``-th newest cannot start
+    one.  Turns stored without raw messages give a prompt and an answer
+    message in the style of the others, as in :func:`read_context_parts`.
     """
     if count == 0:
         return []
-    namespace = conversation_namespace(conversation_id)
-    rows = uow.entries.list_contents(
-        namespace, key_prefix=TURN_KEY_PREFIX, limit=count, newest_first=True
-    )
-    turns = checked_turns(rows[::-1], namespace)
-    window = newest_plain_messages(turns, count) or place_window(
-        turns, max_tokens=None, max_messages=count, whole_turns=False
+    turns, window = _newest_window(
+        uow,
+        conversation_namespace(conversation_id),
+        max_tokens=None,
+        max_messages=count,
+        whole_turns=False,
+        first_batch=count // 2 + 1,
     )
     return history_messages(turns, window, message_style(turns[window.turn :]))
 
@@ -189,6 +192,7 @@ def _newest_window(
     max_messages: int | None,
     whole_turns: bool,
     after_turn_id: int = -1,
+    first_batch: int | None = None,
 ) -> tuple[list[Content], ContextWindow]:
     """Read the newest turns, then older ones in batches, until the window fits inside them.
 
@@ -200,7 +204,7 @@ def _newest_window(
     answers (no turn in reach makes or answers a tool call).
     """
     read_older = _older_reader(uow, namespace)
-    batch = _first_batch(max_messages)
+    batch = _first_batch(max_messages) if first_batch is None else first_batch
     rows: list[Any] = []  # newest first
     while True:
         got = read_older(rows, batch)
@@ -218,12 +222,26 @@ def _newest_window(
             turns = checked_turns(rows[::-1], namespace)
             if after_turn_id >= 0:
                 turns = [c for c in turns if c["turn_id"] > after_turn_id]
-            window = place_window(
+            window = _message_window(
                 turns, max_tokens=max_tokens, max_messages=max_messages, whole_turns=whole_turns
             )
         if not window.reached_oldest or len(got) < batch or len(turns) < len(rows):
             return turns, window
         batch = _next_batch(rows, max_tokens=max_tokens, max_messages=max_messages)
+
+
+def _message_window(
+    turns: list[Content], *, max_tokens: int | None, max_messages: int | None, whole_turns: bool
+) -> ContextWindow:
+    """:func:`place_window`, from message counts alone where they decide it
+    (:func:`newest_plain_messages`: a message limit only, no tool call in reach)."""
+    if max_tokens is None and max_messages is not None and not whole_turns:
+        plain = newest_plain_messages(turns, max_messages)
+        if plain is not None:
+            return plain
+    return place_window(
+        turns, max_tokens=max_tokens, max_messages=max_messages, whole_turns=whole_turns
+    )
 
 
 def _first_batch(max_messages: int | None) -> int:

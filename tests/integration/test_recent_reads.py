@@ -154,3 +154,19 @@ def test_a_message_limit_reads_only_as_many_turns_as_it_can_need(
     counts = _count_rows_fetched(monkeypatch)
     assert memory.get_message_history("c2") == _pair(197) + _pair(198) + _pair(199)
     assert counts == [7]  # max_messages + 1 turns always find where the window starts
+
+
+def test_a_last_n_read_of_a_chat_fetches_one_turn_per_two_messages(
+    sql_env: OpenedBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: ``n`` turns for the last ``n`` messages (twice the rows a chat needs)."""
+    store = sql_env.store
+    memory = ConversationMemory(store=store)
+    _fill(memory)
+    counts = _count_rows_fetched(monkeypatch)
+    assert memory.get_recent_messages("c2", 20) == [
+        m for n in range(TURNS - 10, TURNS) for m in _pair(n)
+    ]
+    # An odd count: the 7th newest is an answer, which cannot open a history.
+    assert memory.get_recent_messages("c2", 7) == _pair(197) + _pair(198) + _pair(199)
+    assert counts == [11, 4]  # one statement each, of n // 2 + 1 turns

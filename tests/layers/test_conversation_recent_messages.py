@@ -88,6 +88,40 @@ async def test_last_n_messages_never_split_a_tool_call_from_its_result(
     assert await call(mode, mem, "get_recent_messages", "c", 6) == pair(0) + tool_round(1)
 
 
+async def test_turns_of_one_message_read_back_as_far_as_the_window_needs(
+    layer_backend: OpenedBackend, mode: str
+) -> None:
+    """A read that needs more turns than one per two messages reads older ones too.
+
+    The last 8 of four one-prompt turns and six turns that go on with an
+    answer (which cannot open a history) start at the third prompt: the
+    newest five turns hold no message a window may start at.
+    """
+    mem = ConversationMemory(store=layer_backend.store, max_tokens=10_000)
+    prompts = [[{"role": "user", "content": f"q{n}"}] for n in range(4)]
+    answers = [[{"role": "assistant", "content": f"a{n}"}] for n in range(6)]
+    for n, raw in enumerate(prompts + answers):
+        await call(mode, mem, "add_turn", "c", f"p{n}", f"r{n}", raw)
+    newest = [m for raw in prompts[2:] + answers for m in raw]
+    assert await call(mode, mem, "get_recent_messages", "c", 8) == newest
+    assert await call(mode, mem, "get_recent_messages", "c", 7) == newest[1:]
+    assert await call(mode, mem, "get_recent_messages", "c", 6) == []
+
+
+async def test_a_history_whose_newest_turns_cannot_open_reads_the_older_ones(
+    layer_backend: OpenedBackend, mode: str
+) -> None:
+    """Whole-turn history reads batch too: more turns than the first batch that go
+    on with an answer after one that opens.  Before the fix the read stopped at
+    the first batch, found no turn to start at, and returned nothing."""
+    mem = ConversationMemory(store=layer_backend.store, max_tokens=1_000_000)
+    answers = [[{"role": "assistant", "content": f"more {n}"}] for n in range(40)]
+    for n, raw in enumerate([pair(0), *answers]):
+        await call(mode, mem, "add_turn", "c", f"p{n}", f"r{n}", raw)
+    everything = pair(0) + [m for raw in answers for m in raw]
+    assert await call(mode, mem, "get_message_history", "c") == everything
+
+
 async def test_turns_without_raw_messages_and_pydantic_ai_messages(
     layer_backend: OpenedBackend, mode: str
 ) -> None:
