@@ -41,7 +41,7 @@ __all__ = [
     "checked_turns",
     "history_messages",
     "message_style",
-    "newest_plain_messages",
+    "newest_plain_turns",
     "newest_whole_turns",
     "pinned_part",
     "place_window",
@@ -212,36 +212,45 @@ def newest_whole_turns(
     return count, bool(rows) and used_tokens < token_room and used_messages < message_room
 
 
-def newest_plain_messages(turns: Sequence[Content], count: int) -> ContextWindow | None:
-    """The last-N read's fast path: its window over checked turns (chronological).
+def newest_plain_turns(
+    turns: Sequence[Content], *, max_tokens: int | None, max_messages: int | None
+) -> ContextWindow | None:
+    """The fast path of a window that may start inside a turn (last-N and context reads).
 
     A turn row written by this release records (``message_tokens == []`` and
-    no ``window`` summary) that only its first message may open a history and
-    that it makes and answers no tool call; a turn without raw messages stands
-    for a prompt and an answer.  Over such turns the newest window of at most
-    ``count`` messages (:func:`place_window`, without a token limit) starts at
-    the oldest turn whose messages all fit, so it is found from the message
-    counts alone, without inspecting a message.  ``None`` when a turn in reach
-    (one in the window, or the one before it) is of another kind: then
-    :func:`place_window` decides.
+    no ``window`` summary) that only its first message may open a history,
+    that its first message carries its whole token estimate, and that it makes
+    and answers no tool call; a turn without raw messages stands for a prompt
+    and an answer.  Over such turns the newest window within the limits
+    (:func:`place_window` with ``whole_turns=False``) starts at the oldest turn
+    that fits whole, so it is found from each row's estimate and message count
+    alone, without inspecting a message.  ``None`` when a turn in reach (one
+    in the window, or the one before it) is of another kind: then
+    :func:`place_window` decides.  ``turns`` are checked (:func:`checked_turns`).
     """
-    used = 0
+    token_room = math.inf if max_tokens is None else max_tokens
+    message_room = math.inf if max_messages is None else max_messages
+    used_tokens = used_messages = 0
     start = len(turns)
     for index in range(len(turns) - 1, -1, -1):
-        messages = _plain_message_count(turns[index])
+        content = turns[index]
+        messages = _plain_message_count(content)
         if messages is None:
             return None
-        if used + messages > count:
+        tokens = int(content["token_estimate"] or 0)
+        if used_tokens + tokens > token_room or used_messages + messages > message_room:
             break
-        used += messages
+        used_tokens += tokens
+        used_messages += messages
         start = index
-    room = start == 0 and used < count  # every turn fits, with room to spare
+    # Every turn fits, with room to spare: older ones could change the window.
+    room = start == 0 and used_tokens < token_room and used_messages < message_room
     return ContextWindow(start, 0, room and bool(turns))
 
 
 def _plain_message_count(content: Content) -> int | None:
     """How many messages a turn holds when only its first one opens and no tool
-    call is made or answered in it (:func:`newest_plain_messages`); else ``None``."""
+    call is made or answered in it (:func:`newest_plain_turns`); else ``None``."""
     raw = content.get("raw_messages")
     if not raw:
         return MESSAGES_PER_PLAIN_TURN

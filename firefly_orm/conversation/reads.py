@@ -22,7 +22,7 @@ from firefly_orm.conversation.context import (
     checked_turns,
     history_messages,
     message_style,
-    newest_plain_messages,
+    newest_plain_turns,
     newest_whole_turns,
     pinned_part,
     place_window,
@@ -233,10 +233,10 @@ def _newest_window(
 def _message_window(
     turns: list[Content], *, max_tokens: int | None, max_messages: int | None, whole_turns: bool
 ) -> ContextWindow:
-    """:func:`place_window`, from message counts alone where they decide it
-    (:func:`newest_plain_messages`: a message limit only, no tool call in reach)."""
-    if max_tokens is None and max_messages is not None and not whole_turns:
-        plain = newest_plain_messages(turns, max_messages)
+    """:func:`place_window`, from each row's recorded estimate and message count
+    where they decide it (:func:`newest_plain_turns`: no tool call in reach)."""
+    if not whole_turns:
+        plain = newest_plain_turns(turns, max_tokens=max_tokens, max_messages=max_messages)
         if plain is not None:
             return plain
     return place_window(

@@ -28,7 +28,7 @@ from firefly_orm.conversation.codec import encode_raw_messages
 from firefly_orm.conversation.context import (
     ContextWindow,
     checked_turns,
-    newest_plain_messages,
+    newest_plain_turns,
     newest_whole_turns,
     pinned_part,
     place_window,
@@ -153,20 +153,23 @@ def test_the_history_fast_path_gives_the_general_window(
         assert ContextWindow(len(rows) - count, 0, reached) == general
 
 
-@settings(max_examples=400, deadline=None)
-@given(turns=conversations(), count=st.integers(0, 14), earlier_release=st.booleans())
-def test_the_last_messages_fast_path_gives_the_general_window(
+@settings(max_examples=500, deadline=None)
+@given(turns=conversations(), limit=limits, earlier_release=st.booleans())
+def test_the_partial_turn_fast_path_gives_the_general_window(
     turns: list[tuple[ConversationTurn, Any, list[int] | None]],
-    count: int,
+    limit: tuple[int | None, int | None],
     earlier_release: bool,
 ) -> None:
-    """The last-N read's window from message counts alone is the general rule's."""
+    """Last-N and context reads find the general rule's window from the rows' records."""
+    max_tokens, max_messages = limit
     rows = checked_turns(
         [stored(turn, encoded, None if earlier_release else per) for turn, encoded, per in turns],
         NAMESPACE,
     )
-    fast = newest_plain_messages(rows, count)
-    general = place_window(rows, max_tokens=None, max_messages=count, whole_turns=False)
+    fast = newest_plain_turns(rows, max_tokens=max_tokens, max_messages=max_messages)
+    general = place_window(
+        rows, max_tokens=max_tokens, max_messages=max_messages, whole_turns=False
+    )
     chat_only = all(
         not turn.raw_messages or [m["role"] for m in turn.raw_messages] == ["user", "assistant"]
         for turn, _encoded, _per in turns
@@ -175,6 +178,29 @@ def test_the_last_messages_fast_path_gives_the_general_window(
         assert fast is not None  # plain chats never take the general path
     if fast is not None:
         assert fast == general
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "max_messages", "start"),
+    [(20, None, 2), (19, None, 3), (21, None, 2), (None, 4, 2), (None, 3, 3), (20, 4, 2)],
+)
+def test_the_partial_turn_fast_path_at_the_limits(
+    max_tokens: int | None, max_messages: int | None, start: int
+) -> None:
+    """Turns that fit exactly are in the window; one token or message more is not."""
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    rows = []
+    for number in range(4):
+        turn = ConversationTurn(
+            turn_id=number, user_prompt="q", assistant_response="a", token_estimate=10
+        )
+        rows.append(stored(turn, encode_raw_messages(chat), [5, 5]))
+    rows = checked_turns(rows, NAMESPACE)
+    fast = newest_plain_turns(rows, max_tokens=max_tokens, max_messages=max_messages)
+    assert fast == ContextWindow(start, 0, False)
+    assert fast == place_window(
+        rows, max_tokens=max_tokens, max_messages=max_messages, whole_turns=False
+    )
 
 
 def test_the_fast_path_checks_every_row_read() -> None:
