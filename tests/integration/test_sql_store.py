@@ -433,7 +433,7 @@ def test_postgres_engines_read_jsonb_with_the_fast_parser_unless_told_otherwise(
     """Our engines decode JSONB with ``load_json``; ``engine_kwargs`` still win."""
     content = {"big": 2**80, "float": 0.1, "text": "caf\u00e9 \U0001f600", "deep": [[[[1.5]]]]}
     store = PostgreSQLStore(postgres_url, schema_name=pg_schema, pool_min_size=0)
-    assert store.engine.dialect._json_deserializer is load_json  # type: ignore[attr-defined]
+    assert store.engine.dialect._json_deserializer is load_json
     store.save("ns", MemoryEntry(key="k", content=content))
     got = store.load_by_key("ns", "k")
     assert got is not None and got.content == content
