@@ -41,7 +41,6 @@ __all__ = [
     "checked_turns",
     "history_messages",
     "message_style",
-    "newest_plain_turns",
     "newest_whole_turns",
     "pinned_part",
     "place_window",
@@ -154,18 +153,30 @@ def place_window(
 
 
 def newest_whole_turns(
-    rows: list[Any], namespace: str, *, max_tokens: int | None, max_messages: int | None
-) -> tuple[int, bool] | None:
-    """The history read's fast path: its whole-turn window over turn rows read newest first.
+    rows: Sequence[Any],
+    namespace: str,
+    *,
+    max_tokens: int | None,
+    max_messages: int | None,
+    inside_turns: bool = False,
+) -> ContextWindow | None:
+    """The fast path of the window rule over turn rows read newest first.
 
-    Returns ``(count, reached_oldest)``: the window holds the newest ``count``
-    rows (``rows[:count]``), and ``reached_oldest`` as in :class:`ContextWindow`.
-    It needs only what each row recorded at write time (its estimate, its
-    message count, whether its first message opens; the messages of a row
-    written by an earlier release are inspected for them), so it serves windows
-    in which no turn makes or answers a tool call; ``None`` when one does (then
-    :func:`place_window` decides, over :func:`checked_turns`).  Message counts
-    are read only under ``max_messages``.
+    Returns the window :func:`place_window` gives over ``rows[::-1]``, made
+    of the newest whole turns within the limits.  It needs only what each row
+    recorded at write time (its estimate, its message count, whether its first
+    message opens; the messages of a row written by an earlier release are
+    inspected for them), so it serves windows in which no turn makes or
+    answers a tool call; ``None`` when one does (then :func:`place_window`
+    decides, over :func:`checked_turns`).  Message counts are read only under
+    ``max_messages``.
+
+    ``inside_turns``: for a window that may start inside a turn (last-N and
+    context reads, ``place_window(whole_turns=False)``).  It too is made of
+    whole turns when in every row in reach (in the window, or the one before
+    it) only the first message may open a history and the whole estimate
+    lies on it, as this release records it; ``None`` when a row in reach is of
+    another kind.
 
     Raises:
         StoreCorruptedError: A row read has no integer ``token_estimate`` (the
@@ -180,10 +191,13 @@ def newest_whole_turns(
             used_tokens += int(content["token_estimate"])
         except (KeyError, TypeError, ValueError) as exc:
             raise _unreadable(content, namespace, exc) from exc
+        raw = content.get("raw_messages")
+        if inside_turns and raw and not _opens_first_only(content, raw):
+            return None
         opening = True
         inspected = 0  # the message count of a row whose messages were inspected
         unusual = "message_tokens" not in content or "window" in content
-        if unusual and content.get("raw_messages"):
+        if unusual and raw:
             if "message_tokens" in content:
                 summary = content.get("window")
                 if summary is not None:
@@ -195,7 +209,7 @@ def newest_whole_turns(
                         return None
                     opening = bool(summary.get("opens"))
             else:  # an earlier release wrote it: inspect its messages
-                infos = inspect_encoded(content["raw_messages"], with_text=False)
+                infos = inspect_encoded(raw, with_text=False)
                 if any(info.calls or info.results for info in infos):
                     return None
                 opening = not infos or infos[0].opens
@@ -205,59 +219,25 @@ def newest_whole_turns(
         if used_tokens > token_room or used_messages > message_room:
             for older in rows[fitting + 1 :]:  # only checked
                 _estimate(older, namespace)
-            return count, False
+            return ContextWindow(len(rows) - count, 0, False)
         if opening:
             count = fitting + 1
     # Every row fits: older ones may widen the window, or give it an opening turn.
-    return count, bool(rows) and used_tokens < token_room and used_messages < message_room
+    room = bool(rows) and used_tokens < token_room and used_messages < message_room
+    return ContextWindow(len(rows) - count, 0, room)
 
 
-def newest_plain_turns(
-    turns: Sequence[Content], *, max_tokens: int | None, max_messages: int | None
-) -> ContextWindow | None:
-    """The fast path of a window that may start inside a turn (last-N and context reads).
-
-    A turn row written by this release records (``message_tokens == []`` and
-    no ``window`` summary) that only its first message may open a history,
-    that its first message carries its whole token estimate, and that it makes
-    and answers no tool call; a turn without raw messages stands for a prompt
-    and an answer.  Over such turns the newest window within the limits
-    (:func:`place_window` with ``whole_turns=False``) starts at the oldest turn
-    that fits whole, so it is found from each row's estimate and message count
-    alone, without inspecting a message.  ``None`` when a turn in reach (one
-    in the window, or the one before it) is of another kind: then
-    :func:`place_window` decides.  ``turns`` are checked (:func:`checked_turns`).
-    """
-    token_room = math.inf if max_tokens is None else max_tokens
-    message_room = math.inf if max_messages is None else max_messages
-    used_tokens = used_messages = 0
-    start = len(turns)
-    for index in range(len(turns) - 1, -1, -1):
-        content = turns[index]
-        messages = _plain_message_count(content)
-        if messages is None:
-            return None
-        tokens = int(content["token_estimate"] or 0)
-        if used_tokens + tokens > token_room or used_messages + messages > message_room:
-            break
-        used_tokens += tokens
-        used_messages += messages
-        start = index
-    # Every turn fits, with room to spare: older ones could change the window.
-    room = start == 0 and used_tokens < token_room and used_messages < message_room
-    return ContextWindow(start, 0, room and bool(turns))
-
-
-def _plain_message_count(content: Content) -> int | None:
-    """How many messages a turn holds when only its first one opens and no tool
-    call is made or answered in it (:func:`newest_plain_turns`); else ``None``."""
-    raw = content.get("raw_messages")
-    if not raw:
-        return MESSAGES_PER_PLAIN_TURN
-    if content.get("message_tokens") != [] or "window" in content or not isinstance(raw, Mapping):
-        return None
-    messages = raw.get("messages")
-    return len(messages) if isinstance(messages, list) and messages else None
+def _opens_first_only(content: Content, raw: Any) -> bool:
+    """Whether, as this release records it (``message_tokens == []``, no ``window``
+    summary), only a turn row's first message may open a history and the turn
+    makes and answers no tool call."""
+    messages = raw.get("messages") if isinstance(raw, Mapping) else None
+    return (
+        content.get("message_tokens") == []
+        and "window" not in content
+        and isinstance(messages, list)
+        and bool(messages)
+    )
 
 
 def _estimate(content: Any, namespace: str) -> int:

@@ -22,7 +22,6 @@ from firefly_orm.conversation.context import (
     checked_turns,
     history_messages,
     message_style,
-    newest_plain_turns,
     newest_whole_turns,
     pinned_part,
     place_window,
@@ -199,9 +198,11 @@ def _newest_window(
     Each batch after the first reads only turns older than those read
     (:func:`_older_reader`), as many as the stored estimates of the rows read
     so far say the window still needs (:func:`_next_batch`), so the rows
-    fetched stay close to the rows the window holds.  Whole-turn windows take
+    fetched stay close to the rows the window holds.  The window comes from
     :func:`~firefly_orm.conversation.context.newest_whole_turns` when it
-    answers (no turn in reach makes or answers a tool call).
+    answers (no turn in reach makes or answers a tool call, nor, for a window
+    that may start inside a turn, may be opened inside), else from
+    :func:`~firefly_orm.conversation.context.place_window`.
     """
     read_older = _older_reader(uow, namespace)
     batch = _first_batch(max_messages) if first_batch is None else first_batch
@@ -209,39 +210,32 @@ def _newest_window(
     while True:
         got = read_older(rows, batch)
         rows.extend(got)
-        plain = None
+        fast = None
         if whole_turns and after_turn_id < 0:
-            plain = newest_whole_turns(
+            fast = newest_whole_turns(
                 rows, namespace, max_tokens=max_tokens, max_messages=max_messages
             )
-        if plain is not None:
-            count, reached = plain
+        if fast is not None:
             turns: list[Content] = rows[::-1]
-            window = ContextWindow(len(rows) - count, 0, reached)
+            window = fast
         else:
             turns = checked_turns(rows[::-1], namespace)
             if after_turn_id >= 0:
                 turns = [c for c in turns if c["turn_id"] > after_turn_id]
-            window = _message_window(
+            if not whole_turns:  # made of whole turns all the same where no turn splits
+                fast = newest_whole_turns(
+                    turns[::-1],
+                    namespace,
+                    max_tokens=max_tokens,
+                    max_messages=max_messages,
+                    inside_turns=True,
+                )
+            window = fast or place_window(
                 turns, max_tokens=max_tokens, max_messages=max_messages, whole_turns=whole_turns
             )
         if not window.reached_oldest or len(got) < batch or len(turns) < len(rows):
             return turns, window
         batch = _next_batch(rows, max_tokens=max_tokens, max_messages=max_messages)
-
-
-def _message_window(
-    turns: list[Content], *, max_tokens: int | None, max_messages: int | None, whole_turns: bool
-) -> ContextWindow:
-    """:func:`place_window`, from each row's recorded estimate and message count
-    where they decide it (:func:`newest_plain_turns`: no tool call in reach)."""
-    if not whole_turns:
-        plain = newest_plain_turns(turns, max_tokens=max_tokens, max_messages=max_messages)
-        if plain is not None:
-            return plain
-    return place_window(
-        turns, max_tokens=max_tokens, max_messages=max_messages, whole_turns=whole_turns
-    )
 
 
 def _first_batch(max_messages: int | None) -> int:

@@ -1,7 +1,8 @@
 """The read and write fast paths of conversations give what the general rules give.
 
-History reads take :func:`~firefly_orm.conversation.context.newest_whole_turns`
-(only what each turn row recorded at write time) before the general window rule
+History, last-N and context reads take
+:func:`~firefly_orm.conversation.context.newest_whole_turns` (only what each turn
+row recorded at write time) before the general window rule
 (:func:`~firefly_orm.conversation.context.place_window`, which inspects every
 message); turn rows store their per-message token estimates only where a window
 may start inside the turn; entries are copied and turned into column values
@@ -28,7 +29,6 @@ from firefly_orm.conversation.codec import encode_raw_messages
 from firefly_orm.conversation.context import (
     ContextWindow,
     checked_turns,
-    newest_plain_turns,
     newest_whole_turns,
     pinned_part,
     place_window,
@@ -149,8 +149,7 @@ def test_the_history_fast_path_gives_the_general_window(
     if tool_free:
         assert fast is not None  # only tool calls take the general path
     if fast is not None:
-        count, reached = fast
-        assert ContextWindow(len(rows) - count, 0, reached) == general
+        assert fast == general
 
 
 @settings(max_examples=500, deadline=None)
@@ -166,7 +165,9 @@ def test_the_partial_turn_fast_path_gives_the_general_window(
         [stored(turn, encoded, None if earlier_release else per) for turn, encoded, per in turns],
         NAMESPACE,
     )
-    fast = newest_plain_turns(rows, max_tokens=max_tokens, max_messages=max_messages)
+    fast = newest_whole_turns(
+        rows[::-1], NAMESPACE, max_tokens=max_tokens, max_messages=max_messages, inside_turns=True
+    )
     general = place_window(
         rows, max_tokens=max_tokens, max_messages=max_messages, whole_turns=False
     )
@@ -196,7 +197,9 @@ def test_the_partial_turn_fast_path_at_the_limits(
         )
         rows.append(stored(turn, encode_raw_messages(chat), [5, 5]))
     rows = checked_turns(rows, NAMESPACE)
-    fast = newest_plain_turns(rows, max_tokens=max_tokens, max_messages=max_messages)
+    fast = newest_whole_turns(
+        rows[::-1], NAMESPACE, max_tokens=max_tokens, max_messages=max_messages, inside_turns=True
+    )
     assert fast == ContextWindow(start, 0, False)
     assert fast == place_window(
         rows, max_tokens=max_tokens, max_messages=max_messages, whole_turns=False
