@@ -52,8 +52,14 @@ _MAX_STRAY_DELETES = 64
 def delete_fact(uow: UnitOfWork, namespace: str, key: str, entry_id: str) -> None:
     """Delete a fact inside a unit of work, with any stray entries of the same key.
 
-    Entries with this key but another id (written by other tools) go too.
+    Entries with this key but another id (written by other tools) go too.  A
+    repository with ``delete_key`` (the SQL stores) does it in one statement;
+    others delete by id, then look the key up until no entry has it.
     """
+    delete_key = getattr(uow.entries, "delete_key", None)
+    if delete_key is not None:
+        delete_key(namespace, key, entry_id)
+        return
     uow.entries.delete(namespace, entry_id)
     for _ in range(_MAX_STRAY_DELETES):
         stray = uow.entries.get_by_key(namespace, key)

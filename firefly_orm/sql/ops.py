@@ -51,6 +51,7 @@ __all__ = [
     "cleanup_expired",
     "clear",
     "delete",
+    "delete_key",
     "get",
     "list_contents",
     "list_contents_before",
@@ -249,6 +250,15 @@ def delete(target: Target, namespace: str, entry_ids: list[str]) -> None:
     """Delete these entries of ``namespace`` (missing ids are ignored)."""
     if entry_ids:
         _execute(target, st.DELETE, {"ns": namespace, "eids": entry_ids})
+
+
+def delete_key(target: Target, namespace: str, key: str, entry_id: str) -> int:
+    """Delete entry ``entry_id`` and every entry keyed ``key`` of ``namespace``; how many went.
+
+    One statement (atomic on its own), expired entries included.
+    """
+    params = {"ns": namespace, "eid": entry_id, "key": key}
+    return int(_execute(target, st.DELETE_KEY, params).rowcount)
 
 
 def clear(target: Target, namespace: str) -> None:
@@ -477,6 +487,18 @@ class SQLEntryRepository:
         validate_namespace(namespace)
         ids = [entry_ids] if isinstance(entry_ids, str) else list(entry_ids)
         delete(self.session, namespace, ids)
+
+    def delete_key(self, namespace: str, key: str, entry_id: str) -> int:
+        """Delete entry ``entry_id`` and every entry keyed ``key`` in one statement.
+
+        What a working-memory fact's removal needs (its id, and any entry of
+        the same key another writer left); expired entries go too.  Returns
+        how many rows were deleted.  On PostgreSQL, run first in a write unit
+        of work, it commits on its own (one round trip).
+        """
+        validate_namespace(namespace)
+        validate_key(key)
+        return delete_key(self.session, namespace, key, entry_id)
 
     def clear(self, namespace: str) -> None:
         """Delete every entry of ``namespace``."""

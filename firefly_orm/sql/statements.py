@@ -46,6 +46,7 @@ __all__ = [
     "CLEAR",
     "COLUMNS",
     "DELETE",
+    "DELETE_KEY",
     "ERASE_USER",
     "GET",
     "LOAD",
@@ -167,6 +168,10 @@ BY_KEY = (
 BY_KEY_FOR_UPDATE = BY_KEY.with_for_update()
 DELETE = sa.delete(TABLE).where(
     _C.namespace == _P("ns"), _C.entry_id.in_(_P("eids", expanding=True))
+)
+#: Entry ``eid`` of ``ns`` and every entry of ``ns`` keyed ``key`` (expired ones too).
+DELETE_KEY = sa.delete(TABLE).where(
+    _C.namespace == _P("ns"), sa.or_(_C.entry_id == _P("eid"), _C.key == _P("key"))
 )
 CLEAR = sa.delete(TABLE).where(_C.namespace == _P("ns"))
 #: Every row of user ``uid``, in every namespace.

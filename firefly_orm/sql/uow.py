@@ -160,9 +160,10 @@ def _entries_on(
 
 
 #: Repository methods that are one statement on PostgreSQL, atomic on its own
-#: (:meth:`~firefly_orm.sql.ops.SQLEntryRepository.append_turn`): in a unit of
+#: (:meth:`~firefly_orm.sql.ops.SQLEntryRepository.append_turn`,
+#: :meth:`~firefly_orm.sql.ops.SQLEntryRepository.delete_key`): in a unit of
 #: work whose transaction has not begun, they run without one.
-_ATOMIC_ALONE = frozenset({"append_turn"})
+_ATOMIC_ALONE = frozenset({"append_turn", "delete_key"})
 
 
 class _DeferredBegin:
@@ -230,7 +231,7 @@ class _BeginsLazily(_EntriesProxy):
                     return method(*args, **kwargs)
                 with errors(_ALONE_WHAT.format(name=name), engines):
                     result = method(*args, **kwargs)
-                if result is not None:  # it wrote (and committed)
+                if result is not None:  # it ran on its own, and committed
                     deferred.committed_alone = True
                 return result
 

@@ -154,6 +154,9 @@ EXPECTED: dict[str, dict[str, tuple[int, int]]] = {
         "add_turn, evicting": (5, 7),
         # One statement, no transaction (a write takes the lock as BEGIN IMMEDIATE would).
         "working set": (1, 1),
+        "working get": (1, 1),
+        # One DELETE (the fact's id or its key) in the write unit of work's BEGIN IMMEDIATE.
+        "working delete": (1, 3),
         # Read-only units of work keep their BEGIN: one snapshot for every statement.
         "get_message_history": (1, 3),
         "get_recent": (1, 3),
@@ -169,6 +172,9 @@ EXPECTED: dict[str, dict[str, tuple[int, int]]] = {
         "add_turn, evicting": (5, 7),
         # One statement in autocommit; reads at READ COMMITTED need no transaction.
         "working set": (1, 1),
+        "working get": (1, 1),
+        # The unit of work's one-statement DELETE runs before its transaction would begin.
+        "working delete": (1, 1),
         "get_message_history": (1, 1),
         "get_recent": (1, 1),
         "get_recent_messages": (1, 1),
@@ -205,6 +211,8 @@ def _measure(sql_env: OpenedBackend, mode: str, wire_for: Callable[[Any], Wire])
     add(evicting, "warm-e", 0)
     add(evicting, "warm-e", 1)
     _run(mode, lambda: working.set("k", 0), lambda: working.async_set("k", 0))
+    _run(mode, lambda: working.get("k"), lambda: working.async_get("k"))
+    _run(mode, lambda: working.delete("k"), lambda: working.async_delete("k"))
     _run(
         mode,
         lambda: memory.get_message_history("warm"),
@@ -226,6 +234,16 @@ def _measure(sql_env: OpenedBackend, mode: str, wire_for: Callable[[Any], Wire])
     step(
         "working set",
         lambda: _run(mode, lambda: working.set("k", 1), lambda: working.async_set("k", 1)),
+    )
+    seen["working value"] = step(
+        "working get", lambda: _run(mode, lambda: working.get("k"), lambda: working.async_get("k"))
+    )
+    step(
+        "working delete",
+        lambda: _run(mode, lambda: working.delete("k"), lambda: working.async_delete("k")),
+    )
+    seen["working after delete"] = _run(
+        mode, lambda: working.get("k"), lambda: working.async_get("k")
     )
     step(
         "get_message_history",
@@ -268,6 +286,7 @@ def test_statements_and_round_trips_per_operation(
     }
     # The counted operations did what they should.
     assert [t.turn_id for t in seen["turns"]] == [0, 1, 2]
+    assert (seen["working value"], seen["working after delete"]) == (1, None)
     assert [t.user_prompt for t in seen["evicting turns"]] == ["question 1"]
     assert [t.turn_id for t in seen["get_recent"][2]] == [1, 2]
     assert len(seen["get_message_history"][2]) == 6

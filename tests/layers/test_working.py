@@ -172,6 +172,30 @@ def test_entries_written_by_others_are_deduplicated_and_deleted(store: Any) -> N
     assert [e.key for e in store.load("working:mixed")] == ["other"]
 
 
+async def test_async_delete_removes_foreign_entries_of_the_key(store: Any) -> None:
+    wm = WorkingMemory(store=store, scope_id="mixed-async")
+    foreign = MemoryEntry(scope=MemoryScope.WORKING, key="k", content="old")
+    await store.async_save("working:mixed-async", foreign)
+    await wm.async_set("k", "new")
+    await wm.async_set("other", 1)
+    await wm.async_delete("k")
+    assert not await wm.async_has("k")
+    assert [e.key for e in await store.async_load("working:mixed-async")] == ["other"]
+
+
+def test_delete_leaves_the_same_key_of_other_scopes(store: Any) -> None:
+    """Deleting a key (one statement on SQL stores) touches this scope's namespace only."""
+    a = WorkingMemory(store=store, scope_id="del-a")
+    b = WorkingMemory(store=store, scope_id="del-b")
+    a.set("k", "a")
+    b.set("k", "b")
+    store.save("working:del-b", MemoryEntry(scope=MemoryScope.WORKING, key="k", content="b0"))
+    a.delete("k")
+    assert a.get("k") is None
+    assert b.get("k") == "b0"  # the newest of b's two entries keyed "k"
+    assert len(store.load("working:del-b")) == 2
+
+
 def test_facts_persist_across_instances(store: Any) -> None:
     WorkingMemory(store=store, scope_id="p").set("k", {"v": 1})
     assert WorkingMemory(store=store, scope_id="p").get("k") == {"v": 1}
