@@ -23,6 +23,9 @@ stronger unit of work (see :mod:`firefly_orm.uow`):
    :class:`AsyncUnitOfWork`: the store owns the transaction (the SQL stores run
    one database transaction).
 
+Optional extras a layer uses when a store has them: :class:`ContentReads`
+(a key's content without its entry).
+
 The ``async_*`` twins of :class:`AsyncMemoryStore` need not be written by hand
 for a store whose I/O is synchronous: :class:`firefly_orm.bridges.twins.AsyncTwins`
 derives them.  :mod:`firefly_orm.testing` checks a store against all of this.
@@ -46,6 +49,7 @@ __all__ = [
     "AsyncMemoryStore",
     "AsyncUnitOfWork",
     "AsyncUnitOfWorkStore",
+    "ContentReads",
     "EntryRepository",
     "ListOptions",
     "MemoryStore",
@@ -120,6 +124,25 @@ class AsyncMemoryStore(Protocol):
 
     async def async_clear(self, namespace: str) -> None:
         """Async form of :meth:`MemoryStore.clear`."""
+        ...
+
+
+@runtime_checkable
+class ContentReads(Protocol):
+    """Optional: a key's ``content`` without the entry around it.
+
+    :meth:`WorkingMemory.get <firefly_orm.WorkingMemory.get>` uses it when the
+    store has it (the SQL stores: one column read, no entry built) and
+    ``load_by_key`` otherwise.  Same rule as ``load_by_key``: the newest
+    non-expired entry with ``key``.
+    """
+
+    def load_content_by_key(self, namespace: str, key: str) -> list[Any]:
+        """``[content]`` of that entry, ``[]`` when there is none (JSON ``null`` is a value)."""
+        ...
+
+    async def async_load_content_by_key(self, namespace: str, key: str) -> list[Any]:
+        """Async form of :meth:`load_content_by_key`."""
         ...
 
 

@@ -19,7 +19,7 @@ one unit of work.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from firefly_orm.bridges.steps import (
     MemoryLayer,
@@ -39,7 +39,7 @@ from firefly_orm.entry import (
     validate_user_id,
 )
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.protocols import UnitOfWork
+from firefly_orm.protocols import AsyncMemoryStore, ContentReads, UnitOfWork
 from firefly_orm.store import InMemoryStore, MemoryStore
 
 __all__ = ["WorkingMemory", "format_context", "read_facts", "working_namespace"]
@@ -66,6 +66,28 @@ def delete_fact(uow: UnitOfWork, namespace: str, key: str, entry_id: str) -> Non
         if stray is None:
             return
         uow.entries.delete(namespace, stray.entry_id)
+
+
+# The capability checks are getattr, not isinstance(store, ContentReads): a
+# runtime protocol check costs about 10 us on Python 3.11, a tenth of the read.
+
+
+def _content_of(store: MemoryStore, namespace: str, key: str) -> list[Any]:
+    """``[content]`` of ``key`` or ``[]`` (:class:`~firefly_orm.protocols.ContentReads`)."""
+    if getattr(store, "load_content_by_key", None) is None:
+        return _contents(store.load_by_key(namespace, key))
+    return cast(ContentReads, store).load_content_by_key(namespace, key)
+
+
+async def _async_content_of(store: AsyncMemoryStore, namespace: str, key: str) -> list[Any]:
+    """Async form of :func:`_content_of`."""
+    if getattr(store, "async_load_content_by_key", None) is None:
+        return _contents(await store.async_load_by_key(namespace, key))
+    return await cast(ContentReads, store).async_load_content_by_key(namespace, key)
+
+
+def _contents(entry: MemoryEntry | None) -> list[Any]:
+    return [] if entry is None else [entry.content]
 
 
 def format_context(items: list[tuple[str, Any]]) -> str:
@@ -249,8 +271,12 @@ class WorkingMemory(MemoryLayer):
 
     def _get(self, key: str, default: Any = None) -> Operation[Any]:
         """The value of ``key``, or ``default`` when it is not set."""
-        entry = yield from self._get_entry(key)
-        return default if entry is None else entry.content
+        namespace, key = self._namespace, validate_key(key)
+        found = yield from StoreCall(
+            lambda store: _content_of(store, namespace, key),
+            lambda store: _async_content_of(store, namespace, key),
+        )
+        return found[0] if found else default
 
     def _get_entry(self, key: str) -> Operation[MemoryEntry | None]:
         """The stored entry of ``key`` (with importance and timestamps), or ``None``."""

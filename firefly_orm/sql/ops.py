@@ -57,6 +57,7 @@ __all__ = [
     "list_contents_before",
     "list_entries",
     "load",
+    "load_content_by_key",
     "load_by_key",
     "push_translation",
     "save",
@@ -158,6 +159,16 @@ def load_by_key(
     stmt = st.BY_KEY_FOR_UPDATE if for_update else st.BY_KEY
     row = _execute(target, stmt, {"ns": namespace, "key": key, "now": utcnow()}).first()
     return st.row_to_entry(row) if row is not None else None
+
+
+def load_content_by_key(target: Target, namespace: str, key: str) -> list[Any]:
+    """``[content]`` of the newest live entry with ``key``, ``[]`` when there is none.
+
+    A list, not the value or ``None``: a stored JSON ``null`` is a value.
+    """
+    params = {"ns": namespace, "key": key, "now": utcnow()}
+    contents: list[Any] = _execute(target, st.CONTENT_BY_KEY, params).scalars().all()
+    return contents
 
 
 def list_entries(

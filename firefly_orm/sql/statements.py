@@ -45,6 +45,7 @@ __all__ = [
     "CLEANUP",
     "CLEAR",
     "COLUMNS",
+    "CONTENT_BY_KEY",
     "DELETE",
     "DELETE_KEY",
     "ERASE_USER",
@@ -166,6 +167,8 @@ BY_KEY = (
     .limit(1)
 )
 BY_KEY_FOR_UPDATE = BY_KEY.with_for_update()
+#: Only the ``content`` of :data:`BY_KEY`'s entry (no entry to build).
+CONTENT_BY_KEY = BY_KEY.with_only_columns(_C.content, maintain_column_froms=True)
 DELETE = sa.delete(TABLE).where(
     _C.namespace == _P("ns"), _C.entry_id.in_(_P("eids", expanding=True))
 )

@@ -183,6 +183,16 @@ class _StoreOperations:
         validate_key(key)
         return self._runner.call("load_by_key", ops.load_by_key, namespace, key)
 
+    def load_content_by_key(self, namespace: str, key: str) -> list[Any]:
+        """What :meth:`load_by_key` finds, only its ``content``: ``[content]``, or ``[]``.
+
+        One column read and no entry built: the read behind
+        :meth:`WorkingMemory.get <firefly_orm.WorkingMemory.get>`.
+        """
+        validate_namespace(namespace)
+        validate_key(key)
+        return self._runner.call("load_content_by_key", ops.load_content_by_key, namespace, key)
+
     def delete(self, namespace: str, entry_id: str) -> None:
         """Delete one entry (no error if absent)."""
         validate_namespace(namespace)
@@ -212,6 +222,14 @@ class _StoreOperations:
         validate_namespace(namespace)
         validate_key(key)
         return await self._runner.acall("load_by_key", ops.load_by_key, namespace, key)
+
+    async def async_load_content_by_key(self, namespace: str, key: str) -> list[Any]:
+        """Async twin of :meth:`load_content_by_key`."""
+        validate_namespace(namespace)
+        validate_key(key)
+        return await self._runner.acall(
+            "load_content_by_key", ops.load_content_by_key, namespace, key
+        )
 
     async def async_delete(self, namespace: str, entry_id: str) -> None:
         """Async twin of :meth:`delete`."""

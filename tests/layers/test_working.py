@@ -183,6 +183,22 @@ async def test_async_delete_removes_foreign_entries_of_the_key(store: Any) -> No
     assert [e.key for e in await store.async_load("working:mixed-async")] == ["other"]
 
 
+async def test_async_get_tells_a_stored_null_from_a_missing_key(store: Any) -> None:
+    wm = WorkingMemory(store=store, scope_id="nulls")
+    await wm.async_set("none", None)
+    assert await wm.async_get("none", "d") is None
+    assert await wm.async_get("missing", "d") == "d"
+    gone = MemoryEntry(
+        entry_id=derived_entry_id("working:nulls", "gone"),
+        scope=MemoryScope.WORKING,
+        key="gone",
+        content="x",
+        expires_at=datetime(2000, 1, 1, tzinfo=UTC),
+    )
+    await store.async_save("working:nulls", gone)
+    assert await wm.async_get("gone", "d") == "d"
+
+
 def test_delete_leaves_the_same_key_of_other_scopes(store: Any) -> None:
     """Deleting a key (one statement on SQL stores) touches this scope's namespace only."""
     a = WorkingMemory(store=store, scope_id="del-a")
