@@ -142,16 +142,20 @@ def test_clear_only_touches_own_scope(store: Any) -> None:
     assert b.to_dict() == {"k": "from b"}
 
 
-def test_expired_entries_are_invisible(store: Any) -> None:
-    wm = WorkingMemory(store=store, scope_id="ttl")
-    old = MemoryEntry(
-        entry_id=derived_entry_id("working:ttl", "gone"),
+def _expired_fact(namespace: str, key: str) -> MemoryEntry:
+    """The entry ``WorkingMemory`` would write for ``key``, expired long ago."""
+    return MemoryEntry(
+        entry_id=derived_entry_id(namespace, key),
         scope=MemoryScope.WORKING,
-        key="gone",
+        key=key,
         content="x",
         expires_at=datetime(2000, 1, 1, tzinfo=UTC),
     )
-    store.save("working:ttl", old)
+
+
+def test_expired_entries_are_invisible(store: Any) -> None:
+    wm = WorkingMemory(store=store, scope_id="ttl")
+    store.save("working:ttl", _expired_fact("working:ttl", "gone"))
     assert wm.get("gone") is None
     assert not wm.has("gone")
     assert wm.keys() == []
@@ -188,14 +192,7 @@ async def test_async_get_tells_a_stored_null_from_a_missing_key(store: Any) -> N
     await wm.async_set("none", None)
     assert await wm.async_get("none", "d") is None
     assert await wm.async_get("missing", "d") == "d"
-    gone = MemoryEntry(
-        entry_id=derived_entry_id("working:nulls", "gone"),
-        scope=MemoryScope.WORKING,
-        key="gone",
-        content="x",
-        expires_at=datetime(2000, 1, 1, tzinfo=UTC),
-    )
-    await store.async_save("working:nulls", gone)
+    await store.async_save("working:nulls", _expired_fact("working:nulls", "gone"))
     assert await wm.async_get("gone", "d") == "d"
 
 
