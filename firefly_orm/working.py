@@ -69,7 +69,8 @@ def delete_fact(uow: UnitOfWork, namespace: str, key: str, entry_id: str) -> Non
 
 
 # The capability checks are getattr, not isinstance(store, ContentReads): a
-# runtime protocol check costs about 10 us on Python 3.11, a tenth of the read.
+# runtime protocol check costs about 10 us on Python 3.11, as much as the
+# content-only read saves.
 
 
 def _content_of(store: MemoryStore, namespace: str, key: str) -> list[Any]:

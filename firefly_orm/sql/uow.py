@@ -210,7 +210,7 @@ class _DeferredBegin:
 
 #: How a failure of a statement that commits as it runs is named: like a failed
 #: COMMIT, its outcome is unknown to the caller.
-_ALONE_WHAT = "{name} (one statement, committed as it runs: it may have been stored)"
+_ALONE_WHAT = "{name} (one statement, committed as it runs: it may have taken effect)"
 
 
 class _BeginsLazily(_EntriesProxy):
