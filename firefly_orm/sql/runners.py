@@ -258,9 +258,10 @@ class SessionRunner(Runner):
     """Transactions that are SAVEPOINTs of a caller's Session (or AsyncSession).
 
     Nothing is committed until the caller commits.  A sync ``Session`` serves
-    the sync methods, an ``AsyncSession`` the async ones (the other raise
-    :class:`TypeError`).  ``read_only`` changes nothing: the caller's
-    transaction is what it is.
+    the sync methods, an ``AsyncSession`` the async ones; the other kind of
+    call raises :class:`TypeError` before anything runs, with a message that
+    says what to use instead.  ``read_only``
+    changes nothing: the caller's transaction is what it is.
     """
 
     maps_body = False
@@ -269,11 +270,24 @@ class SessionRunner(Runner):
         super().__init__(
             store_runner.engines,
             store_runner.errors,
-            store_runner.ensure,
-            store_runner.async_ensure,
+            self._ensure_sync,
+            self._ensure_async,
             store_runner.router,
         )
         self.session = session
+        self._store_ensure = store_runner.ensure
+        self._store_async_ensure = store_runner.async_ensure
+
+    def _ensure_sync(self) -> None:
+        """The session's kind is checked first, then the store initialised."""
+        if not isinstance(self.session, Session):
+            raise _wrong_session_kind(self.session, wanted_async=False)
+        self._store_ensure()
+
+    async def _ensure_async(self) -> None:
+        if not isinstance(self.session, AsyncSession):
+            raise _wrong_session_kind(self.session, wanted_async=True)
+        await self._store_async_ensure()
 
     def call(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
         with self.unit_of_work(what=what) as uow:
@@ -292,10 +306,41 @@ class SessionRunner(Runner):
 
     def _new_uow(self, read_only: bool, consistent: bool) -> SQLUnitOfWork:
         if not isinstance(self.session, Session):
-            raise TypeError("bound to an AsyncSession: use the async_* methods")
+            raise _wrong_session_kind(self.session, wanted_async=False)
         return SQLUnitOfWork(self.engines, self.errors, self.session)
 
     def _new_async_uow(self, read_only: bool, consistent: bool) -> AsyncSQLUnitOfWork:
         if not isinstance(self.session, AsyncSession):
-            raise TypeError("bound to a sync Session: use the sync methods")
+            raise _wrong_session_kind(self.session, wanted_async=True)
         return AsyncSQLUnitOfWork(self.engines, self.errors, self.session)
+
+
+def _wrong_session_kind(session: object, *, wanted_async: bool) -> TypeError:
+    """The error for a call of the wrong kind on a store bound to a caller's session.
+
+    A sync ``Session`` cannot run the ``async_*`` methods (an ``async def``
+    route handing its sync session to the memory is the usual way there), and
+    an ``AsyncSession`` cannot run the sync ones.  The message names what
+    works instead: the session of the other kind, the other methods, or the
+    unbound store (the ``SQLAlchemyStore`` itself, on its own transactions).
+    """
+    kind = f"{type(session).__module__}.{type(session).__qualname__}"
+    if wanted_async:
+        return TypeError(
+            f"this store is bound to a sync Session ({kind}), which cannot run the "
+            "async_* methods or async_unit_of_work(). In async code (an `async def` "
+            "route): bind an AsyncSession instead (store.bind_session(async_session), "
+            "store.async_unit_of_work(session=async_session)) and await the async_* "
+            "methods, or await the async_* methods of the unbound store (the "
+            "SQLAlchemyStore itself, not store.bind_session(...): its own transaction, "
+            "not yours). To keep the sync Session, call the sync methods (add_turn, not "
+            "async_add_turn) from sync code (a plain `def` route)."
+        )
+    return TypeError(
+        f"this store is bound to an AsyncSession ({kind}), which cannot run the sync "
+        "methods or unit_of_work(): await the async_* methods instead (await "
+        "memory.async_add_turn(...), store.async_unit_of_work(session=async_session)). "
+        "In sync code (a plain `def` route): bind a sync Session "
+        "(store.bind_session(session)), or use the sync methods of the unbound store "
+        "(the SQLAlchemyStore itself: its own transaction, not yours)."
+    )
