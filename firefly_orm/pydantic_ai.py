@@ -31,9 +31,12 @@ stays.)
     result = await support.run("My order 1042 has not arrived.", user_id="ada")
     cid = result.conversation_id                # a new conversation, owned by "ada"
     result = await support.run("Any news?", conversation_id=cid, user_id="ada")
+    result.turn_id                              # 1: the turn this run stored
 
-The runs return pydantic-ai's own objects (``AgentRunResult``,
-``StreamedRunResult``, ``AgentRun``); the firefly_orm conversation id is
+The runs return pydantic-ai's own objects (``StreamedRunResult``,
+``AgentRun``; ``run`` and ``run_sync`` a :class:`MemoryRunResult`, which is an
+``AgentRunResult`` that also carries the turn it stored: ``result.turn``,
+``result.turn_id``); the firefly_orm conversation id is
 ``result.conversation_id`` (it is also pydantic-ai's conversation id of the
 run's messages).  ``run`` / ``run_sync`` / ``run_stream`` / ``iter`` take the
 agent's own keyword arguments (``deps``, ``model``, ``usage_limits``...),
@@ -97,6 +100,7 @@ __all__ = [
     "DELEGATION_SCOPE_PREFIX",
     "MemoryAgent",
     "MemoryDeps",
+    "MemoryRunResult",
     "delegate",
     "prompt_text",
     "response_text",
@@ -143,6 +147,68 @@ class MemoryDeps:
     memory: MemoryManager
     conversation_id: str
     user_id: str | None = None
+
+
+#: Where a :class:`MemoryRunResult` keeps its turn (beside pydantic-ai's own state).
+_TURN_ATTRIBUTE = "_firefly_orm_turn"
+
+
+class MemoryRunResult(AgentRunResult[OutputT]):
+    """pydantic-ai's ``AgentRunResult`` of a :class:`MemoryAgent` run, and the turn it stored.
+
+    Returned by :meth:`MemoryAgent.run` and :meth:`MemoryAgent.run_sync`.  It
+    IS an ``AgentRunResult`` (``isinstance`` holds; ``output``, ``usage``,
+    ``new_messages()``, ``conversation_id``... are pydantic-ai's, unchanged),
+    so code written for pydantic-ai's result keeps working; it adds what the
+    run stored, so an app returns the turn's id without reading it back::
+
+        result = await support.run("Any news?", conversation_id=cid, user_id="ada")
+        return {"reply": result.output, "turn_id": result.turn_id}
+
+    One turn holds the whole exchange: the user's prompt
+    (``turn.user_prompt``), the answer (``turn.assistant_response``) and the
+    run's new model messages (``turn.raw_messages``), stored together in one
+    unit of work.  Serialised by pydantic (``TypeAdapter(AgentRunResult)``),
+    a result has pydantic-ai's shape: the turn is not part of it.
+    """
+
+    @property
+    def turn(self) -> ConversationTurn:
+        """The turn this run stored: its id, prompt, answer, messages, usage metadata.
+
+        As :meth:`ConversationMemory.get_turns
+        <firefly_orm.conversation.ConversationMemory.get_turns>` would read it
+        back right after the run (``turn.metadata["usage"]``,
+        ``turn.metadata["run_id"]``, ``turn.metadata["agent"]`` for a named
+        agent).
+        """
+        turn: ConversationTurn | None = self.__dict__.get(_TURN_ATTRIBUTE)
+        if turn is None:
+            raise AttributeError(
+                "this MemoryRunResult was not returned by a MemoryAgent run, so it has no turn"
+            )
+        return turn
+
+    @property
+    def turn_id(self) -> int:
+        """The id of the turn this run stored (``turn.turn_id``).
+
+        Unique and increasing within the conversation: the id
+        :meth:`ConversationMemory.update_turn
+        <firefly_orm.conversation.ConversationMemory.update_turn>` and
+        ``delete_turn`` take.
+        """
+        return self.turn.turn_id
+
+    @classmethod
+    def of(
+        cls, result: AgentRunResult[OutputT], turn: ConversationTurn
+    ) -> MemoryRunResult[OutputT]:
+        """``result`` (pydantic-ai's, left unchanged) with ``turn``, the turn stored for it."""
+        made: MemoryRunResult[OutputT] = cls.__new__(cls)
+        made.__dict__.update(result.__dict__)
+        made.__dict__[_TURN_ATTRIBUTE] = turn
+        return made
 
 
 @dataclass(frozen=True)
@@ -248,6 +314,8 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         >>> result = support.run_sync("Hello", user_id="ada")
         >>> result.output
         'Hi!'
+        >>> result.turn_id, result.turn.user_prompt
+        (0, 'Hello')
         >>> [t.user_prompt for t in support.memory.conversation.get_turns(result.conversation_id)]
         ['Hello']
     """
@@ -344,7 +412,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         user_id: str | None = None,
         deps: DepsT | None = None,
         **agent_kwargs: Any,
-    ) -> AgentRunResult[OutputT]:
+    ) -> MemoryRunResult[OutputT]:
         """Run the agent on the conversation's memory and store the run as one turn.
 
         Args:
@@ -359,7 +427,9 @@ class MemoryAgent(Generic[DepsT, OutputT]):
                 ``usage_limits``, ``instructions``...).
 
         Returns:
-            pydantic-ai's result; its turn is stored by the time it returns.
+            pydantic-ai's result (a :class:`MemoryRunResult`: an
+            ``AgentRunResult`` with the stored turn as ``result.turn`` and
+            ``result.turn_id``); the turn is stored by the time it returns.
 
         Raises:
             TypeError: ``message_history`` or ``conversation`` among the
@@ -378,8 +448,8 @@ class MemoryAgent(Generic[DepsT, OutputT]):
             deps=prepared.deps,
             **prepared.agent_kwargs,
         )
-        await steps.arun(store, self._store(prepared, result))
-        return cast(AgentRunResult[OutputT], result)
+        turn = await steps.arun(store, self._store(prepared, result))
+        return MemoryRunResult.of(cast(AgentRunResult[OutputT], result), turn)
 
     def run_sync(
         self,
@@ -389,8 +459,12 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         user_id: str | None = None,
         deps: DepsT | None = None,
         **agent_kwargs: Any,
-    ) -> AgentRunResult[OutputT]:
-        """Sync form of :meth:`run` (the agent's ``run_sync``; memory's sync methods)."""
+    ) -> MemoryRunResult[OutputT]:
+        """Sync form of :meth:`run` (the agent's ``run_sync``; memory's sync methods).
+
+        Returns:
+            A :class:`MemoryRunResult`, as :meth:`run`.
+        """
         prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
         store = prepared.memory.store
         history = steps.run(store, self._load(prepared))
@@ -401,8 +475,8 @@ class MemoryAgent(Generic[DepsT, OutputT]):
             deps=prepared.deps,
             **prepared.agent_kwargs,
         )
-        steps.run(store, self._store(prepared, result))
-        return cast(AgentRunResult[OutputT], result)
+        turn = steps.run(store, self._store(prepared, result))
+        return MemoryRunResult.of(cast(AgentRunResult[OutputT], result), turn)
 
     @asynccontextmanager
     async def run_stream(
@@ -421,7 +495,10 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         the stream received in full (``stream_text``, ``stream_output`` or
         ``get_output`` ran to the end), the turn is stored as the block exits;
         if the block raises, is cancelled or leaves the stream unfinished,
-        nothing is stored.  Arguments and errors as for :meth:`run`.
+        nothing is stored.  Arguments and errors as for :meth:`run`.  The
+        stored turn is not on the stream (it is written after the block):
+        read it with ``memory.conversation.async_get_recent(cid, 1)`` (its
+        ``metadata["run_id"]`` is the run's ``run_id``).
         """
         prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
         store = prepared.memory.store
@@ -464,7 +541,8 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         gives pydantic-ai's ``AgentRun``.  When the block ends with the run
         finished (``agent_run.result`` set), the turn is stored as the block
         exits; a block that raises, is cancelled or stops iterating early
-        stores nothing.  Arguments and errors as for :meth:`run`.
+        stores nothing.  Arguments and errors as for :meth:`run`; the stored
+        turn as for :meth:`run_stream`.
         """
         prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
         store = prepared.memory.store
