@@ -1,7 +1,7 @@
 """Griffe extension for the API reference: what static analysis alone gets wrong.
 
 Griffe reads the source without running it and knows Google-style docstrings
-as griffe defines them; firefly_orm's code and docstrings need five things
+as griffe defines them; firefly_orm's code and docstrings need six things
 more, done here once the whole package is loaded:
 
 * **Derived methods.**  A memory layer writes each operation once (``_add_turn``)
@@ -26,6 +26,10 @@ more, done here once the whole package is loaded:
   only the plural and shows the singular as an admonition, where Markdown reads
   the ``>>>`` lines as prose (``['Hello']`` becomes a broken link).  Such a
   header is read as ``Examples:``.
+* **Literal blocks.**  A reST paragraph ending in ``::`` introduces the
+  indented block after it (``Usage::``), which Markdown already shows as code;
+  the marker itself becomes one colon (``Usage:``), or nothing when it stands
+  alone on its line or after a space, as reST renders it.
 * **``#:`` comments.**  Constants and class attributes are described with
   Sphinx's ``#:`` comments (on the lines just above, or at the end of the
   line), which griffe does not read; they become the attribute's docstring.
@@ -54,6 +58,11 @@ import griffe
 ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|data|exc|obj|const):`(?P<body>[^`]+)`")
 #: A Google-style section header "Example:" (a line of its own).
 _EXAMPLE_HEADER = re.compile(r"^(?P<indent>[ \t]*)Example:[ \t]*$", flags=re.MULTILINE)
+#: A line ending in a reST literal-block marker (``text::``, ``text ::`` or
+#: ``::`` alone), followed by a blank line.
+_LITERAL_MARKER = re.compile(
+    r"^(?P<text>[^\n]*?)(?P<space>[ \t]?)::[ \t]*$(?=\n[ \t]*\n)", flags=re.MULTILINE
+)
 #: ``title <target>`` inside a role.
 _TITLED = re.compile(r"^(?P<title>.+?)\s*<(?P<target>[^<>]+)>$")
 
@@ -69,15 +78,16 @@ class FireflyDocs(griffe.Extension):
             if isinstance(obj, griffe.Class):
                 _derive_methods(obj, loader)
         for obj in _walk(pkg):
+            if isinstance(obj, griffe.Attribute) and not obj.has_docstring:
+                _describe_from_comment(obj)
+        for obj in _walk(pkg):
             if obj.docstring is not None:
                 text = _EXAMPLE_HEADER.sub(r"\g<indent>Examples:", obj.docstring.value)
+                text = _literal_markers(text)
                 obj.docstring.value = _link_roles(text, obj)
         for obj in _walk(pkg):
             if isinstance(obj, griffe.Class):
                 _drop_special_members(obj)
-        for obj in _walk(pkg):
-            if isinstance(obj, griffe.Attribute) and not obj.has_docstring:
-                _describe_from_comment(obj)
         for obj in _walk(pkg):
             if isinstance(obj, (griffe.Class, griffe.Module)):
                 _describe_attributes(obj)
@@ -337,6 +347,26 @@ def _describe_attributes(obj: griffe.Class | griffe.Module) -> None:
                 member.labels.add("instance-attribute")
                 obj.set_member(item.name, member)
             member.docstring = _docstring(item.description, member, docstring)
+
+
+# --------------------------------------------------------------------------- reST literal blocks
+
+
+def _literal_markers(text: str) -> str:
+    """``text`` with each reST literal-block marker rendered as reST renders it.
+
+    ``Usage::`` becomes ``Usage:``; ``Usage ::`` becomes ``Usage``; a line
+    holding only ``::`` becomes empty.  The indented block below is left as it
+    is (Markdown shows it as code).
+    """
+
+    def render(match: re.Match[str]) -> str:
+        before = match["text"]
+        if not before.strip() or match["space"]:
+            return before.rstrip()
+        return before + ":"
+
+    return _LITERAL_MARKER.sub(render, text)
 
 
 # --------------------------------------------------------------------------- reST roles
