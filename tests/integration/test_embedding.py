@@ -5,15 +5,12 @@ A memory write joins the host's transaction through a SAVEPOINT
 the host's commit keeps both rows, the host's rollback drops both, and a failure
 inside the memory work undoes only the savepoint.  SQLite hosts use the
 documented pysqlite/aiosqlite recipe (SQLAlchemy-controlled BEGIN) so SAVEPOINT
-works.  The README's "Embedding in your app" snippets are run at the end.
+works.  The guide's embedding samples (``docs_src/embedding_*.py``) are run by
+``test_docs_src.py``.
 """
 
 from __future__ import annotations
 
-import os
-import re
-import sys
-import types
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -27,8 +24,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from firefly_orm.entry import TABLE_NAME, MemoryEntry
 from firefly_orm.errors import StoreError
 from firefly_orm.sql import SQLAlchemyStore, enable_sqlite_savepoints
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class HostBase(DeclarativeBase):
@@ -315,54 +310,3 @@ async def test_async_bound_store_errors_name_the_operation(operation: str, tmp_p
     finally:
         await store.async_close()
         await engine.dispose()
-
-
-# --------------------------------------------------------------------------- README snippets
-
-MARKER = re.compile(r"^# test: (embedding-[\w-]+)\s*$", re.MULTILINE)
-FENCE = re.compile(r"```python\n(.*?)```", re.DOTALL)
-
-
-def readme_source() -> tuple[Path, str]:
-    readme = REPO / "README.md"
-    return readme, readme.read_text(encoding="utf-8")
-
-
-def embedding_snippets() -> dict[str, str]:
-    _, text = readme_source()
-    found: dict[str, str] = {}
-    for block in FENCE.findall(text):
-        match = MARKER.search(block)
-        if match:
-            found[match.group(1)] = block
-    return found
-
-
-EXPECTED_SNIPPETS = (
-    "embedding-engine",
-    "embedding-session",
-    "embedding-async-session",
-    "embedding-alembic-host",
-    "embedding-alembic-a",
-    "embedding-alembic-b",
-    "embedding-least-privilege",
-)
-
-
-def test_readme_has_every_embedding_snippet() -> None:
-    assert set(EXPECTED_SNIPPETS) <= set(embedding_snippets())
-
-
-@pytest.mark.parametrize("name", EXPECTED_SNIPPETS)
-def test_readme_snippet_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    snippets = embedding_snippets()
-    if name not in snippets:
-        pytest.fail(f"snippet {name} missing from {readme_source()[0]}")
-    monkeypatch.chdir(tmp_path)
-    for key in list(os.environ):
-        if key.startswith("FIREFLY_AGENTIC_"):
-            monkeypatch.delenv(key)
-    # a real module, so declarative classes in the snippet resolve their annotations
-    module = types.ModuleType(f"readme_{name.replace('-', '_')}")
-    monkeypatch.setitem(sys.modules, module.__name__, module)
-    exec(compile(snippets[name], f"<README {name}>", "exec"), module.__dict__)

@@ -4,7 +4,7 @@
   one of them runs the revision (Alembic's "Running upgrade" log line, captured
   in each process), the others wait on the advisory lock and then succeed.
 * An application role with only USAGE on the schema and DML on the tables
-  (the README's grants, run as written) works with ``initialize(migrate=False)``
+  (the guide's grants, run as written) works with ``initialize(migrate=False)``
   and with ``initialize()`` on a migrated schema; on an un-migrated schema it
   gets a clear :class:`MigrationRequiredError`.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,16 +102,13 @@ def test_concurrent_initialize_runs_the_revision_exactly_once(
 
 # --------------------------------------------------------------------------- least privilege
 
-GRANTS_MARKER = "-- test: embedding-grants"
+#: The guide's least-privilege grants (docs/guide/embedding/least-privilege.md shows the file).
+GRANTS = REPO / "docs_src" / "least_privilege_grants.sql"
 
 
-def readme_grants() -> str:
-    """The GRANT statements of the README's least-privilege section."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
-    for block in re.findall(r"```sql\n(.*?)```", text, re.DOTALL):
-        if GRANTS_MARKER in block:
-            return str(block)
-    pytest.fail("README.md has no least-privilege GRANT block")
+def guide_grants() -> str:
+    """The GRANT statements of the guide's least-privilege page, as written there."""
+    return GRANTS.read_text(encoding="utf-8")
 
 
 @pytest.fixture
@@ -137,7 +133,7 @@ def _as(url: str, role: str) -> str:
 
 
 def _grant(postgres_url: str, schema: str, role: str) -> None:
-    sql = readme_grants().replace("firefly_memory", schema).replace("firefly_app", role)
+    sql = guide_grants().replace("firefly_memory", schema).replace("firefly_app", role)
     engine = sa.create_engine(postgres_url, poolclass=sa.pool.NullPool)
     with engine.begin() as conn:
         for statement in sql.split(";"):
