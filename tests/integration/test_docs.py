@@ -1,7 +1,9 @@
-"""The API reference: built with warnings as errors, and complete.
+"""The docs site: built with warnings as errors, its guide in the nav, its reference complete.
 
-The site (``mkdocs.yml``, ``docs/``) is built once with ``mkdocs build
---strict`` into a temporary directory.  What the pages document is read from
+The site (``mkdocs.yml``, ``docs/``: the guide and the API reference) is built
+once per test session with ``mkdocs build --strict`` into a temporary directory
+(the only build ``make test`` runs; the tests share one xdist group, so they
+run on one worker).  What the pages document is read from
 the build's own inventory (``objects.inv``: every documented object's path, and
 every other path it is importable from) and from its HTML; what must be
 documented is read from the running package:
@@ -17,6 +19,9 @@ documented is read from the running package:
   and for each field of ``ConversationTurn``.
 
 So a public name, method or field added without documentation fails here.
+Besides: the README stays a front page (at most :data:`README_MAX_LINES`
+lines), every guide page is in the nav, and no page shows a raw reST role
+(``:class:`...```) or literal-block marker (``Usage::``) as text.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import re
 import subprocess
 import sys
 import zlib
@@ -38,7 +44,7 @@ import pytest
 
 import firefly_orm
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.xdist_group("docs_site")
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "firefly_orm"
@@ -72,7 +78,7 @@ def read_inventory(path: Path) -> list[tuple[str, str, int]]:
     return entries
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     if importlib.util.find_spec("mkdocs") is None:
         pytest.fail("the docs extra is not installed (pip install -e '.[docs]')")
@@ -107,7 +113,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def descriptions(site: Site) -> dict[str, str]:
     """Anchor id -> description text, over every page of the site."""
     found: dict[str, str] = {}
@@ -334,3 +340,71 @@ def test_conversation_methods_and_turn_fields_are_described(
     for field in ConversationTurn.model_fields:
         text = texts.get(f"firefly_orm.conversation.ConversationTurn.{field}", "")
         assert text, f"ConversationTurn.{field} has no description"
+
+
+# --------------------------------------------------------------------------- the guide
+
+#: The README is the front page (and the package's description): the rest is the guide.
+README_MAX_LINES = 300
+
+#: A reST role or a literal-block marker, as they read when rendered verbatim.
+RAW_REST = re.compile(
+    r":(?:py:)?(?:class|meth|func|attr|mod|data|exc|obj|const|ref|doc):|::(?:\s|$)"
+)
+
+
+def test_the_readme_is_a_front_page() -> None:
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines (at most {README_MAX_LINES}): "
+        "move the detail into a page of docs/guide/ and link it from the README's map"
+    )
+
+
+def test_every_guide_page_is_in_the_nav(site: Site) -> None:
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = set(re.findall(r"^\s*- [^:\n]+: (guide/\S+\.md)\s*$", config, flags=re.M))
+    pages = {
+        path.relative_to(ROOT / "docs").as_posix() for path in (ROOT / "docs/guide").rglob("*.md")
+    }
+    assert pages, "no guide pages found"
+    assert not pages - nav, f"guide pages missing from mkdocs.yml's nav: {sorted(pages - nav)}"
+    built = {page for page in pages if (site.path / page).with_suffix(".html").is_file()}
+    assert built == pages, f"guide pages not built: {sorted(pages - built)}"
+
+
+class VisibleText(HTMLParser):
+    """A page's text outside code, scripts and styles."""
+
+    HIDDEN = frozenset({"code", "pre", "script", "style"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parts: list[str] = []
+        self._hidden = 0
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self.HIDDEN:
+            self._hidden += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self.HIDDEN and self._hidden:
+            self._hidden -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._hidden:
+            self.parts.append(data)
+
+
+def test_no_page_shows_raw_rest_markup(site: Site) -> None:
+    found: list[str] = []
+    pages = sorted(site.path.rglob("*.html"))
+    assert len(pages) > 30, len(pages)
+    for page in pages:
+        parser = VisibleText()
+        parser.feed(page.read_text(encoding="utf-8"))
+        text = "".join(parser.parts)
+        for match in RAW_REST.finditer(text):
+            context = " ".join(text[max(0, match.start() - 60) : match.end() + 20].split())
+            found.append(f"{page.relative_to(site.path)}: ...{context}...")
+    assert not found, "reST markup shown as text (use Markdown):\n" + "\n".join(found[:20])
