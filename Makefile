@@ -31,7 +31,7 @@ install: $(STAMP)
 demo: install
 	$(PY) -m firefly_orm.demo
 
-LINT_PATHS := firefly_orm tests migrations docs/tooling scripts $(wildcard bench) $(wildcard examples)
+LINT_PATHS := firefly_orm tests migrations docs/tooling docs_src scripts $(wildcard bench) $(wildcard examples)
 
 lint: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)
