@@ -2,10 +2,12 @@
 
 * :mod:`.models`: the app's SQLModel tables (``tickets``, ``reply_usage``) on
   their own ``MetaData``.
-* :mod:`.migrate` and ``migrations/``: the app's Alembic environment; its
-  ``version_locations`` include firefly_orm's revisions, so ``upgrade heads``
-  creates the app's tables and firefly_orm's together, recorded in the app's
-  ``alembic_version`` (README: "Migrations inside your Alembic", way (b)).
+* :mod:`.migrate` and ``migrations/``: the app's Alembic environment, with
+  one head: its env.py calls ``firefly_orm.migrate.run_with_host``, so the
+  app's ``upgrade head`` also brings firefly_orm's tables to firefly_orm's
+  head in the same transaction (recorded in firefly_orm's own version table),
+  and ``autogenerate_filters`` keeps them out of the app's autogenerate
+  (README: "Migrations inside your Alembic", the recommended way).
 * :mod:`.assistant`: the pydantic-ai agent and an offline demo model.
 * :mod:`.app`: ``create_app(database_url)``.  The chat route reads the history
   from memory, runs the agent outside any transaction, then bumps the ticket,
@@ -13,5 +15,5 @@
   session (README: "Your session and transaction"): all three, or none.
 
 Run it: ``python -m examples.fastapi_chat [--db URL] [--ticket ID] [MESSAGE ...]``.
-Migrate only: ``python -m examples.fastapi_chat.migrate [--db URL] upgrade heads``.
+Migrate only: ``python -m examples.fastapi_chat.migrate [--db URL] upgrade``.
 """

@@ -48,8 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     url = migrate.database_url(args.db)
     shown = sa.make_url(url).render_as_string(hide_password=True)
-    migrate.upgrade(url)
-    print(f"database {shown}: migrated to {', '.join(sorted(migrate.current(url)))}")
+    migrate.upgrade(url)  # the app's revisions, and firefly_orm's with them
+    print(
+        f"database {shown}: app at {migrate.current(url)}, "
+        f"firefly_orm at {migrate.memory_revision(url)}"
+    )
 
     with TestClient(create_app(url), raise_server_exceptions=False) as client:
         if args.ticket is None:

@@ -290,12 +290,14 @@ def create_app(database_url: str, *, model: Model | None = None) -> FastAPI:
             tables are in the same database, in the connection's default schema).
         model: The agent's model (default: :func:`~.assistant.demo_model`, offline).
 
-    At start-up the app checks that its Alembic has migrated the database (its
-    revisions and firefly_orm's) and fails with :class:`RuntimeError` otherwise;
-    the memory store only checks (``initialize(migrate=False)``), never migrates.
+    At start-up the app checks that its Alembic has migrated the database: its
+    own revision (:class:`RuntimeError` otherwise) and firefly_orm's, which the
+    memory store checks (``initialize(migrate=False)`` raises
+    :class:`~firefly_orm.errors.MigrationRequiredError` naming the command);
+    neither migrates anything.
     """
     url = async_url(database_url)
-    expected = migrate.heads()
+    expected = migrate.head()
     agent = build_agent(model if model is not None else demo_model())
 
     @asynccontextmanager
@@ -308,13 +310,14 @@ def create_app(database_url: str, *, model: Model | None = None) -> FastAPI:
             enable_sqlite_savepoints(engine)  # SAVEPOINTs in the app's transactions
         try:
             async with engine.connect() as connection:
-                missing = sorted(expected - await connection.run_sync(migrate.current_heads))
-            if missing:
+                at = await connection.run_sync(migrate.current_revision)
+            if at != expected:
                 raise RuntimeError(
-                    f"the database is not migrated ({', '.join(missing)} pending): run "
-                    "`python -m examples.fastapi_chat.migrate --db URL upgrade`"
+                    f"the database is not migrated (at {at or 'nothing'}, {expected} "
+                    "expected): run `python -m examples.fastapi_chat.migrate --db URL upgrade`"
                 )
-            store = SQLAlchemyStore(async_engine=engine)
+            # firefly_orm's tables: checked, never migrated (the app's upgrade did it)
+            store = SQLAlchemyStore(async_engine=engine, schema_name=migrate.MEMORY_SCHEMA)
             await store.async_initialize(migrate=False)
             app.state.help_desk = HelpDesk(engine, store, agent)
             try:

@@ -3,9 +3,15 @@
 On SQLite and PostgreSQL (each PostgreSQL test in a schema of its own, made the
 connection's default schema with ``search_path`` and dropped afterwards):
 
-* the app's Alembic migrates an empty database to both heads (the app's
-  tables and firefly_orm's, in the app's ``alembic_version``), its models
-  match its revisions, and it downgrades one branch or both;
+* the app's Alembic has ONE head: its ``upgrade`` migrates an empty
+  database (the app's tables, and firefly_orm's through ``run_with_host``, in
+  one transaction: a failing app revision leaves neither), recording the
+  app's revision in ``alembic_version`` and firefly_orm's in its own version
+  table; its models match its revisions and autogenerate never sees
+  firefly_orm's objects; its ``downgrade`` undoes the app's revisions only;
+  a database migrated the older two-heads way is moved to one head;
+* the app refuses to start on a database its Alembic has not migrated, the
+  app's part or firefly_orm's;
 * the chat route's ticket update, turn and usage row commit in one
   transaction (checked statement by statement), and a failure of the app's
   write after the turn, or of the turn after the app's write, leaves every
@@ -43,7 +49,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from examples.fastapi_chat import migrate as chat_migrate
 from examples.fastapi_chat.app import NOT_SAVED, HelpDesk, create_app
 from examples.fastapi_chat.assistant import user_prompts
-from firefly_orm import MemoryManager, SQLAlchemyStore, migrate
+from firefly_orm import MemoryManager, MigrationRequiredError, SQLAlchemyStore, migrate
 from firefly_orm.entry import TABLE_NAME
 
 REPO = Path(__file__).resolve().parents[2]
@@ -251,14 +257,17 @@ def logged(client: TestClient) -> Iterator[StatementLog]:
 
 def test_upgrade_from_empty_and_downgrade(db: Db) -> None:
     assert db.tables() == set()
+    assert chat_migrate.head() == APP_REVISION  # one head: the app's own
     chat_migrate.upgrade(db.url)
 
     tables = db.tables()
-    assert APP_TABLES | {TABLE_NAME, "alembic_version"} <= tables
-    assert migrate.VERSION_TABLE not in tables  # firefly_orm's revision is in the app's table
-    assert chat_migrate.current(db.url) == chat_migrate.heads() == {APP_REVISION, migrate.head()}
-    assert migrate.check(db.url) == []  # firefly_orm sees the app-managed database at head
-    # the app's models match its revisions, and autogenerate never sees firefly_orm's tables
+    assert APP_TABLES | {TABLE_NAME, "alembic_version", migrate.VERSION_TABLE} <= tables
+    # the app's version table holds the app's revision only; ours is in our own table
+    assert db.rows("SELECT version_num FROM alembic_version") == [(APP_REVISION,)]
+    assert chat_migrate.current(db.url) == APP_REVISION
+    assert chat_migrate.memory_revision(db.url) == migrate.current(db.url) == migrate.head()
+    assert migrate.check(db.url) == []
+    # the app's models match its revisions, and autogenerate never sees firefly_orm's objects
     command.check(chat_migrate.alembic_config(db.url))
     assert chat_migrate.main(["--db", db.url, "check"]) == 0
     # the check is not vacuous: a difference in the app's tables is reported
@@ -270,32 +279,89 @@ def test_upgrade_from_empty_and_downgrade(db: Db) -> None:
     assert chat_migrate.main(["--db", db.url, "check"]) == 1
     with db.connect() as conn:
         conn.exec_driver_sql("CREATE INDEX ix_tickets_customer ON tickets (customer)")
-    chat_migrate.upgrade(db.url)  # at both heads: nothing to do
-    assert chat_migrate.current(db.url) == {APP_REVISION, migrate.head()}
+    chat_migrate.upgrade(db.url)  # at head: nothing to do
+    assert chat_migrate.current(db.url) == APP_REVISION
 
-    # the app's branch alone goes down; firefly_orm's tables stay at head
-    assert chat_migrate.main(["--db", db.url, "downgrade", "chat@base"]) == 0
+    # the app's `downgrade -1` undoes the app's revision; firefly_orm's tables stay at head
+    assert chat_migrate.main(["--db", db.url, "downgrade", "-1"]) == 0
     tables = db.tables()
     assert not APP_TABLES & tables
     assert TABLE_NAME in tables
+    assert chat_migrate.current(db.url) is None
     assert migrate.check(db.url) == []
 
-    # everything goes down, and comes back up
-    assert chat_migrate.main(["--db", db.url, "downgrade", "base"]) == 0
-    assert db.tables() <= {"alembic_version"}
-    assert chat_migrate.current(db.url) == set()
+    # firefly_orm's go down with its own command; the app's upgrade brings both back
+    migrate.downgrade(db.url, "base")
+    assert not ({TABLE_NAME} | APP_TABLES) & db.tables()
     assert migrate.current(db.url) is None
     assert chat_migrate.main(["--db", db.url, "upgrade"]) == 0
-    assert chat_migrate.current(db.url) == {APP_REVISION, migrate.head()}
+    assert APP_TABLES | {TABLE_NAME} <= db.tables()
+    assert chat_migrate.current(db.url) == APP_REVISION
+    assert migrate.current(db.url) == migrate.head()
+
+
+def test_a_failed_app_revision_leaves_firefly_orms_tables_out_too(db: Db) -> None:
+    """The app's revisions and ours run in one transaction: all of it, or none."""
+    with db.connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE tickets (id INTEGER PRIMARY KEY)")  # in the way
+    with pytest.raises(sa.exc.DatabaseError):
+        chat_migrate.upgrade(db.url)
+    assert db.tables() == {"tickets"}
+    assert chat_migrate.current(db.url) is None
+    assert migrate.current(db.url) is None
+
+
+def test_a_database_migrated_the_two_heads_way_is_moved_to_one_head(db: Db) -> None:
+    """What an earlier version of this example left: our revision in the app's alembic_version."""
+    chat_migrate.upgrade(db.url)
+    with db.connect() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {migrate.VERSION_TABLE}")
+        conn.execute(
+            sa.text("INSERT INTO alembic_version (version_num) VALUES (:rev)"),
+            {"rev": migrate.head()},
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO tickets (customer, subject, conversation_id, turns, created_at, "
+            "updated_at) VALUES ('ada', 'kept', 'c0', 0, CURRENT_TIMESTAMP, CURRENT_TIMESTAMP)"
+        )
+    assert migrate.current(db.url) == migrate.head()  # found in the app's table (way (b))
+    assert chat_migrate.adopt(db.url) == migrate.head()
+    assert db.rows("SELECT version_num FROM alembic_version") == [(APP_REVISION,)]
+    assert db.rows(f"SELECT version_num FROM {migrate.VERSION_TABLE}") == [(migrate.head(),)]
+    assert chat_migrate.adopt(db.url) is None  # moved once
+
+    # `upgrade` moves such a database itself, and then runs
+    with db.connect() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {migrate.VERSION_TABLE}")
+        conn.execute(
+            sa.text("INSERT INTO alembic_version (version_num) VALUES (:rev)"),
+            {"rev": migrate.head()},
+        )
+    assert chat_migrate.main(["--db", db.url, "upgrade"]) == 0
+    assert db.rows("SELECT version_num FROM alembic_version") == [(APP_REVISION,)]
+    assert migrate.check(db.url) == []
+    assert db.rows("SELECT subject FROM tickets") == [("kept",)]
+    with serve(db.url) as client:
+        assert client.get("/tickets/1").json()["subject"] == "kept"
 
 
 def test_the_app_refuses_a_database_its_alembic_has_not_migrated(db: Db) -> None:
     with pytest.raises(RuntimeError, match="not migrated"), serve(db.url):
         pass
-    chat_migrate.upgrade(db.url, "firefly_orm@head")  # firefly_orm's branch only
+    migrate.upgrade(db.url)  # firefly_orm's tables only (`firefly-orm migrate`)
     with pytest.raises(RuntimeError, match=APP_REVISION), serve(db.url):
         pass
     assert not APP_TABLES & db.tables()
+
+    # the app's part at head, firefly_orm's behind: the store's start-up check says what to run
+    chat_migrate.upgrade(db.url)
+    migrate.downgrade(db.url, "-1")
+    with pytest.raises(MigrationRequiredError, match="alembic upgrade head"), serve(db.url):
+        pass
+    chat_migrate.upgrade(db.url)  # the app's upgrade brings ours to head, the app's at head
+    assert migrate.check(db.url) == []
+    with serve(db.url) as client:
+        assert client.get("/tickets/1").status_code == 404
 
 
 # --------------------------------------------------------------------------- the chat route

@@ -1,4 +1,4 @@
-"""Help desk: create tickets and reply_usage (the app's first revision, branch ``chat``).
+"""Help desk: create tickets and reply_usage (the app's first revision).
 
 Revision ID: c001_help_desk_tables
 Revises:
@@ -12,7 +12,7 @@ from alembic import op
 
 revision: str = "c001_help_desk_tables"
 down_revision: str | Sequence[str] | None = None
-branch_labels: str | Sequence[str] | None = ("chat",)
+branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
