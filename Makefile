@@ -17,6 +17,10 @@ ifeq ($(strip $(FIREFLY_ORM_TEST_POSTGRES_URL)),)
 endif
 
 PYTEST_ARGS ?=
+# pytest-xdist workers: the suite mostly waits on databases and processes, so more
+# workers than the 2 cores pay; the fault suite runs in one of them (tests/conftest.py).
+PYTEST_WORKERS ?= 4
+XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
 .PHONY: install demo test test-unit test-fast lint format bench bench-quick migrate clean docs
 
@@ -46,16 +50,21 @@ format: install
 docs: install
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
-test: install lint docs
+# Everything CI runs: lint, types, the whole suite (the docs site is built once,
+# by tests/integration/test_docs.py), with the 20 slowest tests reported.
+test: install lint
 	./scripts/ensure-pgbouncer.sh
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(XDIST) --durations=20 $(PYTEST_ARGS)
 
-# tests/unit only: no database, no server process (well under a minute).
+# tests/unit only: no database, no server process (seconds).
 test-unit: install
-	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 tests/unit $(PYTEST_ARGS)
 
+# The store contract and the memory layers on every backend (SQLite, PostgreSQL
+# direct and through PgBouncer, MongoDB, files, memory): a few minutes.
 test-fast: install
-	$(PY) -m pytest -q -x -m "not slow" $(PYTEST_ARGS)
+	./scripts/ensure-pgbouncer.sh
+	$(PY) -m pytest -q $(XDIST) tests/contract tests/layers $(PYTEST_ARGS)
 
 # The bench also installs the peers it compares with (the `bench` extra).
 BENCH_STAMP := $(VENV)/.bench-stamp

@@ -33,6 +33,7 @@ import pytest
 # (before anything imports it).
 pytest.register_assert_rewrite("firefly_orm.testing")
 
+from modes import MODES  # noqa: E402
 from pg_servers import pgbouncer_url  # noqa: E402,F401  (a fixture: PgBouncer in front)
 from store_backends import OpenedBackend, layer_params, open_backend  # noqa: E402
 
@@ -74,6 +75,10 @@ _REQUIRED = pytest.StashKey[frozenset[str]]()
 #: put on every test collected under it, so ``-m unit`` works like ``tests/unit``.
 SUITES = ("unit", "contract", "layers", "integration", "faults", "examples")
 TESTS_DIR = Path(__file__).resolve().parent
+#: Suites whose tests run one after another in a single xdist worker: the fault
+#: suite kills servers and writers and measures what survives, so its tests do not
+#: compete with each other for the machine (the rest of the run still goes on beside).
+SERIAL_SUITES = frozenset({"faults"})
 #: Fixtures that reach a database; tests/unit may not use them.
 DATABASE_FIXTURES = frozenset(
     {"postgres_url", "postgres_admin_engine", "mongo_url", "layer_backend", "pgbouncer_url"}
@@ -88,6 +93,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if suite in SUITES:
             item.add_marker(suite)
+        if suite in SERIAL_SUITES:
+            # pytest-xdist (--dist loadgroup): the whole suite runs in one worker, one
+            # test after another, while the other workers share out the rest.
+            item.add_marker(pytest.mark.xdist_group(suite))
         if suite == "unit":
             wanted = sorted(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
             if wanted or any(item.get_closest_marker(name) for name in DB_NAMES):
@@ -228,3 +237,15 @@ def layer_backend(request: pytest.FixtureRequest) -> Iterator[OpenedBackend]:
         yield opened
     finally:
         opened.close()
+
+
+@pytest.fixture
+def store(layer_backend: OpenedBackend) -> Any:
+    """The store of each memory-layer backend (``layer_backend``); a module may override it."""
+    return layer_backend.store
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    """Each API form, ``"sync"`` and ``"async"``: pair it with ``modes.call``."""
+    return str(request.param)

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from modes import call
 from store_backends import OpenedBackend, Place
 
 from firefly_orm.artifacts import (
@@ -53,18 +54,6 @@ pydantic_ai_messages = pytest.importorskip("pydantic_ai.messages")
 FLYTE_META_KEYS = ["path", "sha256", "updated_at", "updated_by", "reason", "bytes"]
 #: The keys of one of Flyte's audit lines.
 FLYTE_AUDIT_KEYS = {"ts", "op", "path", "old_sha", "new_sha", "actor", "reason", "version_file"}
-
-
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-async def call(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """``obj.name(...)`` in sync mode, ``await obj.async_name(...)`` in async mode."""
-    if mode == "sync":
-        return getattr(obj, name)(*args, **kwargs)
-    return await getattr(obj, f"async_{name}")(*args, **kwargs)
 
 
 async def export(mode: str, ws: ArtifactWorkspace, path: Path, **kw: Any) -> WorkspaceSnapshot:

@@ -60,11 +60,6 @@ FACT = "The user is called Ada Lovelace and prefers green tea"
 QUERY = "what is the user called"
 
 
-@pytest.fixture
-def store(layer_backend: OpenedBackend) -> Any:
-    return layer_backend.store
-
-
 def memory(store: Any, user_id: str | None = "ada") -> LongTermMemory:
     return LongTermMemory(store=store, namespace=NAMESPACE, user_id=user_id)
 

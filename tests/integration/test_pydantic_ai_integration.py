@@ -196,11 +196,6 @@ def memory_agent(store: Any, model: ScriptedModel, **manager_options: Any) -> Su
     return MemoryAgent(make_agent(model), memory=MemoryManager(store=store, **manager_options))
 
 
-@pytest.fixture
-def store(layer_backend: OpenedBackend) -> Any:
-    return layer_backend.store
-
-
 # --------------------------------------------------------------------------- one call
 
 

@@ -115,11 +115,6 @@ def _recall(store: Any, mode: str, case: Case) -> list[Recalled]:
     return asyncio.run(memory.async_recall(case.query, **case.options))
 
 
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 # --------------------------------------------------------------------------- SQL
 
 

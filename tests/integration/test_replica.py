@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from faults.servers import ClusterUnavailable, DisposableCluster
+from modes import call
 from pg_servers import ServerUnavailable, create_standby, unavailable
 
 from firefly_orm.conversation import ConversationMemory
@@ -100,13 +101,6 @@ def statements_per_server() -> Iterator[Counter[int]]:
         yield counts
     finally:
         sa.event.remove(sa.Engine, "before_cursor_execute", count)
-
-
-async def call(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """``obj.name(...)`` in sync mode, ``await obj.async_name(...)`` in async mode."""
-    if mode == "sync":
-        return getattr(obj, name)(*args, **kwargs)
-    return await getattr(obj, f"async_{name}")(*args, **kwargs)
 
 
 async def pause(mode: str, seconds: float) -> None:

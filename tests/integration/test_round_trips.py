@@ -107,11 +107,6 @@ def sql_env(request: pytest.FixtureRequest) -> Iterator[OpenedBackend]:
         opened.close()
 
 
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def _run(mode: str, sync: Callable[[], Any], async_: Callable[[], Any]) -> Any:
     """Call ``sync()``, or run the coroutine ``async_()`` makes."""
     if mode == "sync":

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from modes import call
 from store_backends import OpenedBackend, backend_params, open_backend
 
 from firefly_orm.artifacts import (
@@ -46,16 +47,6 @@ from firefly_orm.uow import StagedUnitOfWork
 SHA_OF_EMPTY = hashlib.sha256(b"").hexdigest()
 
 
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def store(layer_backend: OpenedBackend) -> Any:
-    return layer_backend.store
-
-
 #: The layer backends whose units of work are staged: applied at commit, no lock
 #: taken before.  Only there can a stale writer be interleaved in one thread.
 STAGED_BACKENDS = ("memory", "file", "mongo")
@@ -69,13 +60,6 @@ def staged_store(request: pytest.FixtureRequest) -> Iterator[Any]:
         yield opened.store
     finally:
         opened.close()
-
-
-async def call(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """``obj.name(...)`` in sync mode, ``await obj.async_name(...)`` in async mode."""
-    if mode == "sync":
-        return getattr(obj, name)(*args, **kwargs)
-    return await getattr(obj, f"async_{name}")(*args, **kwargs)
 
 
 def sha(data: str | bytes) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from modes import call
 from pydantic_ai import Agent
 from pydantic_ai import messages as pai
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -31,18 +32,6 @@ from firefly_orm.conversation import (
 from firefly_orm.errors import EntryValidationError, NotFoundError
 from firefly_orm.manager import MemoryManager
 from firefly_orm.working import WorkingMemory
-
-
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-async def call(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """``obj.name(...)`` in sync mode, ``await obj.async_name(...)`` in async mode."""
-    if mode == "sync":
-        return getattr(obj, name)(*args, **kwargs)
-    return await getattr(obj, f"async_{name}")(*args, **kwargs)
 
 
 def pair(n: int) -> list[dict[str, Any]]:

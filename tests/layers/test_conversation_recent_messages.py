@@ -11,24 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from modes import call
 from pydantic_ai import messages as pai
 from store_backends import OpenedBackend
 
 from firefly_orm.conversation import ConversationMemory
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.manager import MemoryManager
-
-
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-async def call(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """``obj.name(...)`` in sync mode, ``await obj.async_name(...)`` in async mode."""
-    if mode == "sync":
-        return getattr(obj, name)(*args, **kwargs)
-    return await getattr(obj, f"async_{name}")(*args, **kwargs)
 
 
 def pair(n: int) -> list[dict[str, Any]]:

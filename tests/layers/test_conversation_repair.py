@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 import pytest
-from store_backends import OpenedBackend, backend_params, open_backend
+from store_backends import backend_params, open_backend
 
 from firefly_orm.conversation import (
     HEAD_KEY,
@@ -38,11 +38,6 @@ from firefly_orm.manager import MemoryManager
 from firefly_orm.uow import unit_of_work_for
 
 # --------------------------------------------------------------------------- helpers
-
-
-@pytest.fixture
-def store(layer_backend: OpenedBackend) -> Any:
-    return layer_backend.store
 
 
 def _head(store: Any, cid: str) -> MemoryEntry:

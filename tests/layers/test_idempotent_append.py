@@ -15,28 +15,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from store_backends import OpenedBackend
+from modes import call
 
 from firefly_orm.bridges import steps
 from firefly_orm.conversation import ConversationMemory, TrimEvent, idempotency
 from firefly_orm.errors import DatabaseConnectionError, EntryValidationError
-
-
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def store(layer_backend: OpenedBackend) -> Any:
-    return layer_backend.store
-
-
-async def call(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """``obj.name(...)`` in sync mode, ``await obj.async_name(...)`` in async mode."""
-    if mode == "sync":
-        return getattr(obj, name)(*args, **kwargs)
-    return await getattr(obj, f"async_{name}")(*args, **kwargs)
 
 
 async def test_a_retry_with_the_same_key_returns_the_stored_turn(store: Any, mode: str) -> None:
@@ -153,13 +136,15 @@ def test_racing_writers_of_one_key_store_one_turn(store: Any) -> None:
 async def test_a_key_is_free_again_after_the_window(
     store: Any, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(idempotency, "IDEMPOTENCY_WINDOW", timedelta(seconds=0.5))
+    window = timedelta(seconds=0.1)
+    monkeypatch.setattr(idempotency, "IDEMPOTENCY_WINDOW", window)
     cm = ConversationMemory(store=store)
     cid = await call(mode, cm, "new_conversation")
     first = await call(mode, cm, "add_turn", cid, "hi", "hello", idempotency_key="k")
+    # The marker expires `window` after the write, which is over when add_turn returns.
     if mode == "sync":
-        time.sleep(0.6)
+        time.sleep(window.total_seconds() + 0.05)
     else:
-        await asyncio.sleep(0.6)
+        await asyncio.sleep(window.total_seconds() + 0.05)
     later = await call(mode, cm, "add_turn", cid, "hi", "hello", idempotency_key="k")
     assert later.turn_id == first.turn_id + 1

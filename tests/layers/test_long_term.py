@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from modes import call
 from store_backends import OpenedBackend
 
 from firefly_orm.entry import MemoryEntry, MemoryScope, utcnow
@@ -36,23 +37,6 @@ from firefly_orm.uow import (
 )
 
 NS = "long-term"
-
-
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def store(layer_backend: OpenedBackend) -> Any:
-    return layer_backend.store
-
-
-async def call(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """``obj.name(...)`` in sync mode, ``await obj.async_name(...)`` in async mode."""
-    if mode == "sync":
-        return getattr(obj, name)(*args, **kwargs)
-    return await getattr(obj, f"async_{name}")(*args, **kwargs)
 
 
 async def need_search(mode: str, store: Any) -> None:

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from dbutil import drop_schema
-from store_backends import OpenedBackend
 
 from firefly_orm.config import ConfigurationError
 from firefly_orm.conversation import ConversationMemory, ConversationTurn
@@ -18,12 +17,6 @@ from firefly_orm.store import InMemoryStore
 from firefly_orm.working import WorkingMemory
 
 ENV_PREFIX = "FIREFLY_AGENTIC_MEMORY_"
-
-
-@pytest.fixture
-def store(layer_backend: OpenedBackend) -> Any:
-    """Each memory-layer backend of the registry (conftest's ``layer_backend``)."""
-    return layer_backend.store
 
 
 class RecordingSummarizer:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from modes import call
 from pydantic_ai import Agent
 from pydantic_ai import messages as pai
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -37,23 +38,6 @@ from firefly_orm.store import InMemoryStore
 from firefly_orm.tokens import TokenEstimator
 
 NAME_TURN = ("Hi! My name is Alice and I work at Acme Corp", "Nice to meet you, Alice.")
-
-
-@pytest.fixture(params=["sync", "async"])
-def mode(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def store(layer_backend: OpenedBackend) -> Any:
-    return layer_backend.store
-
-
-async def call(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-    """``obj.name(...)`` in sync mode, ``await obj.async_name(...)`` in async mode."""
-    if mode == "sync":
-        return getattr(obj, name)(*args, **kwargs)
-    return await getattr(obj, f"async_{name}")(*args, **kwargs)
 
 
 async def call_off_loop(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -10,18 +10,11 @@ from typing import Any
 
 import pytest
 from fakes import ThreadRecordingStore
-from store_backends import OpenedBackend
 
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
 from firefly_orm.errors import EntryValidationError, StoreError
 from firefly_orm.store import InMemoryStore
 from firefly_orm.working import WorkingMemory
-
-
-@pytest.fixture
-def store(layer_backend: OpenedBackend) -> Any:
-    """Each memory-layer backend of the registry (conftest's ``layer_backend``)."""
-    return layer_backend.store
 
 
 class FailingSaves:
