@@ -1,9 +1,17 @@
-"""The ``firefly-orm`` console script, run as installed, against SQLite and PostgreSQL."""
+"""The ``firefly-orm`` command against SQLite and PostgreSQL.
+
+The commands run in this process (``cli_runner.run_cli``: the exit status,
+stdout and stderr a test of the installed script would see, without starting
+a Python per call); ``test_the_installed_script`` and the wheel test run the
+installed console script in a child process.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -17,24 +25,16 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from cli_runner import MODE_VARIABLE, CliLeakError, run_installed
+from cli_runner import run_cli as run
 from dbutil import drop_schema
 
-from firefly_orm import migrate
+from firefly_orm import cli, migrate
 from firefly_orm.cli import long_term_namespaces
 from firefly_orm.conversation import ConversationMemory
 from firefly_orm.entry import MemoryEntry, MemoryScope, utcnow
 from firefly_orm.long_term import DEFAULT_NAMESPACE, EPISODIC, LongTermMemory
 from firefly_orm.sql import SQLAlchemyStore
-
-EXE = Path(sys.executable).with_name("firefly-orm")
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("FIREFLY_AGENTIC_")}
-    environ.update(env or {})
-    return subprocess.run(
-        [str(EXE), *args], capture_output=True, text=True, timeout=120, env=environ
-    )
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
@@ -364,6 +364,60 @@ def test_demo_command(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert db.exists()
     assert "unrecognized" in run("stats", "--path", "x").stderr  # only demo takes extras
+
+
+# --------------------------------------------------------------------------- the installed script
+
+
+def test_the_installed_script(tmp_path: Path) -> None:
+    """The console script's wiring and a real process's exit statuses (0, 1, 2) and pipes:
+    everything else here runs the same ``main`` in the test process."""
+    helped = run_installed("--help")
+    assert helped.returncode == 0, helped.stderr
+    assert helped.stdout.startswith("usage: firefly-orm ") and "migrate" in helped.stdout
+    url = f"sqlite:///{tmp_path / 'installed.sqlite3'}"
+    pending = run_installed("check", "--url", url)
+    assert pending.returncode == 1 and "not at head" in pending.stderr
+    up = run_installed("migrate", "--url", url)
+    assert up.returncode == 0, up.stderr
+    assert f"-> {migrate.head()}" in up.stdout
+    piped = run_installed("import", "-", "--url", url, input=_doc(_KEEP))
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.split() == ["keep"]
+    bad = run_installed(
+        "import", "-", "--url", url, input=b'{"conversation_id": "\xff", "turns": []}'
+    )
+    assert "not UTF-8" in assert_one_line_error(bad, 2)
+
+
+@pytest.mark.skipif(
+    os.environ.get(MODE_VARIABLE) == "subprocess", reason="the in-process runner is not used"
+)
+def test_the_in_process_runner_restores_state_and_finds_leaks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run_cli`` undoes what a call changes in the process (``--verbose``'s handlers,
+    the environment), and fails a call that leaves a database connection open."""
+    url = f"sqlite:///{tmp_path / 'runner.sqlite3'}"
+    names = ("firefly_orm", "alembic", "")
+    before = [(logging.getLogger(n).level, list(logging.getLogger(n).handlers)) for n in names]
+    migrated = run("--verbose", "migrate", "--url", url)
+    assert migrated.returncode == 0, migrated.stderr
+    assert "INFO [alembic.runtime.migration] Running upgrade" in migrated.stderr
+    assert [(logging.getLogger(n).level, logging.getLogger(n).handlers) for n in names] == before
+
+    monkeypatch.setenv("FIREFLY_AGENTIC_MEMORY_SQLITE_PATH", str(tmp_path / "elsewhere.db"))
+    assert "no database" in assert_one_line_error(run("check"), 2)  # the variable is dropped
+    env = {"FIREFLY_AGENTIC_MEMORY_SQLITE_PATH": url.removeprefix("sqlite:///")}
+    assert run("check", env=env).returncode == 0
+    assert os.environ["FIREFLY_AGENTIC_MEMORY_SQLITE_PATH"] == str(tmp_path / "elsewhere.db")
+
+    def never_closed(target: Any, args: Any) -> Any:
+        return contextlib.nullcontext(cli._open_store(target, args))
+
+    monkeypatch.setattr(cli, "_store", never_closed)
+    with pytest.raises(CliLeakError, match="still open"):
+        run("stats", "--url", url)
 
 
 # --------------------------------------------------------------------------- the built wheel
@@ -735,22 +789,12 @@ def test_import_accepts_utf8_bom_stdin_and_conversation_id(tmp_path: Path) -> No
     both.write_bytes(_doc(_GOOD, _KEEP))
     refused = run("import", str(both), "--conversation-id", "x", "--url", url)
     assert "exactly one conversation" in assert_one_line_error(refused, 2)
-    piped = subprocess.run(
-        [str(EXE), "import", "-", "--url", url],
-        input=_doc(_KEEP),
-        capture_output=True,
-        timeout=120,
-    )
+    piped = run("import", "-", "--url", url, input=_doc(_KEEP))
     assert piped.returncode == 0, piped.stderr
-    assert piped.stdout.split() == [b"keep"]
-    bad_pipe = subprocess.run(
-        [str(EXE), "import", "-", "--url", url],
-        input=b'{"conversation_id": "\xff", "turns": []}',
-        capture_output=True,
-        timeout=120,
-    )
-    assert bad_pipe.returncode == 2 and b"Traceback" not in bad_pipe.stderr
-    assert b"not UTF-8" in bad_pipe.stderr
+    assert piped.stdout.split() == ["keep"]
+    bad_pipe = run("import", "-", "--url", url, input=b'{"conversation_id": "\xff", "turns": []}')
+    assert bad_pipe.returncode == 2 and "Traceback" not in bad_pipe.stderr
+    assert "not UTF-8" in bad_pipe.stderr
     ids = [
         c["conversation_id"]
         for c in json.loads(run("export", "--all", "--url", url).stdout)["conversations"]
