@@ -1,38 +1,30 @@
-"""``firefly-orm artifacts export|import``, run as installed, against SQLite and PostgreSQL.
+"""``firefly-orm artifacts export|import`` against SQLite and PostgreSQL.
 
 The commands move an artifact workspace to and from a directory in Flyte's
 layout (:mod:`firefly_orm.artifacts.flyte`): the directory the command writes
 is the one the library writes, an import reads it back losslessly, and every
 refusal is one line on stderr with the documented exit status and nothing
-written.
+written.  The commands run in this process (``cli_runner.run_cli``: what the
+installed script would return, without a Python process per call).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli as run
 from dbutil import drop_schema
 
 from firefly_orm.artifacts import Artifacts, ArtifactWorkspace, WorkspaceSnapshot
 from firefly_orm.artifacts.flyte import SIDECAR_PATH, export_directory
 from firefly_orm.sql import SQLAlchemyStore
 
-EXE = Path(sys.executable).with_name("firefly-orm")
 EXIT_NOT_FOUND, EXIT_USAGE = 1, 2
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("FIREFLY_AGENTIC_")}
-    return subprocess.run(
-        [str(EXE), *args], capture_output=True, text=True, timeout=120, env=environ
-    )
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:

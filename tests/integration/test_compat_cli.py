@@ -1,26 +1,19 @@
-"""``firefly-orm import-upstream``: upstream data into a database from the CLI (issue 16)."""
+"""``firefly-orm import-upstream``: upstream data into a database from the CLI (issue 16).
+
+The commands run in this process (``cli_runner.run_cli``: what the installed
+script would return, without a Python process per call).
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from cli_runner import run_cli as run
 from helpers.upstream_layouts import sample_namespaces, write_file_store, write_sqlite_store
 
 from firefly_orm.sql import SQLiteStore
-
-EXE = Path(sys.executable).with_name("firefly-orm")
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("FIREFLY_AGENTIC_")}
-    return subprocess.run(
-        [str(EXE), *args], capture_output=True, text=True, timeout=120, env=environ
-    )
 
 
 def test_import_upstream_files_and_sqlite_then_rerun(tmp_path: Path) -> None:
