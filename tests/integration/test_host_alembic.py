@@ -29,6 +29,7 @@ import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from cli_runner import run_cli
 from dbutil import drop_schema
 from sqlmodel import SQLModel
 
@@ -823,14 +824,11 @@ def test_start_up_advice_runs_on_own_version_table(
     message = str(info.value)
     assert "alembic upgrade head" in message and "run_with_host" in message
     cli_args = ["--url", db.url] + ([] if db.backend == "sqlite" else ["--schema", schema or ""])
-    check = subprocess.run(
-        [str(BIN / "firefly-orm"), "check", *cli_args], capture_output=True, text=True, timeout=120
-    )
+    check = run_cli("check", *cli_args)
     assert check.returncode == 1 and "firefly-orm migrate --url" in check.stderr
     advised = _advised(message, "firefly-orm migrate")
-    result = subprocess.run(
-        [str(BIN / advised[0]), *advised[1:]], capture_output=True, text=True, timeout=120
-    )
+    assert advised[0] == "firefly-orm"  # the installed script (test_cli.py runs it)
+    result = run_cli(*advised[1:])
     try:
         assert result.returncode == 0, result.stderr
         assert migrate.check(db.url, schema_name=schema) == []
@@ -854,12 +852,7 @@ def test_start_up_advice_runs_on_host_managed_branch(db: Db, host_dir: Path) -> 
     assert "firefly-orm migrate" not in message
     advised = _advised(message, "alembic")
     assert advised == ["alembic", "upgrade", f"{migrate.BRANCH_LABEL}@head"]
-    check = subprocess.run(
-        [str(BIN / "firefly-orm"), "check", "--url", db.url, "--schema", ""],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    check = run_cli("check", "--url", db.url, "--schema", "")
     assert check.returncode == 1 and "upgrade firefly_orm@head" in check.stderr
     assert "firefly-orm migrate" not in check.stderr
     _ok(host_alembic(host_dir, ini, db.url, *advised[1:]))

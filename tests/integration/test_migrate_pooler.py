@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli
 from dbutil import drop_schema
 from integration.test_pgbouncer import with_pooler
 
@@ -95,13 +96,7 @@ def test_the_cli_migrates_through_a_pooler_url(
         pytest.skip("firefly-orm's migration engine does not take ?pooler= off the URL yet")
     url = with_pooler(pgbouncer_url)
     for command in (["migrate"], ["check"], ["downgrade", "base"], ["migrate"]):
-        result = subprocess.run(
-            [str(BIN / "firefly-orm"), *command, "--url", url, "--schema", schema],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=_env(),
-        )
+        result = run_cli(*command, "--url", url, "--schema", schema)
         assert result.returncode == 0, (command, result.stdout, result.stderr)
     assert migrate.check(postgres_url, schema_name=schema) == []
     _store_works(url, schema)

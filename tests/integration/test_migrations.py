@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from cli_runner import run_cli
 from dbutil import drop_schema
 
 from firefly_orm import migrate
@@ -256,10 +257,7 @@ def test_database_from_a_newer_release_is_refused(sqlite_url: str) -> None:
             ("9999_future",)
         ]
     engine.dispose()
-    cli = Path(sys.executable).with_name("firefly-orm")
-    result = subprocess.run(
-        [str(cli), "check", "--url", sqlite_url], capture_output=True, text=True, timeout=60
-    )
+    result = run_cli("check", "--url", sqlite_url)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     assert "newer firefly_orm" in result.stderr
