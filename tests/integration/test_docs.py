@@ -1,9 +1,9 @@
 """The docs site: built with warnings as errors, its guide in the nav, its reference complete.
 
 The site (``mkdocs.yml``, ``docs/``: the guide and the API reference) is built
-once per test session with ``mkdocs build --strict`` into a temporary directory
-(the only build ``make test`` runs; the tests share one xdist group, so they
-run on one worker).  What the pages document is read from
+once per test run with ``mkdocs build --strict`` into a temporary directory
+(the only build ``make test`` runs; under pytest-xdist the workers share it,
+see :func:`site`).  What the pages document is read from
 the build's own inventory (``objects.inv``: every documented object's path, and
 every other path it is importable from) and from its HTML; what must be
 documented is read from the running package:
@@ -29,6 +29,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
 import re
 import subprocess
 import sys
@@ -41,10 +42,9 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 import firefly_orm
-
-pytestmark = pytest.mark.xdist_group("docs_site")
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "firefly_orm"
@@ -78,11 +78,11 @@ def read_inventory(path: Path) -> list[tuple[str, str, int]]:
     return entries
 
 
-@pytest.fixture(scope="session")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
-    if importlib.util.find_spec("mkdocs") is None:
-        pytest.fail("the docs extra is not installed (pip install -e '.[docs]')")
-    out = tmp_path_factory.mktemp("site")
+def build_site(out: Path) -> str:
+    """``mkdocs build --strict`` into ``out``; what it wrote on stderr.
+
+    Fails the calling test when the build fails or warns.
+    """
     build = subprocess.run(
         [
             sys.executable,
@@ -103,6 +103,34 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     )
     assert build.returncode == 0, f"mkdocs build --strict failed:\n{build.stderr}"
     assert "WARNING" not in build.stderr, build.stderr
+    return build.stderr
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Site:
+    """The site, built once per test run.
+
+    Under pytest-xdist each worker has its own session, so the build goes into
+    the run's shared temporary directory under a file lock: the first worker
+    that needs it builds it, the others read it.  A failed build is recorded
+    beside it, so every worker reports it without building again.
+    """
+    if importlib.util.find_spec("mkdocs") is None:
+        pytest.fail("the docs extra is not installed (pip install -e '.[docs]')")
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # shared by the workers of this run
+    out = base / "docs-site"
+    failed = base / "docs-site.failed"
+    with FileLock(str(base / "docs-site.lock")):
+        if failed.is_file():
+            pytest.fail(failed.read_text(encoding="utf-8"))
+        if not (out / "objects.inv").is_file():
+            try:
+                build_site(out)
+            except AssertionError as exc:
+                failed.write_text(str(exc), encoding="utf-8")
+                raise
     entries = read_inventory(out / "objects.inv")
     documented = tuple((name, role) for name, role, priority in entries if priority == 1)
     return Site(
