@@ -76,9 +76,7 @@ class Chat(AppModel, table=True):
     user_id: str = Column(foreign_key="users.id", index=True, max_length=64)
     conversation_id: str = Column(unique=True, max_length=32)
     messages: int = 0  # the app's own counter, written with each turn
-
-
-# --8<-- [end:models]
+    # --8<-- [end:models]
 
 
 class NewUser(BaseModel):
@@ -258,9 +256,7 @@ def delete_me(session: SessionDep, memory: MemoryDep, user_id: UserDep) -> None:
     session.delete(user)
     memory.erase_user(user.id)  # every row of theirs: conversations, summaries, facts
     session.commit()  # all of it, or (on any error above) none of it
-
-
-# --8<-- [end:sync-routes]
+    # --8<-- [end:sync-routes]
 
 
 # --8<-- [start:async-routes]
@@ -308,9 +304,7 @@ async def delete_me_async(
     await session.delete(user)
     await memory.async_erase_user(user.id)
     await session.commit()
-
-
-# --8<-- [end:async-routes]
+    # --8<-- [end:async-routes]
 
 
 @router.get("/chats")
@@ -339,9 +333,7 @@ async def ask_assistant(body: NewMessage, request: Request, user_id: UserDep) ->
     return Answer(
         conversation_id=result.conversation_id, turn_id=result.turn_id, reply=result.output
     )
-
-
-# --8<-- [end:memory-agent]
+    # --8<-- [end:memory-agent]
 
 
 # --8<-- [start:app]
@@ -381,9 +373,7 @@ def create_app(url: str, async_url: str, *, model: Model | None = None) -> FastA
     app = FastAPI(lifespan=lifespan)
     app.include_router(router)
     return app
-
-
-# --8<-- [end:app]
+    # --8<-- [end:app]
 
 
 def offline_model() -> FunctionModel:

@@ -41,9 +41,7 @@ def user_for_a_test(app: FastAPI, client: TestClient, user_id: str) -> Iterator[
             session.exec(sa.delete(Chat).where(col(Chat.user_id) == user_id))
             session.exec(sa.delete(User).where(col(User.id) == user_id))
             session.commit()
-
-
-# --8<-- [end:teardown]
+    # --8<-- [end:teardown]
 
 
 # --8<-- [start:walk-through]
@@ -104,9 +102,7 @@ def walk_through(url: str, async_url: str) -> None:
         assert memory.user_conversations("bob") == [bobs["conversation_id"]]
         assert client.delete("/async/me", headers=bob).status_code == 204
         assert memory.user_conversations("bob") == []
-
-
-# --8<-- [end:walk-through]
+    # --8<-- [end:walk-through]
 
 
 with tempfile.TemporaryDirectory() as tmp:

@@ -205,9 +205,7 @@ def ada(app: FastAPI, client: TestClient) -> Iterator[dict[str, str]]:
     with app.state.engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM chats WHERE user_id = 'ada'"))
         conn.execute(sa.text("DELETE FROM users WHERE id = 'ada'"))
-
-
-# --8<-- [end:fixture]
+    # --8<-- [end:fixture]
 
 
 def open_chat(client: TestClient, headers: dict[str, str]) -> dict[str, Any]:
