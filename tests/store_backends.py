@@ -18,6 +18,10 @@ Suites pick backends by :class:`Suite`: the contract suite runs every backend
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
@@ -31,6 +35,7 @@ import sqlalchemy as sa
 from dbutil import drop_mongo_database, drop_schema
 
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
+from firefly_orm.migration_config import VERSION_TABLE
 from firefly_orm.testing import MODES
 from firefly_orm.uow import apply_version, sort_entries
 
@@ -87,11 +92,21 @@ class Backend:
     #: Whether ``reopen`` hands back the first store (its data lives in the object).
     in_process: bool = False
     suites: frozenset[Suite] = field(default=frozenset({Suite.CONTRACT, Suite.LAYERS}))
+    #: Whether ``Place.name`` is a migrated schema borrowed from this process's pool
+    #: (handed back emptied by ``drop``) rather than a new one.
+    pooled_schema: bool = False
+
+    #: The xdist group of a backend whose data is shared by every test process (the
+    #: default schema): its tests run in one worker, one after another.
+    shared_group: str | None = None
 
     @property
     def marks(self) -> tuple[pytest.MarkDecorator, ...]:
         """``pytest.mark.postgres`` / ``pytest.mark.mongo`` for database backends."""
-        return () if self.database is None else (getattr(pytest.mark, self.database),)
+        marks = () if self.database is None else (getattr(pytest.mark, self.database),)
+        if self.shared_group is not None:
+            marks += (pytest.mark.xdist_group(self.shared_group),)
+        return marks
 
 
 class OpenedBackend:
@@ -150,6 +165,7 @@ def open_backend(request: pytest.FixtureRequest, name: str) -> OpenedBackend:
     if backend.database == "postgres":
         place = replace(
             place,
+            name=_SCHEMAS.borrow() if backend.pooled_schema else place.name,
             postgres_url=request.getfixturevalue(backend.url_fixture or "postgres_url"),
             postgres_admin=request.getfixturevalue("postgres_admin_engine"),
         )
@@ -173,11 +189,133 @@ def _open_file(place: Place) -> Any:
     return FileStore(place.tmp_path / "files")
 
 
+# --------------------------------------------------------------------------- migrate once
+#
+# Every database test used to run the whole Alembic chain on a new file or schema.
+# Each test process (xdist worker) now migrates once per backend: SQLite tests get
+# a copy of a migrated template file; PostgreSQL tests borrow a migrated schema of
+# the worker's pool and hand it back emptied (TRUNCATE), or dropped when the test
+# changed its shape.  A test that needs a fresh, unmigrated place still gets one:
+# the migration suites (tests/integration/test_migrations.py and others) open
+# their own stores.
+
+_SQLITE_TEMPLATE: list[Path] = []
+
+
+def _sqlite_template() -> Path:
+    """A migrated SQLite file (made once per process, removed at its exit)."""
+    if not _SQLITE_TEMPLATE:
+        from firefly_orm.sql import SQLiteStore
+
+        directory = Path(tempfile.mkdtemp(prefix="firefly-orm-template-"))
+        atexit.register(shutil.rmtree, directory, True)
+        path = directory / "memory.sqlite3"
+        store = SQLiteStore(path)
+        try:
+            store.initialize()
+        finally:
+            store.close()  # the last connection closing checkpoints the WAL into the file
+        _SQLITE_TEMPLATE.append(path)
+    return _SQLITE_TEMPLATE[0]
+
+
 def _open_sqlite(place: Place) -> Any:
     from firefly_orm.sql import SQLiteStore
 
-    # A directory that does not exist yet: the store creates it.
-    return SQLiteStore(place.tmp_path / "db" / "memory.sqlite3")
+    path = place.tmp_path / "db" / "memory.sqlite3"
+    if not path.exists():  # a reopen finds the test's own file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_sqlite_template(), path)
+    return SQLiteStore(path)
+
+
+class SchemaPool:
+    """Migrated PostgreSQL schemas of this process, lent one per test and handed back empty.
+
+    A schema is handed back by ``TRUNCATE`` of our tables when its tables, indexes
+    and migration version are those it was lent with; otherwise (a test dropped an
+    index, downgraded, added a table) it is dropped, and the next borrower migrates
+    a new one.
+    """
+
+    def __init__(self) -> None:
+        self._free: list[str] = []
+        self._count = 0
+        self._shape: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def borrow(self) -> str:
+        """A schema name: migrated already, or new (the store migrates it on first use)."""
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+            self._count += 1
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            return f"tp_{worker}_{os.getpid()}_{self._count}"
+
+    def give_back(self, admin: sa.Engine, schema: str) -> None:
+        """Empty ``schema`` for the next test, or drop it when its shape changed."""
+        reference = self._reference(admin)
+        with admin.begin() as conn:
+            shape = _schema_shape(conn, schema)
+            if shape == reference:
+                tables = [t for t in shape["tables"] if t != VERSION_TABLE]
+                if tables:
+                    quoted = ", ".join(f'"{schema}"."{t}"' for t in tables)
+                    conn.exec_driver_sql(f"TRUNCATE {quoted}")
+                reusable = True
+            else:
+                conn.execute(sa.schema.DropSchema(schema, cascade=True, if_exists=True))
+                reusable = False
+        if reusable:
+            with self._lock:
+                self._free.append(schema)
+
+    def _reference(self, admin: sa.Engine) -> dict[str, Any]:
+        """The shape of a schema our migrations just made (taken once per process)."""
+        with self._lock:
+            if "shape" not in self._shape:
+                from firefly_orm import migrate
+
+                name = f"tp_ref_{os.getpid()}"
+                migrate.upgrade(admin, schema_name=name)
+                try:
+                    with admin.connect() as conn:
+                        self._shape["shape"] = _schema_shape(conn, name)
+                finally:
+                    drop_schema(admin, name)
+            shape: dict[str, Any] = self._shape["shape"]
+            return shape
+
+
+def _schema_shape(conn: sa.Connection, schema: str) -> dict[str, Any]:
+    """The tables, indexes, functions, triggers and migration version of ``schema``."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT 'table', tablename FROM pg_tables WHERE schemaname = :s "
+            "UNION ALL SELECT 'index', replace(indexdef, quote_ident(:s) || '.', '') "
+            "FROM pg_indexes WHERE schemaname = :s "
+            "UNION ALL SELECT 'view', viewname FROM pg_views WHERE schemaname = :s "
+            "UNION ALL SELECT 'trigger', t.tgname || ' ' || c.relname FROM pg_trigger t "
+            "JOIN pg_class c ON c.oid = t.tgrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :s AND NOT t.tgisinternal "
+            "UNION ALL SELECT 'function', p.proname FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = :s "
+            "UNION ALL SELECT 'column', table_name || '.' || column_name || ' ' || data_type "
+            "FROM information_schema.columns WHERE table_schema = :s"
+        ),
+        {"s": schema},
+    ).all()
+    tables = sorted(name for kind, name in rows if kind == "table")
+    version: list[str] = []
+    if VERSION_TABLE in tables:
+        version = list(
+            conn.execute(sa.text(f'SELECT version_num FROM "{schema}"."{VERSION_TABLE}"')).scalars()
+        )
+    return {"tables": tables, "all": sorted(map(tuple, rows)), "version": sorted(version)}
+
+
+_SCHEMAS = SchemaPool()
 
 
 def _open_postgres(place: Place) -> Any:
@@ -200,6 +338,13 @@ def _open_postgres_default_schema(place: Place) -> Any:
 
 def _drop_postgres_schema(place: Place) -> None:
     drop_schema(place.postgres_admin or place.postgres(), place.name)
+
+
+def _give_back_schema(place: Place) -> None:
+    if place.postgres_admin is None:
+        _drop_postgres_schema(place)
+        return
+    _SCHEMAS.give_back(place.postgres_admin, place.name)
 
 
 def _open_mongo(place: Place) -> Any:
@@ -272,6 +417,8 @@ def _open_five_method(place: Place) -> Any:
 
 
 _CONTRACT_ONLY = frozenset({Suite.CONTRACT})
+#: The xdist group of every test that uses PostgreSQL's default schema (``firefly_memory``).
+DEFAULT_SCHEMA_GROUP = "pg_default_schema"
 
 #: Every backend, by name; adding one is one entry.
 BACKENDS: dict[str, Backend] = {
@@ -285,8 +432,9 @@ BACKENDS: dict[str, Backend] = {
             _open_postgres,
             close=_close,
             aclose=_aclose,
-            drop=_drop_postgres_schema,
+            drop=_give_back_schema,
             database="postgres",
+            pooled_schema=True,
         ),
         # PostgreSQL through PgBouncer in transaction pooling mode (tests/pg_servers.py).
         Backend(
@@ -294,9 +442,10 @@ BACKENDS: dict[str, Backend] = {
             _open_pgbouncer,
             close=_close,
             aclose=_aclose,
-            drop=_drop_postgres_schema,
+            drop=_give_back_schema,
             database="postgres",
             url_fixture="pgbouncer_url",
+            pooled_schema=True,
         ),
         # The default schema ("firefly_memory") is shared with anything else using the
         # test database, so it is not dropped: the contract suite only writes
@@ -307,6 +456,7 @@ BACKENDS: dict[str, Backend] = {
             close=_close,
             aclose=_aclose,
             database="postgres",
+            shared_group=DEFAULT_SCHEMA_GROUP,
             suites=_CONTRACT_ONLY,
         ),
         Backend(
