@@ -16,6 +16,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from cli_runner import run_cli
 from dbutil import drop_schema
+from store_backends import DEFAULT_SCHEMA_GROUP
 
 from firefly_orm import migrate
 from firefly_orm.entry import TABLE_NAME, metadata
@@ -164,6 +165,7 @@ def test_postgres_custom_schema_round_trip(postgres_url: str, pg_schema: str) ->
 
 
 @pytest.mark.postgres
+@pytest.mark.xdist_group(DEFAULT_SCHEMA_GROUP)  # drops the default schema the contract suite uses
 def test_postgres_default_schema_equals_model(postgres_url: str) -> None:
     schema = migrate.DEFAULT_SCHEMA
     drop_schema(postgres_url, schema)
