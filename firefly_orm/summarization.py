@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from firefly_orm.bridges.loop_thread import shared_loop
 from firefly_orm.envnames import ENV_SUMMARY_MODEL
 from firefly_orm.errors import MissingExtraError
-from firefly_orm.summary_turn import SUMMARY_TURN_ID
 from firefly_orm.tokens import DEFAULT_TOKENS_PER_WORD
 
 if TYPE_CHECKING:
@@ -66,8 +65,18 @@ SUMMARY_MODEL_ENV = ENV_SUMMARY_MODEL
 #: What the fallback returns when no turn has a usable response.
 FALLBACK_SUMMARY = "Previous conversation context."
 
+# The synthetic turn that carries a conversation's previous summary: when turns
+# are evicted, a conversation hands its summarizer the previous summary as a
+# first, synthetic turn marked by these values.  Defined here, in a module that
+# loads no ORM, so that recognising that turn does not load the conversation
+# package; :mod:`firefly_orm.conversation` imports and re-exports them.
+
+#: ``turn_id`` of the synthetic turn that carries the previous summary.
+SUMMARY_TURN_ID = -1
+#: ``user_prompt`` of the synthetic turn that carries the previous summary.
+SUMMARY_TURN_PROMPT = "Summary of the earlier conversation"
 #: Turn id of the synthetic turn that carries the previous summary (an alias of
-#: :data:`firefly_orm.summary_turn.SUMMARY_TURN_ID`).
+#: :data:`SUMMARY_TURN_ID`).
 PREVIOUS_SUMMARY_TURN_ID = SUMMARY_TURN_ID
 
 #: Characters of each prompt/response shown to the model.

@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from firefly_orm.entry import check_json_structure
+from firefly_orm.entry._json import load_json
 from firefly_orm.errors import EntryValidationError, StoreCorruptedError
-from firefly_orm.jsonvalues import load_json
 
 __all__ = [
     "check_encoded",

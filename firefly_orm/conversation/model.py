@@ -16,7 +16,7 @@ from pydantic import AwareDatetime, BaseModel, Field, field_validator, model_val
 from firefly_orm.conversation.messages import MESSAGES_PER_PLAIN_TURN
 from firefly_orm.entry import check_json_structure, utcnow
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.summary_turn import SUMMARY_TURN_ID, SUMMARY_TURN_PROMPT
+from firefly_orm.summarization import SUMMARY_TURN_ID, SUMMARY_TURN_PROMPT
 
 __all__ = [
     "SUMMARY_TURN_ID",

@@ -38,7 +38,7 @@ from firefly_orm.conversation.messages import encoded_message_count, inspect_enc
 from firefly_orm.conversation.model import ConversationTurn
 from firefly_orm.conversation.plan import HeadState
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
-from firefly_orm.entry_fields import FIELD_NAMES, field_values
+from firefly_orm.entry._model import FIELD_NAMES, field_values
 from firefly_orm.errors import StoreCorruptedError
 
 __all__ = [

@@ -57,8 +57,8 @@ from sqlalchemy.engine import URL, Connection, Dialect, Engine, RootTransaction
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from firefly_orm.bridges.twins import call_blocking
+from firefly_orm.entry._json import load_json
 from firefly_orm.errors import MissingEngineError, MissingExtraError, redact_url, url_secrets
-from firefly_orm.jsonvalues import load_json
 
 __all__ = [
     "Engines",

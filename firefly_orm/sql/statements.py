@@ -36,7 +36,7 @@ from firefly_orm.entry import (
     MemoryScope,
     key_prefix_upper_bound,
 )
-from firefly_orm.entry_fields import field_values
+from firefly_orm.entry._model import field_values
 from firefly_orm.search import PG_SEARCH_VECTOR, SQLITE_FTS_TABLE
 
 __all__ = [

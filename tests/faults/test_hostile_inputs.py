@@ -35,9 +35,8 @@ from store_backends import LAYER_BACKENDS, OpenedBackend, backend_params, open_b
 
 from firefly_orm import MemoryEntry
 from firefly_orm.conversation import ConversationMemory
-from firefly_orm.entry import MAX_ENTRY_VERSION, MAX_USER_ID_LENGTH
+from firefly_orm.entry import MAX_ENTRY_VERSION, MAX_JSON_DEPTH, MAX_USER_ID_LENGTH
 from firefly_orm.errors import EntryValidationError, FireflyOrmError
-from firefly_orm.jsonvalues import MAX_JSON_DEPTH
 from firefly_orm.testing.samples import nested_list
 from firefly_orm.working import WorkingMemory
 

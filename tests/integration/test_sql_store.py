@@ -16,13 +16,13 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from firefly_orm import migrate
 from firefly_orm.entry import MemoryEntry
+from firefly_orm.entry._json import load_json
 from firefly_orm.errors import (
     DatabaseConnectionError,
     EntryValidationError,
     MigrationRequiredError,
     StoreError,
 )
-from firefly_orm.jsonvalues import load_json
 from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
 
 

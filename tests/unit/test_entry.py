@@ -13,7 +13,6 @@ from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
 from firefly_orm import entry as entry_module
-from firefly_orm import entry_rules
 from firefly_orm.entry import (
     EntryFieldsError,
     MemoryEntry,
@@ -23,6 +22,7 @@ from firefly_orm.entry import (
     key_prefix_upper_bound,
     validate_entry,
 )
+from firefly_orm.entry import _rules as entry_rules
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.sql import SQLiteStore
 from firefly_orm.store import InMemoryStore

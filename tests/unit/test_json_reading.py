@@ -1,7 +1,7 @@
 """Stored JSON reads back exactly as :func:`json.loads` would read it.
 
 The SQL stores parse ``content`` and ``metadata`` with
-:func:`~firefly_orm.jsonvalues.load_json` (pydantic-core's parser, falling
+:func:`~firefly_orm.entry._json.load_json` (pydantic-core's parser, falling
 back to :func:`json.loads` where it refuses a text).  A faster parse is only
 worth having if no stored value changes: every value, every float bit, every
 integer size, every escape, and the same errors for broken text.
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from firefly_orm.jsonvalues import MAX_JSON_DEPTH, load_json
+from firefly_orm.entry._json import MAX_JSON_DEPTH, load_json
 
 _scalars = (
     st.none()

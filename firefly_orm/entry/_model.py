@@ -1,45 +1,6 @@
-"""The unit of storage: :class:`MemoryScope` and :class:`MemoryEntry`.
+"""The :class:`MemoryEntry` model, its column types and its field reads (internal).
 
-``MemoryEntry`` is one SQLModel table (``memory_entries``) registered on the
-library's own :data:`metadata` (never ``SQLModel.metadata``), so a host app that
-also uses SQLModel does not see our table in its own autogenerate.  The same class
-is the value object every store (in-memory, file, SQL, MongoDB) reads and writes.
-
-The rules an entry obeys (checked by :func:`validate_entry`): importance in
-0.0-1.0, JSON-serialisable content and metadata nested at most
-:data:`MAX_JSON_DEPTH` levels with no dict keys that collide as JSON strings, a
-version within the column's range (:data:`MAX_ENTRY_VERSION`), timezone-aware
-datetimes (naive ones are *rejected*), no NUL characters in namespace or key, and
-a bounded ``search_text`` (:data:`MAX_SEARCH_TEXT_LENGTH`) with a well-formed
-``search_language`` (see :mod:`firefly_orm.search`).
-
-They are checked twice:
-
-* **at construction**: ``MemoryEntry(...)`` coerces each field to its type the
-  way pydantic does (``importance="0.7"`` becomes ``0.7``, an ISO-8601 string
-  becomes a ``datetime``), then applies the rules.  A bad field raises
-  :class:`EntryFieldsError` at once: an
-  :class:`~firefly_orm.errors.EntryValidationError` naming the field that is
-  also a pydantic ``ValidationError``.  ``model_validate`` does the same;
-  ``model_validate_json`` and a pydantic ``TypeAdapter`` (so a FastAPI request
-  body) raise pydantic's ``ValidationError``, located at the field;
-* **before every write**: every store calls :func:`validate_entry`, since an
-  entry's attributes can be reassigned after construction.
-
-The rules themselves, the limits and :class:`MemoryScope` live in
-:mod:`firefly_orm.entry_rules`, and the clock and the ids in
-:mod:`firefly_orm.entry_ids`; every public name of both is re-exported here,
-where it is documented and imported from.
-
-The stores build the entries they *read* with :meth:`MemoryEntry.from_dict`
-(and the SQL stores with the internal ``_from_values``): trusted values, no
-coercion, no checks, several times cheaper than the constructor.  (pydantic's
-``model_construct`` skips the checks too, but its entries lack SQLAlchemy's
-instance state: use :meth:`~MemoryEntry.from_dict`.)
-
-Serialised (``model_dump``, ``model_dump_json``, a ``TypeAdapter``), an entry
-shows its metadata under the public name ``metadata`` whatever ``by_alias``
-says, and the output validates back into an equal entry.
+Documented and imported from :mod:`firefly_orm.entry`.
 """
 
 from __future__ import annotations
@@ -69,70 +30,29 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
-from firefly_orm import entry_rules
-from firefly_orm.entry_ids import derived_entry_id, new_entry_id, utcnow
-from firefly_orm.entry_rules import (
+from firefly_orm.entry import _rules
+from firefly_orm.entry._ids import new_entry_id, utcnow
+from firefly_orm.entry._json import decode_json_from_jsonb, encode_json_for_jsonb, load_json
+from firefly_orm.entry._rules import (
+    _METADATA_ALIAS,
     _METADATA_FIELD,
     _SCOPE_VALUES,
-    DEFAULT_SEARCH_LANGUAGE,
-    MAX_ENTRY_VERSION,
-    MAX_SEARCH_TEXT_LENGTH,
-    MAX_USER_ID_LENGTH,
     EntryFieldsError,
     MemoryScope,
     _entry_fields_error,
-    key_prefix_upper_bound,
-    validate_entry,
-    validate_key,
     validate_namespace,
-    validate_search_language,
-    validate_user_id,
-    version_exhausted,
 )
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.jsonvalues import (
-    JSON_WRAPPER_KEY,
-    MAX_JSON_DEPTH,
-    check_json_structure,
-    is_json_wrapper,
-    load_json,
-    unwrap_stored_json,
-    validate_json_value,
-    wrap_json_for_storage,
-)
-from firefly_orm.jsonvalues import (
-    NUL_WRAPPER_KEY as NUL_WRAPPER_KEY,  # former name, still importable here
-)
-from firefly_orm.jsonvalues import decode_json_from_jsonb as decode_json_from_jsonb
-from firefly_orm.jsonvalues import encode_json_for_jsonb as encode_json_for_jsonb
 
 __all__ = [
-    "JSON_WRAPPER_KEY",
-    "MAX_ENTRY_VERSION",
-    "DEFAULT_SEARCH_LANGUAGE",
-    "EntryFieldsError",
-    "MAX_JSON_DEPTH",
-    "MAX_SEARCH_TEXT_LENGTH",
-    "MAX_USER_ID_LENGTH",
-    "check_json_structure",
+    "FIELD_NAMES",
     "TABLE_NAME",
+    "JSONValue",
     "MemoryEntry",
-    "MemoryScope",
+    "UTCDateTime",
+    "field_values",
     "metadata",
-    "derived_entry_id",
-    "is_json_wrapper",
-    "key_prefix_upper_bound",
-    "new_entry_id",
-    "unwrap_stored_json",
-    "utcnow",
     "validate_entry",
-    "validate_json_value",
-    "validate_key",
-    "validate_namespace",
-    "validate_search_language",
-    "validate_user_id",
-    "version_exhausted",
-    "wrap_json_for_storage",
 ]
 
 TABLE_NAME = "memory_entries"
@@ -306,7 +226,7 @@ class MemoryEntry(_Base, table=True):
     content: Any = Field(default=None, sa_type=JSONValue(), nullable=False)
     metadata_: dict[str, Any] = Field(
         default_factory=dict,
-        alias="metadata",
+        alias="metadata",  # _rules._METADATA_ALIAS (mypy wants a literal here)
         sa_column=sa.Column("metadata", JSONValue(), nullable=False),
     )
     created_at: datetime = Field(default_factory=utcnow, sa_type=UTCDateTime(), nullable=False)
@@ -412,7 +332,7 @@ class MemoryEntry(_Base, table=True):
         # validated fields (no instance state yet): read them from there.
         # Looked up in the rules module at each call: it is the one place the
         # rules live (validate_entry calls the same function there).
-        entry_rules._check_fields(self.__dict__)
+        _rules._check_fields(self.__dict__)
         return self
 
     def model_dump(
@@ -470,8 +390,6 @@ class MemoryEntry(_Base, table=True):
         ``deep`` copies the content and metadata too.  :meth:`copy_entry` is
         the checked-JSON alternative the stores use.
         """
-        from firefly_orm.entry_fields import field_values  # it builds on this module
-
         values = field_values(self)
         fields = {name: values[name] for name in _FIELD_NAMES}
         if update:
@@ -641,5 +559,38 @@ class _MetadataDescriptor:
 type.__setattr__(MemoryEntry, "metadata", _MetadataDescriptor())
 
 _FIELD_NAMES = frozenset(MemoryEntry.model_fields)
-#: The metadata field's public name, used in input and output: its alias.
-_METADATA_ALIAS = str(MemoryEntry.model_fields[_METADATA_FIELD].alias)
+
+# --------------------------------------------------------------------------- field reads
+
+#: Every field of an entry, by attribute name (``metadata_`` for the metadata).
+FIELD_NAMES: frozenset[str] = frozenset(MemoryEntry.model_fields)
+
+
+def field_values(entry: MemoryEntry) -> Mapping[str, Any]:
+    """Every field of ``entry`` by attribute name (read it, do not change it).
+
+    The mapping may be the entry's own instance dict (which holds more than the
+    fields): copy what you keep, and read only :data:`FIELD_NAMES`.
+    """
+    values = entry.__dict__
+    if values.keys() >= FIELD_NAMES:
+        return values
+    return {name: getattr(entry, name) for name in FIELD_NAMES}
+
+
+def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
+    """Check an entry before it is written; raise :class:`EntryValidationError`.
+
+    One pass over every field: ``content`` and ``metadata`` follow
+    :func:`validate_json_value` (nesting depth, colliding keys, JSON types);
+    ``version`` is an integer in ``0..MAX_ENTRY_VERSION`` (the version column's
+    range; the store bumps it on every later write).  Returns the entry so
+    callers can chain.  Nothing is modified.
+    """
+    if not isinstance(entry, MemoryEntry):
+        raise EntryValidationError("entry", f"must be a MemoryEntry, got {type(entry).__name__}")
+    if namespace is not None:
+        validate_namespace(namespace)
+
+    _rules._check_fields(field_values(entry))
+    return entry

@@ -5,13 +5,14 @@ The vocabulary and limits of the fields (:class:`MemoryScope`,
 :data:`MAX_SEARCH_TEXT_LENGTH`, :data:`DEFAULT_SEARCH_LANGUAGE`), the checks of
 single values the stores and layers share (:func:`validate_namespace`,
 :func:`validate_key`, :func:`validate_user_id`, :func:`validate_search_language`),
-:func:`validate_entry` over a whole entry, and :class:`EntryFieldsError`, what
-the constructor of :class:`~firefly_orm.entry.MemoryEntry` raises.
+:func:`~firefly_orm.entry.validate_entry`'s checks over a whole entry's fields,
+and :class:`EntryFieldsError`, what the constructor of
+:class:`~firefly_orm.entry.MemoryEntry` raises.
 
 Every public name here is re-exported from :mod:`firefly_orm.entry`, its public
 home.  The model module imports this one (its validators call the rules); this
-module needs the model only inside :func:`validate_entry`, which imports it
-when called, so there is no import cycle.
+module never imports the model (the metadata field's alias is a constant here,
+which the model's field uses), so there is no import cycle.
 """
 
 from __future__ import annotations
@@ -22,16 +23,13 @@ import re
 import reprlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails
 
+from firefly_orm.entry._json import validate_json_value
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.jsonvalues import validate_json_value
-
-if TYPE_CHECKING:
-    from firefly_orm.entry import MemoryEntry
 
 __all__ = [
     "DEFAULT_SEARCH_LANGUAGE",
@@ -41,7 +39,6 @@ __all__ = [
     "MAX_USER_ID_LENGTH",
     "MemoryScope",
     "key_prefix_upper_bound",
-    "validate_entry",
     "validate_key",
     "validate_namespace",
     "validate_search_language",
@@ -75,8 +72,10 @@ class MemoryScope(enum.StrEnum):
 
 _SCOPE_VALUES = tuple(s.value for s in MemoryScope)
 #: The metadata field's Python name (``metadata`` is taken on declarative
-#: classes); its public name is the field's alias (``_metadata_alias()``).
+#: classes); its public name is the field's alias (``_METADATA_ALIAS``).
 _METADATA_FIELD = "metadata_"
+#: The metadata field's public name, used in input and output: its alias.
+_METADATA_ALIAS = "metadata"
 
 
 def _check_text(field: str, value: str) -> None:
@@ -188,28 +187,6 @@ def _check_aware(field: str, value: Any, *, optional: bool) -> None:
         raise EntryValidationError(field, "is out of range once converted to UTC") from None
 
 
-def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
-    """Check an entry before it is written; raise :class:`EntryValidationError`.
-
-    One pass over every field: ``content`` and ``metadata`` follow
-    :func:`validate_json_value` (nesting depth, colliding keys, JSON types);
-    ``version`` is an integer in ``0..MAX_ENTRY_VERSION`` (the version column's
-    range; the store bumps it on every later write).  Returns the entry so
-    callers can chain.  Nothing is modified.
-    """
-    # Imported here: the model and entry_fields build on this module.
-    from firefly_orm.entry import MemoryEntry
-    from firefly_orm.entry_fields import field_values
-
-    if not isinstance(entry, MemoryEntry):
-        raise EntryValidationError("entry", f"must be a MemoryEntry, got {type(entry).__name__}")
-    if namespace is not None:
-        validate_namespace(namespace)
-
-    _check_fields(field_values(entry))
-    return entry
-
-
 def _check_fields(fields: Mapping[str, Any]) -> None:
     """The rules of :func:`validate_entry`, over a mapping of field values."""
     entry_id = fields["entry_id"]
@@ -294,19 +271,9 @@ class EntryFieldsError(EntryValidationError, ValidationError):
         return f"{text} (and {more} more problem{'s' if more > 1 else ''})" if more else text
 
 
-def _metadata_alias() -> str:
-    """The metadata field's public name, read from the model (errors only).
-
-    Imported when called: the model module imports this one.
-    """
-    from firefly_orm.entry import _METADATA_ALIAS
-
-    return _METADATA_ALIAS
-
-
 def _input_value(data: Any, field: str) -> Any:
     """The value ``data`` (a validation input) gives ``field``, ``None`` if none."""
-    names = (field, _METADATA_FIELD) if field == _metadata_alias() else (field,)
+    names = (field, _METADATA_FIELD) if field == _METADATA_ALIAS else (field,)
     for name in names:
         if isinstance(data, Mapping):
             if name in data:
@@ -317,7 +284,7 @@ def _input_value(data: Any, field: str) -> Any:
 
 
 def _public_field(name: str) -> str:
-    return _metadata_alias() if name == _METADATA_FIELD else name
+    return _METADATA_ALIAS if name == _METADATA_FIELD else name
 
 
 def _entry_fields_error(exc: ValidationError) -> EntryFieldsError:
