@@ -54,7 +54,7 @@ def install_killer(kill_at: int | None, torn: bool, calls: list[str]) -> None:
 def compact_always() -> None:
     """Make every write compact its file first (a library knob; absent before the log format)."""
     try:
-        from firefly_orm import file_log
+        from firefly_orm.file_store import _log as file_log
     except ImportError:
         return
     file_log.COMPACT_MIN_BYTES = 0

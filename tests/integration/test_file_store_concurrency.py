@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from firefly_orm import file_log
 from firefly_orm.entry import MemoryEntry, derived_entry_id
 from firefly_orm.errors import ConcurrencyError
 from firefly_orm.file_store import FileStore
+from firefly_orm.file_store import _log as file_log
 
 COUNTERS = ("counter", "counter-mirror")
 

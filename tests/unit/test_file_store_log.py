@@ -1,6 +1,6 @@
 """FileStore's log format: per-operation cost, legacy files, torn lines, compaction, journals.
 
-The cost tests read :data:`firefly_orm.file_log.counters` (bytes of namespace files
+The cost tests read :data:`firefly_orm.file_store._log.counters` (bytes of namespace files
 parsed, entries decoded, bytes written) around one operation at two sizes of the
 conversation: deterministic proxies of the time an operation takes.  Processes are
 forked where a test needs "another process" (its own parsed-state cache).
@@ -24,11 +24,13 @@ from typing import Any
 
 import pytest
 
-from firefly_orm import file_commit, file_journal, file_log
 from firefly_orm.conversation import ConversationMemory
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.errors import StoreCorruptedError
 from firefly_orm.file_store import FileStore
+from firefly_orm.file_store import _commit as file_commit
+from firefly_orm.file_store import _journal as file_journal
+from firefly_orm.file_store import _log as file_log
 from firefly_orm.store import InMemoryStore
 
 CID = "c"
@@ -116,7 +118,7 @@ def compact_always(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def read_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The header and the records of a namespace file (see firefly_orm.file_log)."""
+    """The header and the records of a namespace file (see firefly_orm.file_store._log)."""
     lines = path.read_bytes().split(b"\n")
     assert lines[-1] == b"", "a namespace file ends with a complete line"
     header, *records = (json.loads(line) for line in lines[:-1])

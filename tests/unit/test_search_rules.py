@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from firefly_orm import file_commit
 from firefly_orm.entry import (
     MAX_SEARCH_TEXT_LENGTH,
     MemoryEntry,
@@ -24,6 +23,7 @@ from firefly_orm.entry import (
 )
 from firefly_orm.errors import EntryValidationError, StoreError
 from firefly_orm.file_store import FileStore
+from firefly_orm.file_store import _commit as file_commit
 from firefly_orm.search import (
     MAX_QUERY_TERMS,
     MAX_TERM_LENGTH,

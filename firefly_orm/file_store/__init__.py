@@ -18,7 +18,7 @@ File layout
     namespace.  The file is a log of JSON lines, a header naming the namespace
     then one record per commit (entries put as
     :meth:`MemoryEntry.to_json_dict` output, ids deleted); the format is
-    described in :mod:`firefly_orm.file_log`.  Every entry read back must carry
+    described in :mod:`firefly_orm.file_store._log`.  Every entry read back must carry
     the namespace the file was opened for, so even a hash collision would
     surface as :class:`~firefly_orm.errors.StoreCorruptedError` rather than
     mixing two namespaces.  A namespace whose last entry is deleted has its
@@ -36,7 +36,7 @@ Writes
     moved into place with :func:`os.replace`.  A file whose dead records
     outweigh its live entries is compacted the same way.  Reads take the lock
     too, and each process keeps every namespace it has read parsed in memory
-    (:class:`~firefly_orm.file_log.NamespaceLog`): a read or a write parses only
+    (:class:`~firefly_orm.file_store._log.NamespaceLog`): a read or a write parses only
     the lines appended since this process last looked, so the cost of an
     operation follows its change, not the size of the namespace.
 
@@ -45,7 +45,7 @@ Crashes
     leaves a torn last line, which readers ignore and the next writer cuts off
     (that commit was never acknowledged).  A commit over several files (an
     evicted turn moved to the archive, say) first writes a commit journal
-    naming every file and its exact line (:mod:`firefly_orm.file_journal`),
+    naming every file and its exact line (:mod:`firefly_orm.file_store._journal`),
     then appends, then removes the journal.  Whoever next locks one of those
     files (or opens the store) finds the journal of the dead writer, takes
     every lock it names and completes the commit; each step is idempotent, so
@@ -76,18 +76,18 @@ from typing import Unpack
 
 import filelock
 
-from firefly_orm import file_journal
 from firefly_orm.bridges.twins import AsyncTwins
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key
 from firefly_orm.errors import StoreError
-from firefly_orm.file_commit import (
+from firefly_orm.file_store import _journal as file_journal
+from firefly_orm.file_store._commit import (
     commit,
     load_state,
     remove_file,
     remove_orphans,
     roll_forward,
 )
-from firefly_orm.file_log import DATA_FILE, Edit, namespace_file_name
+from firefly_orm.file_store._log import DATA_FILE, Edit, namespace_file_name
 from firefly_orm.protocols import ListOptions, SearchOptions
 from firefly_orm.search import SearchHit, SearchRequest
 from firefly_orm.uow import (
@@ -172,7 +172,7 @@ class FileStore(AsyncTwins):
 
     Each process keeps the namespaces it uses parsed in memory, so an
     operation reads only what other processes appended since.  The memory is
-    bounded by :data:`~firefly_orm.file_commit.CACHE_MAX_ENTRIES` entries
+    bounded by :data:`~firefly_orm.file_store._commit.CACHE_MAX_ENTRIES` entries
     (100,000 by default) over all namespaces; a namespace dropped from it is
     parsed again in full when next used.  Files written by earlier versions
     are read and converted on their first write; earlier versions cannot read

@@ -26,7 +26,7 @@ whose parsed state is exactly there adopts the new file without re-reading the
 snapshot.
 
 :class:`NamespaceLog` is a parsed file: the entries (an
-:class:`~firefly_orm.file_index.EntryIndex`) plus where the parse stopped.
+:class:`~firefly_orm.file_store._index.EntryIndex`) plus where the parse stopped.
 :func:`read_state` brings one up to date by reading only what was appended since
 (or everything, when the file was replaced by someone else).  Files written by
 earlier versions (one JSON object mapping ``entry_id`` to the entry) are read as
@@ -50,7 +50,7 @@ from typing import Any
 
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_namespace
 from firefly_orm.errors import StoreCorruptedError, StoreError
-from firefly_orm.file_index import EntryIndex
+from firefly_orm.file_store._index import EntryIndex
 
 __all__ = [
     "COMPACT_MIN_BYTES",
@@ -71,7 +71,7 @@ __all__ = [
     "write_new_file",
 ]
 
-FORMAT = "firefly_orm.file_log"
+FORMAT = "firefly_orm.file_log"  # the on-disk format's name (the module's former path)
 _VERSION = 1
 #: Files smaller than this many dead bytes are never compacted.
 COMPACT_MIN_BYTES = 64 * 1024

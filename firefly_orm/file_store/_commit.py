@@ -5,10 +5,10 @@ caller (:class:`~firefly_orm.file_store.FileStore` takes them).
 
 * :func:`load_state`: a namespace file's parsed state, from the process-wide
   cache, brought up to date with what was appended since (see
-  :func:`~firefly_orm.file_log.read_state`).
+  :func:`~firefly_orm.file_store._log.read_state`).
 * :func:`commit`: one commit's edits.  A single file gets one appended line (a
   new file is written whole); several files go through a commit journal
-  (:mod:`firefly_orm.file_journal`): journal written, files changed, journal
+  (:mod:`firefly_orm.file_store._journal`): journal written, files changed, journal
   removed.  If a change fails half-way the files are put back and the journal
   dropped; if even that fails, the journal stays and the next user completes
   the commit.  A file whose dead records outweigh the live ones is compacted
@@ -28,10 +28,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from firefly_orm import file_journal
 from firefly_orm.errors import StoreCorruptedError, StoreError
-from firefly_orm.file_journal import JOURNAL_DIR, Journal, Step
-from firefly_orm.file_log import (
+from firefly_orm.file_store import _journal as file_journal
+from firefly_orm.file_store._journal import JOURNAL_DIR, Journal, Step
+from firefly_orm.file_store._log import (
     Edit,
     NamespaceLog,
     create_log,

@@ -18,7 +18,7 @@ all its files.  Each step is idempotent thanks to the recorded state: a file
 still in it gets the line appended (or is removed); a file that has moved past
 it (longer, another generation, created or removed) already has the change.
 A single-file commit needs no journal: appending one line is atomic once torn
-lines are ignored (:mod:`firefly_orm.file_log`).
+lines are ignored (:mod:`firefly_orm.file_store._log`).
 """
 
 from __future__ import annotations
@@ -31,13 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from firefly_orm.errors import StoreCorruptedError, StoreError
-from firefly_orm.file_log import DATA_FILE, fsync_dir, namespace_file_name, write_new_file
+from firefly_orm.file_store._log import DATA_FILE, fsync_dir, namespace_file_name, write_new_file
 
 __all__ = ["JOURNAL_DIR", "Journal", "Step", "pending", "read", "remove", "write"]
 
 #: The directory (inside ``base_dir``) holding the journals of commits in flight.
 JOURNAL_DIR = ".journal"
-_FORMAT = "firefly_orm.file_journal"
+_FORMAT = "firefly_orm.file_journal"  # the on-disk format's name (the module's former path)
 _VERSION = 1
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
