@@ -58,6 +58,8 @@ from firefly_orm.entry._json import (
 from firefly_orm.entry._json import decode_json_from_jsonb as decode_json_from_jsonb
 from firefly_orm.entry._json import encode_json_for_jsonb as encode_json_for_jsonb
 from firefly_orm.entry._model import TABLE_NAME, MemoryEntry, metadata, validate_entry
+from firefly_orm.entry._model import JSONValue as JSONValue  # the column types, importable here
+from firefly_orm.entry._model import UTCDateTime as UTCDateTime
 from firefly_orm.entry._rules import (
     DEFAULT_SEARCH_LANGUAGE,
     MAX_ENTRY_VERSION,
