@@ -8,9 +8,9 @@
   runs in the child while the killer is armed.
 * :func:`crash_point` forks a child that arms the killer and adds one turn; the
   dry run (``kill_at=None``) reports the calls made, one per crash point.
-* :func:`kill_loop` keeps N forked writers (``harness.add_turns_forever``)
-  running, SIGKILLs each at a random moment once it got going, and starts a
-  new one.
+* :func:`compacting_writer`: the writer of the random-kill test
+  (``harness.add_turns_forever``, every write compacting first), run by
+  :class:`faults.harness.KillLoop`.
 
 Forking (not spawning) keeps a crash point at a few milliseconds; the
 library resets its process-wide locks and caches in a forked child.
@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import random
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,72 +111,13 @@ def crash_point(
     return ChildResult(killed=False, error=text or f"exit code {process.exitcode}")
 
 
-@dataclass
-class LoopFigures:
-    """What :func:`kill_loop` did."""
+def compacting_writer(config: Any) -> None:
+    """:func:`faults.harness.add_turns_forever` with every write compacting first (a kill
+    loop's writer: module level, so the fork server can run it)."""
+    from faults.harness import add_turns_forever
 
-    started: int = 0
-    kills: int = 0
-    failed: list[int] = field(default_factory=list)
-
-
-def kill_loop(
-    start: Callable[[int], Any],
-    ready: Callable[[int], bool],
-    *,
-    children: int,
-    seconds: float,
-    rng: random.Random,
-    window: tuple[float, float] = (0.02, 0.4),
-) -> LoopFigures:
-    """Keep ``children`` forked writers running; SIGKILL each at a random moment, restart it.
-
-    ``start(generation)`` runs in the child and never returns.  A writer is killed
-    at a random time within ``window`` once ``ready(generation)`` says it got going
-    (or after 5 s).  A child that exits by itself is recorded in ``failed`` (its
-    exit code) and replaced.
-    """
-    figures = LoopFigures()
-
-    @dataclass
-    class Slot:
-        process: Any
-        generation: int
-        started: float
-        kill_at: float | None = None
-
-    def spawn() -> Slot:
-        figures.started += 1
-        process = _FORK.Process(target=start, args=(figures.started,))
-        process.start()
-        return Slot(process, figures.started, time.monotonic())
-
-    slots = [spawn() for _ in range(children)]
-    deadline = time.monotonic() + seconds
-    try:
-        while time.monotonic() < deadline:
-            for index, slot in enumerate(slots):
-                now = time.monotonic()
-                if not slot.process.is_alive():
-                    slot.process.join()
-                    figures.failed.append(slot.process.exitcode)
-                    slots[index] = spawn()
-                elif slot.kill_at is None:
-                    if ready(slot.generation) or now - slot.started > 5.0:
-                        slot.kill_at = now + rng.uniform(*window)
-                elif now >= slot.kill_at:
-                    os.kill(slot.process.pid, signal.SIGKILL)
-                    slot.process.join()
-                    figures.kills += 1
-                    slots[index] = spawn()
-            time.sleep(0.005)
-    finally:
-        for slot in slots:
-            if slot.process.is_alive():
-                os.kill(slot.process.pid, signal.SIGKILL)
-                figures.kills += 1
-            slot.process.join()
-    return figures
+    compact_always()
+    add_turns_forever(config)
 
 
 def temporary_files(directory: Path) -> list[Path]:

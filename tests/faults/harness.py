@@ -1,11 +1,13 @@
 """Shared helpers of the fault-injection suite: child writers, kill -9, audits, contention.
 
 * :class:`StoreSpec`: how a child process (or the parent) opens a store on shared data.
-* Child writers: ``python harness.py add-turns '<json>'`` runs :func:`add_turns_forever`,
-  which adds turns until it is killed, logging each attempt and each ACKNOWLEDGED turn
+* Child writers: :func:`add_turns_forever` (also ``python harness.py add-turns '<json>'``)
+  adds turns until it is killed, logging each attempt and each ACKNOWLEDGED turn
   (``add_turn`` returned) to its own file, fsynced.  :func:`read_ledger` reads the logs.
-* :class:`KillLoop`: keeps N children running, SIGKILLs each at a random moment once it
-  writes, and restarts it (a new generation, with its own log).
+* :class:`KillLoop`: keeps N writers running (forks of a fork server that imported
+  the library once), SIGKILLs each after a number of acknowledged operations, at a
+  random point of the next one, and restarts it (a new generation, with its own
+  log); it ends after a number of kills that landed with an operation in flight.
 * :func:`audit_conversations`: what the store holds against the ledger: acknowledged
   turns lost, turns duplicated (live and archived, or twice), turns nobody attempted,
   head ``turn_count`` / ``total_tokens`` / ``next_turn_id`` and the summary chain.
@@ -18,6 +20,7 @@ Servers to restart and kill are in :mod:`faults.servers`.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
 import subprocess
@@ -446,15 +449,104 @@ def spawn_contenders(configs: Sequence[ContendConfig]) -> list[subprocess.Popen[
 
 # --------------------------------------------------------------------------- kill -9
 
+#: Modules the fork server imports once, so that a writer starts in milliseconds
+#: (a fork) rather than in seconds (a new interpreter importing SQLAlchemy).
+FORK_SERVER_PRELOAD = (
+    "faults.harness",
+    "faults.artifact_writer",
+    "faults.filestore_crash",
+    "faults.mongo_fault_child",
+    "firefly_orm.sql",
+    "firefly_orm.file_store",
+    "firefly_orm.mongo",
+    "firefly_orm.artifacts",
+    "firefly_orm.conversation",
+)
+
+
+def fork_server() -> Any:
+    """The ``forkserver`` multiprocessing context, preloading :data:`FORK_SERVER_PRELOAD`.
+
+    Its server process is a fresh interpreter (not a fork of pytest's, which holds
+    connections and threads) that imports the library once; each writer is a fork
+    of it, with no store, connection or thread of its own until it opens one.
+    """
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(FORK_SERVER_PRELOAD))
+    return context
+
+
+def run_writer(stderr: str, target: Callable[..., None], args: tuple[Any, ...]) -> None:
+    """A forked writer's entry point: stderr to its file, stdout away, then ``target(*args)``."""
+    err = os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(err, 2)
+    os.dup2(null, 1)
+    os.close(err)
+    os.close(null)
+    target(*args)
+
+
+@dataclass(frozen=True)
+class Writer:
+    """What one generation of a slot runs: ``target(*args)``, logging to ``log``.
+
+    ``target`` is a module-level function (it is pickled to the fork server) that
+    writes until it is killed, and logs ``T<TAB>...`` before each operation and
+    ``A<TAB>...`` once it is acknowledged (:func:`add_turns_forever`,
+    ``artifact_writer.run``).
+    """
+
+    target: Callable[..., None]
+    args: tuple[Any, ...]
+    log: Path
+
 
 @dataclass
 class Child:
-    """One running child writer (one generation of a slot)."""
+    """One running writer (one generation of a slot) and what the parent saw of its log."""
 
-    process: subprocess.Popen[bytes]
+    process: Any
     log: Path
     stderr: Path
+    #: Kill it once it has acknowledged this many operations ...
+    kill_after_acks: int
+    #: ... and then after this fraction of one of its operations (random phase).
+    phase: float
+    acks: int = 0
+    #: Kind of the last complete line of its log (``T``: an operation in flight).
+    last: str = ""
+    #: (monotonic time, acks) when the parent first saw an ack of it.
+    first_seen: tuple[float, int] | None = None
     kill_at: float | None = None
+    #: Whether a log line (without its newline) is an acknowledged operation to count.
+    counts: Callable[[bytes], bool] = field(default=lambda line: line.startswith(b"A\t"))
+    _offset: int = 0
+    _partial: bytes = b""
+
+    def read_log(self, now: float) -> None:
+        """Count the acknowledged operations logged since the last look."""
+        try:
+            with open(self.log, "rb") as file:
+                file.seek(self._offset)
+                data = file.read()
+        except FileNotFoundError:
+            return
+        self._offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        for line in lines:
+            self.last = line.split(b"\t", 1)[0].decode(errors="replace")
+            self.acks += self.counts(line)
+        if self.acks and self.first_seen is None:
+            self.first_seen = (now, self.acks)
+
+    def seconds_per_operation(self, now: float) -> float | None:
+        """How long one of its operations takes, as the parent saw it (``None``: unknown yet)."""
+        if self.first_seen is None or self.acks <= self.first_seen[1]:
+            return None
+        seen_at, seen_acks = self.first_seen
+        return (now - seen_at) / (self.acks - seen_acks)
 
 
 @dataclass
@@ -462,119 +554,179 @@ class KillFigures:
     """What a :class:`KillLoop` did."""
 
     started: int = 0
+    #: Kills the loop made (each after the child's planned number of acknowledged operations).
     kills: int = 0
+    #: Of those, kills that landed with an operation in flight (logged, not acknowledged).
+    in_flight: int = 0
+    #: Children still running at the end, SIGKILLed too (not counted above).
+    final_kills: int = 0
+    #: Operations acknowledged by all writers (as counted from their logs).
+    acks: int = 0
+    seconds: float = 0.0
+    #: The safety timeout ended the loop (a hung or very slow machine), not the counts.
+    timed_out: bool = False
     #: Children that ended by themselves (an error in a writer): (log, exit code, stderr).
     crashed: list[tuple[str, int, str]] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
 
-
-def _has_ack(log: Path) -> bool:
-    """Whether a writer's log holds an acknowledged turn (the writer is under way)."""
-    try:
-        with open(log, "rb") as file:
-            data = file.read()
-    except FileNotFoundError:
-        return False
-    return data.startswith(ACK.encode() + b"\t") or f"\n{ACK}\t".encode() in data
+    def describe(self) -> str:
+        """One line for the test's output."""
+        return (
+            f"kills={self.kills} (in flight {self.in_flight}, +{self.final_kills} at the end) "
+            f"writers={self.started} acknowledged={self.acks} seconds={self.seconds:.1f}"
+            + (" SAFETY TIMEOUT" if self.timed_out else "")
+        )
 
 
 class KillLoop:
-    """Runs ``children`` writers for ``duration`` seconds, SIGKILLing and restarting them.
+    """SIGKILLs writers a fixed number of times, each after a number of acknowledged operations.
 
-    Each child is killed at a random moment within ``kill_window`` seconds after its
-    first acknowledged turn (so kills land while it adds turns, not while it
-    imports), then
-    replaced by a new generation.  At the end every child is SIGKILLed too.
+    ``children`` writers run at once (forks of :func:`fork_server`).  Each
+    generation is given a number of operations to get acknowledged (uniform in
+    ``acks_per_kill``); once its log shows them, it is SIGKILLed after a random
+    fraction (``phase``, uniform in 0..1) of one of its own operations as the
+    parent measures it, so the kill lands at a random point of the next
+    operation, then replaced by a new generation.  A kill with an operation in
+    flight (its log ends with an attempt, not an acknowledgement) counts toward
+    ``in_flight``.
+
+    The loop ends by itself once ``in_flight`` kills landed in flight and the
+    writers acknowledged ``min_acks`` operations: the same work on a slow or a
+    fast machine.  ``max_kills`` bounds the kills (kills that missed included),
+    ``safety_timeout`` the seconds: only a hung or broken run meets either, and
+    the test then fails on the figures; so does a run whose writers fail by
+    themselves (the loop stops after ``children`` such failures).  At the end
+    every child is SIGKILLed.
 
     Args:
-        make_config: ``(slot, generation, log path) -> WriterConfig``.
+        make_writer: ``(slot, generation, log path) -> Writer``.
         workdir: Where the logs go.
-        enough: When given, the loop goes on past ``duration`` (up to four times
-            as long) until it returns true (a loaded machine starts writers slowly).
+        counts: Whether a log line (without its newline) is an acknowledged
+            operation toward ``min_acks`` and ``acks_per_kill`` (default: every
+            ``A`` line).
     """
 
     def __init__(
         self,
-        make_config: Callable[[int, int, Path], WriterConfig],
+        make_writer: Callable[[int, int, Path], Writer],
         workdir: Path,
         *,
         children: int,
-        duration: float,
-        kill_window: tuple[float, float] = (0.02, 0.6),
+        in_flight: int,
+        min_acks: int,
+        acks_per_kill: tuple[int, int] = (1, 4),
+        max_kills: int | None = None,
+        safety_timeout: float = 120.0,
         rng: random.Random | None = None,
-        enough: Callable[[], bool] | None = None,
+        counts: Callable[[bytes], bool] | None = None,
     ) -> None:
-        self.make_config = make_config
+        self.make_writer = make_writer
         self.workdir = workdir
         self.children = children
-        self.duration = duration
-        self.kill_window = kill_window
+        self.want_in_flight = in_flight
+        self.min_acks = min_acks
+        self.acks_per_kill = acks_per_kill
+        self.max_kills = max_kills if max_kills is not None else 4 * in_flight
+        self.safety_timeout = safety_timeout
         self.rng = rng or random.Random()
-        self.enough = enough
+        self.counts = counts
         self.figures = KillFigures()
         self._generation = 0
+        self._context = fork_server()
+        #: Seconds per operation of the generations killed so far (the estimate until
+        #: a new child has shown its own pace).
+        self._pace: list[float] = []
 
     def _spawn(self, slot: int) -> Child:
         self._generation += 1
-        log = self.workdir / f"writer-{slot}-{self._generation}.log"
         stderr = self.workdir / f"writer-{slot}-{self._generation}.err"
-        config = self.make_config(slot, self._generation, log)
-        with open(stderr, "wb") as err:
-            process = subprocess.Popen(
-                [sys.executable, str(HARNESS), "add-turns", config.to_json()],
-                stdout=subprocess.DEVNULL,
-                stderr=err,
-            )
+        log = self.workdir / f"writer-{slot}-{self._generation}.log"
+        writer = self.make_writer(slot, self._generation, log)
+        process = self._context.Process(
+            target=run_writer, args=(str(stderr), writer.target, writer.args), daemon=True
+        )
+        process.start()
         self.figures.started += 1
-        self.figures.logs.append(log)
-        return Child(process, log, stderr)
+        self.figures.logs.append(writer.log)
+        child = Child(
+            process,
+            writer.log,
+            stderr,
+            kill_after_acks=self.rng.randint(*self.acks_per_kill),
+            phase=self.rng.random(),
+        )
+        if self.counts is not None:
+            child.counts = self.counts
+        return child
 
-    def _kill(self, child: Child) -> None:
+    def _kill(self, child: Child, now: float) -> None:
         child.process.kill()
-        child.process.wait()
-        self.figures.kills += 1
+        child.process.join()
+        child.read_log(now)
+        pace = child.seconds_per_operation(now)
+        if pace is not None:
+            self._pace.append(pace)
+        self.figures.acks += child.acks
 
     def _crashed(self, child: Child, code: int) -> None:
+        child.read_log(time.monotonic())
+        self.figures.acks += child.acks
         tail = child.stderr.read_text(errors="replace")[-3000:]
         self.figures.crashed.append((child.log.name, code, tail))
 
+    def _pace_of(self, child: Child, now: float) -> float:
+        own = child.seconds_per_operation(now)
+        if own is not None:
+            return own
+        if self._pace:
+            return sorted(self._pace)[len(self._pace) // 2]
+        return 0.05
+
+    def _done(self, slots: list[Child]) -> bool:
+        figures = self.figures
+        acks = figures.acks + sum(child.acks for child in slots)
+        return figures.in_flight >= self.want_in_flight and acks >= self.min_acks
+
     def run(self) -> KillFigures:
         """Run the loop; return its figures (the children are all dead afterwards)."""
-        slots = [self._spawn(slot) for slot in range(self.children)]
+        figures = self.figures
         started = time.monotonic()
-        deadline, hard_deadline = started + self.duration, started + 4 * self.duration
-        checked = started
+        slots = [self._spawn(slot) for slot in range(self.children)]
         try:
-            while True:
+            while (
+                not self._done(slots)
+                and figures.kills < self.max_kills
+                and len(figures.crashed) < self.children  # writers fail: the test will too
+            ):
                 now = time.monotonic()
-                if now >= deadline:
-                    if self.enough is None or now >= hard_deadline:
-                        break
-                    if now - checked >= 0.5:
-                        checked = now
-                        if self.enough():
-                            break
+                if now - started > self.safety_timeout:
+                    figures.timed_out = True
+                    break
                 for slot, child in enumerate(slots):
-                    code = child.process.poll()
+                    child.read_log(now)
+                    code = child.process.exitcode
                     if code is not None:  # ended by itself: a writer error
                         self._crashed(child, code)
                         slots[slot] = self._spawn(slot)
-                        continue
-                    if child.kill_at is None:
-                        if _has_ack(child.log):
-                            child.kill_at = now + self.rng.uniform(*self.kill_window)
+                    elif child.kill_at is None:
+                        if child.acks >= child.kill_after_acks:
+                            child.kill_at = now + child.phase * self._pace_of(child, now)
                     elif now >= child.kill_at:
-                        self._kill(child)
+                        self._kill(child, now)
+                        figures.kills += 1
+                        figures.in_flight += child.last == ATTEMPT
                         slots[slot] = self._spawn(slot)
-                time.sleep(0.005)
+                time.sleep(0.002)  # a poll of the logs, not a wait for anything in particular
         finally:
+            now = time.monotonic()
             for child in slots:
-                code = child.process.poll()
-                if code is None:
-                    self._kill(child)
+                if child.process.exitcode is None:
+                    self._kill(child, now)
+                    figures.final_kills += 1
                 else:
-                    self._crashed(child, code)
-        return self.figures
+                    self._crashed(child, child.process.exitcode)
+            figures.seconds = time.monotonic() - started
+        return figures
 
 
 # --------------------------------------------------------------------------- audit

@@ -2,10 +2,14 @@
 
 Several child processes (``artifact_writer.py``) write, delete and promote
 files of one workspace (``keep_versions=True``), logging each attempt and
-each acknowledged operation (fsynced).  The parent SIGKILLs them at random
-moments while they write and restarts them, for a bounded time, then reads
-everything the workspace holds and checks that the four parts of every write
-(file row, its metadata, audit row, version snapshot) agree:
+each acknowledged operation (fsynced).  The parent SIGKILLs each after 1 to 6
+acknowledged operations, at a random point of the next one
+(:class:`~faults.harness.KillLoop`), and starts a new one, until
+:data:`IN_FLIGHT_KILLS` kills have landed with an operation in flight and the
+writers acknowledged :data:`MIN_ACKED` changes (the same work on a slow or a
+fast machine); then it reads everything the workspace holds and checks that
+the four parts of every write (file row, its metadata, audit row, version
+snapshot) agree:
 
 * every audit row of a write or promotion has its version snapshot (same
   path, sha and time) and every snapshot its audit row: none without the other;
@@ -16,9 +20,9 @@ everything the workspace holds and checks that the four parts of every write
 * every acknowledged write, delete and promotion is in the audit log, and
   every audit row comes from an operation some writer attempted.
 
-Figures printed per store: operations attempted / acknowledged / kills /
-audit rows / versions.  ``FIREFLY_FAULTS_SECONDS`` changes the time per store
-(default 10).
+Figures printed per store: operations attempted / acknowledged / kills (in
+flight) / audit rows / versions.  ``FIREFLY_FAULTS_KILLS`` changes the kills in
+flight per store (default 8).
 """
 
 from __future__ import annotations
@@ -27,9 +31,6 @@ import hashlib
 import json
 import os
 import random
-import subprocess
-import sys
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -37,18 +38,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults.harness import StoreSpec, close_store
+from faults import artifact_writer
+from faults.harness import KillFigures, KillLoop, StoreSpec, Writer, close_store
 
 from firefly_orm.artifacts import Artifacts
 
-SECONDS = float(os.environ.get("FIREFLY_FAULTS_SECONDS", "10"))
+#: Kills that must land with an operation in flight (its attempt logged, no ack yet).
+IN_FLIGHT_KILLS = int(os.environ.get("FIREFLY_FAULTS_KILLS", "8"))
 CHILDREN = 3
-WRITER = Path(__file__).resolve().parent / "artifact_writer.py"
 WORKSPACE = "crash"
-#: A child is killed this long (seconds, uniform) after its first acknowledged operation.
-KILL_WINDOW = (0.1, 1.5)
-#: The loop goes on past ``SECONDS`` (up to four times as long) until the writers
-#: acknowledged this many changes (slow stores, a loaded machine).
+#: A child is killed after this many (uniform) acknowledged changes, in the next operation.
+ACKS_PER_KILL = (1, 6)
+#: Changes the writers must get acknowledged, all kills together.
 MIN_ACKED = 20
 
 
@@ -95,88 +96,34 @@ def spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreSpec]:
 # --------------------------------------------------------------------------- the kill loop
 
 
-@dataclass
-class Child:
-    process: subprocess.Popen[bytes]
-    log: Path
-    stderr: Path
-    kill_at: float | None = None
+def _changed(line: bytes) -> bool:
+    """An acknowledged operation that changed something (``A`` line not ending in ``-``)."""
+    return line.startswith(b"A\t") and not line.endswith(b"\t-")
 
 
-@dataclass
-class Figures:
-    kills: int = 0
-    logs: list[Path] = field(default_factory=list)
-    crashed: list[str] = field(default_factory=list)
+def kill_loop(spec: StoreSpec, workdir: Path, rng: random.Random) -> KillFigures:
+    """``CHILDREN`` writers, each SIGKILLed after a few acknowledged operations, restarted."""
 
-
-def _acknowledged(log: Path) -> bool:
-    try:
-        data = log.read_bytes()
-    except FileNotFoundError:
-        return False
-    return data.startswith(b"A\t") or b"\nA\t" in data
-
-
-def kill_loop(spec: StoreSpec, workdir: Path, rng: random.Random) -> Figures:
-    """Run ``CHILDREN`` writers for ``SECONDS``, SIGKILLing and restarting each while it writes."""
-    figures = Figures()
-    generation = 0
-
-    def spawn(slot: int) -> Child:
-        nonlocal generation
-        generation += 1
-        log = workdir / f"writer-{slot}-{generation}.log"
-        err = workdir / f"writer-{slot}-{generation}.err"
+    def writer(slot: int, generation: int, log: Path) -> Writer:
         config = {
             "store": json.dumps(spec.__dict__),
             "log": str(log),
             "tag": f"w{slot}g{generation}",
             "seed": str(rng.randrange(2**32)),
         }
-        with open(err, "wb") as stderr:
-            process = subprocess.Popen(
-                [sys.executable, str(WRITER), json.dumps(config)],
-                stdout=subprocess.DEVNULL,
-                stderr=stderr,
-            )
-        figures.logs.append(log)
-        return Child(process, log, err)
+        return Writer(artifact_writer.run, (config,), log)
 
-    def kill(child: Child) -> None:
-        child.process.kill()
-        child.process.wait()
-        figures.kills += 1
-
-    slots = [spawn(slot) for slot in range(CHILDREN)]
-    started = time.monotonic()
-    deadline, hard_deadline = started + SECONDS, started + 4 * SECONDS
-    try:
-        while True:
-            now = time.monotonic()
-            if now >= hard_deadline or (
-                now >= deadline
-                and figures.kills >= 5
-                and len(read_ledger(figures.logs).acked) >= MIN_ACKED
-            ):
-                break
-            for slot, child in enumerate(slots):
-                code = child.process.poll()
-                if code is not None:
-                    figures.crashed.append(child.stderr.read_text(errors="replace")[-3000:])
-                    slots[slot] = spawn(slot)
-                elif child.kill_at is None:
-                    if _acknowledged(child.log):
-                        child.kill_at = now + rng.uniform(*KILL_WINDOW)
-                elif now >= child.kill_at:
-                    kill(child)
-                    slots[slot] = spawn(slot)
-            time.sleep(0.005)
-    finally:
-        for child in slots:
-            if child.process.poll() is None:
-                kill(child)
-    return figures
+    loop = KillLoop(
+        writer,
+        workdir,
+        children=CHILDREN,
+        in_flight=IN_FLIGHT_KILLS,
+        min_acks=MIN_ACKED,
+        acks_per_kill=ACKS_PER_KILL,
+        rng=rng,
+        counts=_changed,
+    )
+    return loop.run()
 
 
 # --------------------------------------------------------------------------- the audit
@@ -276,12 +223,15 @@ def test_kill_9_leaves_no_write_half_done(spec: StoreSpec, tmp_path: Path) -> No
         close_store(store)
     print(
         f"\n[kill -9 artifacts / {spec.kind}] attempted={len(ledger.attempted)} "
-        f"acknowledged-changes={len(ledger.acked)} kills={figures.kills} "
+        f"acknowledged-changes={len(ledger.acked)} {figures.describe()} "
         f"audit rows={counts['audit']} versions={counts['versions']} files={counts['files']} "
         f"problems={len(problems)} writer-errors={len(figures.crashed)}"
     )
-    assert not figures.crashed, "a writer failed by itself:\n" + "\n".join(figures.crashed[:3])
-    assert figures.kills >= 5, f"only {figures.kills} kills: the children did not get going"
+    assert not figures.crashed, "a writer failed by itself:\n" + "\n".join(
+        f"{log} exit {code}:\n{tail}" for log, code, tail in figures.crashed[:3]
+    )
+    assert not figures.timed_out, f"safety timeout: {figures.describe()}"
+    assert figures.in_flight >= IN_FLIGHT_KILLS, f"too few kills in flight: {figures.describe()}"
     assert len(ledger.acked) >= MIN_ACKED, "too few acknowledged operations to mean anything"
     assert not problems, "\n".join(problems[:20])
 

@@ -14,8 +14,9 @@
   (converted by that commit).
 * **Writers killed at random**: forked writers add turns to two conversations
   (every write compacting first, so kills also land in compactions and
-  recoveries), SIGKILLed at random moments and restarted; then no acknowledged
-  turn may be lost or duplicated.
+  recoveries), each SIGKILLed after 1 or 2 acknowledged turns at a random point
+  of the next one, and restarted, until :data:`RANDOM_KILLS` kills landed with an
+  ``add_turn`` in flight; then no acknowledged turn may be lost or duplicated.
 * **A planted lock file** (a symbolic link, dangling or not) is refused with a
   ``StoreError`` naming it; nothing is written and the link's target is untouched.
 
@@ -36,15 +37,16 @@ from typing import Any
 import pytest
 from faults.filestore_crash import (
     compact_always,
+    compacting_writer,
     crash_point,
-    kill_loop,
     temporary_files,
 )
 from faults.harness import (
+    KillLoop,
     Ledger,
     StoreSpec,
+    Writer,
     WriterConfig,
-    add_turns_forever,
     audit_conversations,
     read_ledger,
 )
@@ -210,6 +212,8 @@ def test_kill_at_every_step_of_an_evicting_add_turn(starts: list[Start], tmp_pat
 
 
 CONVERSATIONS = ("kill-a", "kill-b")
+#: Kills that must land with an add_turn in flight (about what 8 s of kills made before).
+RANDOM_KILLS = 40
 
 
 def test_writers_killed_at_random_lose_no_acknowledged_turn(tmp_path: Path) -> None:
@@ -218,35 +222,35 @@ def test_writers_killed_at_random_lose_no_acknowledged_turn(tmp_path: Path) -> N
     logs.mkdir()
     rng = random.Random()
 
-    def writer(generation: int) -> None:
-        compact_always()
+    def writer(slot: int, generation: int, log: Path) -> Writer:
         config = WriterConfig(
             store=spec,
-            log=str(logs / f"writer-{generation}.log"),
+            log=str(log),
             tag=f"g{generation}",
             conversations=CONVERSATIONS,
             max_tokens=20,
-            seed=rng.randrange(2**32) + generation,
+            seed=rng.randrange(2**32),
         )
-        add_turns_forever(config)
+        return Writer(compacting_writer, (config,), log)
 
-    def ready(generation: int) -> bool:
-        log = logs / f"writer-{generation}.log"
-        return log.exists() and b"\nA\t" in b"\n" + log.read_bytes()
-
-    figures = kill_loop(writer, ready, children=3, seconds=8.0, rng=rng)
-    ledger = read_ledger(sorted(logs.iterdir()))
+    loop = KillLoop(
+        writer, logs, children=3, in_flight=RANDOM_KILLS, min_acks=20, acks_per_kill=(1, 2), rng=rng
+    )
+    figures = loop.run()
+    ledger = read_ledger(figures.logs)
     audit = audit_conversations(spec.open(), CONVERSATIONS, ledger, max_tokens=20)
     left = temporary_files(Path(spec.location))
     print(
-        f"\n[FileStore kill -9 loop] writers={figures.started} kills={figures.kills} "
-        f"attempts={len(ledger.attempted)} acknowledged={len(ledger.acked)} "
+        f"\n[FileStore kill -9 loop] {figures.describe()} attempts={len(ledger.attempted)} "
         f"lost={len(audit.lost)} duplicated={len(audit.duplicated)} stored={audit.stored} "
         f"inconsistencies={len(audit.problems)} temporary-files-left={len(left)} "
-        f"writer-errors={len(figures.failed)}"
+        f"writer-errors={len(figures.crashed)}"
     )
-    assert not figures.failed, f"writers exited by themselves: {figures.failed}"
-    assert figures.kills >= 10 and len(ledger.acked) >= 20
+    assert not figures.crashed, "a writer failed by itself:\n" + "\n".join(
+        f"{log} exit {code}:\n{tail}" for log, code, tail in figures.crashed[:3]
+    )
+    assert not figures.timed_out, f"safety timeout: {figures.describe()}"
+    assert figures.in_flight >= RANDOM_KILLS and len(ledger.acked) >= 20, figures.describe()
     audit.assert_clean()
     assert left == []
 

@@ -1,18 +1,21 @@
 """kill -9 under load, on every persistent store: no acknowledged turn lost, none duplicated.
 
-Several child processes (``harness.py add-turns``) add turns to two shared
-conversations with a token budget of a few turns (so nearly every turn evicts;
-``keep_evicted=True`` and a deterministic chain summarizer).  Each child logs an
-attempt before ``add_turn`` and, once it returns, the acknowledged turn (fsynced).
-The parent SIGKILLs the children at random moments while they write and restarts
-them, for a bounded time; then it audits the store (:func:`audit_conversations`):
+Several child processes (:func:`~faults.harness.add_turns_forever`) add turns to
+two shared conversations with a token budget of a few turns (so nearly every turn
+evicts; ``keep_evicted=True`` and a deterministic chain summarizer).  Each child
+logs an attempt before ``add_turn`` and, once it returns, the acknowledged turn
+(fsynced).  The parent SIGKILLs each child after 1 to 4 acknowledged turns, at a
+random point of the next one (:class:`~faults.harness.KillLoop`), and starts a new
+one, until :data:`IN_FLIGHT_KILLS` kills have landed with an ``add_turn`` in flight
+and :data:`MIN_ACKS` turns were acknowledged: the same work on a slow or a fast
+machine.  Then it audits the store (:func:`audit_conversations`):
 every acknowledged turn stored once, under its conversation and turn id (live or
 archived); no turn stored twice or that nobody attempted; heads' ``turn_count`` /
 ``total_tokens`` / ``next_turn_id`` agree with the stored turns; the summary covers
 exactly the archived turns.
 
-Figures printed per store: attempts / kills / acknowledged / lost / duplicated.
-``FIREFLY_FAULTS_SECONDS`` changes the time per store (default 10).
+Figures printed per store: attempts / kills (in flight) / acknowledged / lost /
+duplicated.  ``FIREFLY_FAULTS_KILLS`` changes the kills in flight per store (default 8).
 """
 
 from __future__ import annotations
@@ -26,13 +29,18 @@ import pytest
 from faults.harness import (
     KillLoop,
     StoreSpec,
+    Writer,
     WriterConfig,
+    add_turns_forever,
     audit_conversations,
     close_store,
     read_ledger,
 )
 
-SECONDS = float(os.environ.get("FIREFLY_FAULTS_SECONDS", "10"))
+#: Kills that must land with an add_turn in flight (its attempt logged, no ack yet).
+IN_FLIGHT_KILLS = int(os.environ.get("FIREFLY_FAULTS_KILLS", "8"))
+#: Turns the writers must get acknowledged, all kills together.
+MIN_ACKS = 20
 CHILDREN = 3
 CONVERSATIONS = ("kill-a", "kill-b")
 #: A budget of a few turns: nearly every add_turn evicts (and summarises).
@@ -84,8 +92,8 @@ def test_kill_9_loses_no_acknowledged_turn(spec: StoreSpec, tmp_path: Path) -> N
     logs = tmp_path / "logs"
     logs.mkdir()
 
-    def config(slot: int, generation: int, log: Path) -> WriterConfig:
-        return WriterConfig(
+    def writer(slot: int, generation: int, log: Path) -> Writer:
+        config = WriterConfig(
             store=spec,
             log=str(log),
             tag=f"w{slot}g{generation}",
@@ -93,14 +101,10 @@ def test_kill_9_loses_no_acknowledged_turn(spec: StoreSpec, tmp_path: Path) -> N
             max_tokens=MAX_TOKENS,
             seed=rng.randrange(2**32),
         )
+        return Writer(add_turns_forever, (config,), log)
 
     loop = KillLoop(
-        config,
-        logs,
-        children=CHILDREN,
-        duration=SECONDS,
-        rng=rng,
-        enough=lambda: loop.figures.kills >= 5 and len(read_ledger(loop.figures.logs).acked) >= 20,
+        writer, logs, children=CHILDREN, in_flight=IN_FLIGHT_KILLS, min_acks=MIN_ACKS, rng=rng
     )
     figures = loop.run()
     ledger = read_ledger(figures.logs)
@@ -111,15 +115,15 @@ def test_kill_9_loses_no_acknowledged_turn(spec: StoreSpec, tmp_path: Path) -> N
     finally:
         close_store(store)
     print(
-        f"\n[kill -9 / {spec.kind}] attempts={len(ledger.attempted)} kills={figures.kills} "
-        f"acknowledged={len(ledger.acked)} lost={len(audit.lost)} "
-        f"duplicated={len(audit.duplicated)} stored={audit.stored} "
+        f"\n[kill -9 / {spec.kind}] attempts={len(ledger.attempted)} {figures.describe()} "
+        f"lost={len(audit.lost)} duplicated={len(audit.duplicated)} stored={audit.stored} "
         f"unacknowledged-but-stored={audit.unacked_stored} "
         f"inconsistencies={len(audit.problems)} writer-errors={len(figures.crashed)}"
     )
     assert not figures.crashed, "a writer failed by itself:\n" + "\n".join(
         f"{log} exit {code}:\n{tail}" for log, code, tail in figures.crashed[:3]
     )
-    assert figures.kills >= 5, f"only {figures.kills} kills: the children did not get going"
-    assert len(ledger.acked) >= 20, "too few acknowledged turns for the test to mean anything"
+    assert not figures.timed_out, f"safety timeout: {figures.describe()}"
+    assert figures.in_flight >= IN_FLIGHT_KILLS, f"too few kills in flight: {figures.describe()}"
+    assert len(ledger.acked) >= MIN_ACKS, "too few acknowledged turns for the test to mean anything"
     audit.assert_clean()
