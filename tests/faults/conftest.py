@@ -1,13 +1,21 @@
 """Fixtures of the fault-injection suite: servers of their own, to restart, kill and pollute.
 
-* ``pg_cluster``: a disposable PostgreSQL cluster (``pg_createcluster`` on a free
-  port, trust auth), dropped at the end.  Skipped when it cannot be created,
-  FAILED instead under ``--require-db postgres`` (CI has postgresql-common, so a
-  missing ``pg_createcluster`` there is a broken environment, not a reason to skip).
+* ``pg_cluster``: a disposable PostgreSQL cluster (``pg_createcluster`` on a
+  reserved port, trust auth) of this pytest process (one per xdist worker), made
+  once and dropped at the end of the session; each test gets it reset
+  (:meth:`DisposableCluster.reset`: started again if a test left it stopped or
+  killed, its synchronous standby setting, sessions, schemas and databases gone),
+  or a new one when the reset fails.  Creating one costs ``initdb`` and a start
+  (5 to 9 s on a loaded machine) and a drop; a reset, a start at most.  Skipped
+  when it cannot be created, FAILED instead under ``--require-db postgres`` (CI has
+  postgresql-common, so a missing ``pg_createcluster`` there is a broken
+  environment, not a reason to skip).  The standbys of the switchover tests stay
+  per test: they are promoted (a primary of their own), so nothing is left to reuse.
 * ``dedicated_mongo_url``: a SecantusDB server for one test (a writer killed inside
   a transaction leaves it open, holding its documents until the server's
   transaction lifetime ends: a shared server would carry that into other tests),
-  or ``FIREFLY_ORM_TEST_MONGO_URL`` when that is set.
+  or ``FIREFLY_ORM_TEST_MONGO_URL`` when that is set.  Killed at the end: its
+  data is thrown away, nothing needs a clean shutdown.
 """
 
 from __future__ import annotations
@@ -39,17 +47,47 @@ def _unavailable(config: pytest.Config, db: str, reason: str) -> NoReturn:
     pytest.skip(f"{db} unavailable: {reason}")
 
 
-@pytest.fixture
-def pg_cluster(request: pytest.FixtureRequest) -> Iterator[DisposableCluster]:
-    """A PostgreSQL 15 cluster of this test's own, on a free port; dropped afterwards."""
+class _SessionCluster:
+    """The disposable cluster of this pytest process, made on first use."""
+
+    def __init__(self) -> None:
+        self.cluster: DisposableCluster | None = None
+
+    def ready(self) -> DisposableCluster:
+        """The cluster, reset for a test (a new one if the reset fails)."""
+        if self.cluster is not None:
+            try:
+                self.cluster.reset()
+                return self.cluster
+            except ClusterUnavailable:  # damaged beyond a reset: start over
+                self.drop()
+        self.cluster = DisposableCluster.create()
+        return self.cluster
+
+    def drop(self) -> None:
+        cluster, self.cluster = self.cluster, None
+        if cluster is not None:
+            cluster.drop()
+
+
+@pytest.fixture(scope="session")
+def _session_cluster() -> Iterator[_SessionCluster]:
+    holder = _SessionCluster()
     try:
-        cluster = DisposableCluster.create()
+        yield holder
+    finally:
+        holder.drop()
+
+
+@pytest.fixture
+def pg_cluster(
+    request: pytest.FixtureRequest, _session_cluster: _SessionCluster
+) -> DisposableCluster:
+    """The PostgreSQL 15 cluster of this pytest process, reset for this test (see above)."""
+    try:
+        return _session_cluster.ready()
     except ClusterUnavailable as exc:
         _unavailable(request.config, "postgres", f"no disposable cluster: {exc}")
-    try:
-        yield cluster
-    finally:
-        cluster.drop()
 
 
 @pytest.fixture
@@ -76,7 +114,7 @@ def dedicated_mongo_url(request: pytest.FixtureRequest, tmp_path: Path) -> Itera
     try:
         yield server.url
     finally:
-        server.stop()
+        server.close()
 
 
 @contextlib.contextmanager

@@ -1,26 +1,111 @@
 """Servers of the fault suite's own, to restart and kill: PostgreSQL clusters, MongoDB.
 
-* :class:`DisposableCluster`: a PostgreSQL cluster (``pg_createcluster`` on a free
-  port, trust auth), restarted, stopped and SIGKILLed by the server-restart tests and
+* :class:`DisposableCluster`: a PostgreSQL cluster (``pg_createcluster`` on a
+  reserved port, trust auth), restarted, stopped and SIGKILLed by the server-restart
+  tests, put back in order by :meth:`DisposableCluster.reset` between tests and
   dropped at the end.  The main cluster (port 5432) is never touched.
 * :class:`MongoServer`: a SecantusDB server keeping its port and data directory across
   restarts, with a short transaction lifetime (``python servers.py mongo-server ...``
   is its process).
+* :func:`reserve_port`: a port for a server that is stopped and started again on it.
+  It lies below the kernel's ephemeral range, so no client connection of any process
+  takes it as its local port while the server is down (what the ports of
+  ``firefly_orm.testing.secantus.free_port`` risk), and it is locked for this
+  process, so two pytest-xdist workers never pick the same one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 SERVERS = Path(__file__).resolve()
+
+
+# --------------------------------------------------------------------------- ports
+
+#: One byte per port of this file is locked (``lockf``) by the process using the port.
+PORT_LOCKS = Path(tempfile.gettempdir()) / "firefly-orm-test-ports.lock"
+#: Ports a test never reserves (well-known servers).
+PORTS_IN_USE_ELSEWHERE = frozenset({5432, 6432, 27017, 27018, 27019})
+_ports_lock = threading.Lock()
+_ports_fd: int | None = None
+_reserved: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bindable(port: int) -> bool:
+    """Whether nothing listens on (or holds) ``port`` on the loopback addresses."""
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        try:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:  # no IPv6 here
+            continue
+        with sock:
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                if family == socket.AF_INET6 and exc.errno == 99:  # ::1 not configured
+                    continue
+                return False
+    return True
+
+
+def reserve_port() -> int:
+    """A free port below the ephemeral range, held for this process until :func:`release_port`.
+
+    Two processes never get the same port (a ``lockf`` byte lock per port, dropped
+    by the kernel when the process ends), and a port below the ephemeral range is
+    never given to a client connection, so a server can stop and start again on it.
+    """
+    global _ports_fd
+    low = _ephemeral_range()[0]
+    first = 20000 if low > 21000 else 1024
+    with _ports_lock:
+        if _ports_fd is None:
+            _ports_fd = os.open(PORT_LOCKS, os.O_RDWR | os.O_CREAT, 0o666)
+        for _ in range(500):
+            port = random.randrange(first, low)
+            if port in _reserved or port in PORTS_IN_USE_ELSEWHERE:
+                continue
+            try:
+                fcntl.lockf(_ports_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+            except OSError:
+                continue  # another process holds it
+            if _bindable(port):
+                _reserved.add(port)
+                return port
+            fcntl.lockf(_ports_fd, fcntl.LOCK_UN, 1, port)
+    raise RuntimeError("no free port to reserve")
+
+
+def release_port(port: int) -> None:
+    """Give back a port of :func:`reserve_port` (idempotent)."""
+    with _ports_lock:
+        if port in _reserved and _ports_fd is not None:
+            _reserved.discard(port)
+            with contextlib.suppress(OSError):
+                fcntl.lockf(_ports_fd, fcntl.LOCK_UN, 1, port)
 
 
 # --------------------------------------------------------------------------- PostgreSQL cluster
@@ -70,9 +155,10 @@ class DisposableCluster:
 
     @classmethod
     def create(cls) -> DisposableCluster:
-        """Create and start a new cluster; :class:`ClusterUnavailable` when impossible."""
-        from firefly_orm.testing.secantus import free_port
+        """Create and start a new cluster; :class:`ClusterUnavailable` when impossible.
 
+        Its port comes from :func:`reserve_port` (released by :meth:`drop`).
+        """
         missing = [
             t
             for t in ("pg_createcluster", "pg_ctlcluster", "pg_dropcluster")
@@ -80,7 +166,7 @@ class DisposableCluster:
         ]
         if missing:
             raise ClusterUnavailable(f"{', '.join(missing)} not found (postgresql-common)")
-        cluster = cls(f"faults{uuid.uuid4().hex[:8]}", free_port())
+        cluster = cls(f"faults{uuid.uuid4().hex[:8]}", reserve_port())
         done = _run(
             [
                 "pg_createcluster",
@@ -93,6 +179,7 @@ class DisposableCluster:
             ]
         )
         if done.returncode != 0:
+            release_port(cluster.port)
             raise ClusterUnavailable(f"pg_createcluster failed: {done.stderr.strip()[-500:]}")
         cluster.created = True
         try:
@@ -146,11 +233,65 @@ class DisposableCluster:
         while time.monotonic() < deadline and _alive(pid):
             time.sleep(0.02)
 
+    def running(self) -> bool:
+        """Whether ``pg_lsclusters`` sees the cluster online."""
+        done = _run(["pg_lsclusters", "--no-header", PG_VERSION, self.name])
+        fields = done.stdout.split()
+        return done.returncode == 0 and len(fields) > 3 and fields[3] == "online"
+
+    def reset(self) -> None:
+        """Put the cluster back as :meth:`create` left it, for the next test.
+
+        What the fault tests leave behind: the cluster stopped or killed (started
+        again), a synchronous standby named in ``postgresql.auto.conf`` (reset: the
+        standby is gone, commits would wait for it forever), sessions still
+        connected (terminated), schemas (but ``public``) and databases of the test
+        (dropped).
+        :class:`ClusterUnavailable` when that fails: the caller makes a new cluster.
+        """
+        import psycopg
+
+        if not self.running():
+            self.start_retrying()
+        try:
+            with psycopg.connect(
+                host="127.0.0.1",
+                port=self.port,
+                user="postgres",
+                dbname="postgres",
+                autocommit=True,
+                connect_timeout=10,
+            ) as conn:
+                conn.execute("SET synchronous_commit = local")  # never wait for a standby
+                conn.execute("ALTER SYSTEM RESET ALL")
+                conn.execute("SELECT pg_reload_conf()")
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE pid <> pg_backend_pid() AND backend_type = 'client backend'"
+                )
+                if conn.execute("SELECT pg_is_in_recovery()").fetchone() != (False,):
+                    raise ClusterUnavailable("the cluster is a standby")
+                databases = conn.execute(
+                    "SELECT datname FROM pg_database "
+                    "WHERE datname NOT IN ('postgres', 'template0', 'template1')"
+                ).fetchall()
+                for (name,) in databases:
+                    conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+                schemas = conn.execute(
+                    "SELECT nspname FROM pg_namespace WHERE nspname NOT IN "
+                    "('information_schema', 'public') AND nspname NOT LIKE 'pg\\_%'"
+                ).fetchall()
+                for (name,) in schemas:
+                    conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+        except psycopg.Error as exc:
+            raise ClusterUnavailable(f"reset failed: {exc}") from exc
+
     def drop(self) -> None:
-        """Stop and delete the cluster (idempotent)."""
+        """Stop and delete the cluster (idempotent); its port is released."""
         if self.created:
             _run(["pg_dropcluster", "--stop", PG_VERSION, self.name])
             self.created = False
+        release_port(self.port)
 
 
 # --------------------------------------------------------------------------- MongoDB server
@@ -173,12 +314,10 @@ class MongoServer:
     def __init__(
         self, storage: Path, lifetime: float = TRANSACTION_LIFETIME, *, durable: bool = False
     ) -> None:
-        from firefly_orm.testing.secantus import free_port
-
         self.storage = storage
         self.lifetime = lifetime
         self.durable = durable
-        self.port = free_port()
+        self.port = reserve_port()  # kept across restarts: see reserve_port
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -218,6 +357,11 @@ class MongoServer:
         if process is not None:
             process.kill()
             process.wait()
+
+    def close(self) -> None:
+        """:meth:`kill` the server and release its port (its data is thrown away)."""
+        self.kill()
+        release_port(self.port)
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 10 s)."""

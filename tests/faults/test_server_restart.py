@@ -12,7 +12,12 @@ and started again.  Checked:
 * no acknowledged turn is lost or duplicated, heads and summaries agree with the
   stored turns (:func:`audit_conversations`);
 * the same store recovers without being reopened: after each event, the time
-  from "server back" to the first acknowledged turn is printed, and must come.
+  from "server back" to the first acknowledged turn is printed, and must come
+  within :data:`RECOVERY_LIMIT`.
+
+The load is counted, not timed: the writers get :data:`TURNS_PER_PHASE` turns
+acknowledged before the first event and again after each one (so each event hits
+writers that are under way, on a slow or a fast machine alike).
 
 The same runs on MongoDB (transactions) against a SecantusDB server of the test's
 own, stopped and SIGKILLed on the same port and data directory.  That server syncs
@@ -50,10 +55,12 @@ CONVERSATIONS = ("restart-a", "restart-b")
 MAX_TOKENS = 20
 SYNC_WRITERS = 3
 ASYNC_WRITERS = 3
-#: Seconds of load before the first event and after each one.
-LOAD_SECONDS = float(os.environ.get("FIREFLY_FAULTS_LOAD_SECONDS", "1.0"))
+#: Turns acknowledged (all writers together) before the first event and after each one.
+TURNS_PER_PHASE = int(os.environ.get("FIREFLY_FAULTS_TURNS_PER_PHASE", "12"))
 #: Seconds the store gets to succeed again once the server is back.
 RECOVERY_LIMIT = 10.0
+#: Seconds a phase may take at most (a safety timeout: the count ends a phase).
+PHASE_LIMIT = 60.0
 DURABLE = os.environ.get("FIREFLY_FAULTS_MONGO_FAST") is None
 #: Pause of a writer after an error (what an app's retry loop would do).
 ERROR_PAUSE = 0.02
@@ -65,6 +72,8 @@ class Record:
 
     ledger: Ledger = field(default_factory=Ledger)
     acked_at: list[float] = field(default_factory=list)
+    #: set on every acknowledged turn (the phases wait for counts, not for time)
+    progress: threading.Condition = field(default_factory=threading.Condition)
     errors: Counter[str] = field(default_factory=Counter)
     raw: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -74,9 +83,22 @@ class Record:
             self.ledger.attempt(prompt)
 
     def ack(self, prompt: str, cid: str, turn_id: int) -> None:
+        now = time.monotonic()
         with self.lock:
             self.ledger.ack(prompt, cid, turn_id)
-            self.acked_at.append(time.monotonic())
+            self.acked_at.append(now)
+        with self.progress:
+            self.progress.notify_all()
+
+    def wait_for_turns(self, since: float, turns: int, timeout: float) -> bool:
+        """Until ``turns`` turns were acknowledged after ``since`` (false: ``timeout`` first)."""
+
+        def enough() -> bool:
+            with self.lock:
+                return sum(1 for t in self.acked_at if t >= since) >= turns
+
+        with self.progress:
+            return self.progress.wait_for(enough, timeout)
 
     def error(self, exc: Exception) -> None:
         with self.lock:
@@ -195,15 +217,16 @@ def _load_through_events(
         writer.start()
     #: (event, seconds from "server back" to the first ack, seconds without any ack)
     recoveries: list[tuple[str, float | None, float | None]] = []
+    #: phases whose turns were not acknowledged within PHASE_LIMIT
+    stalled: list[str] = []
     try:
-        time.sleep(LOAD_SECONDS)
+        if not record.wait_for_turns(0.0, TURNS_PER_PHASE, PHASE_LIMIT):
+            stalled.append("before the first event")
         for name, event in events:
             began = time.monotonic()
             event()
             back = time.monotonic()
-            deadline = back + RECOVERY_LIMIT
-            while record.first_ack_after(back) is None and time.monotonic() < deadline:
-                time.sleep(0.005)
+            record.wait_for_turns(back, 1, RECOVERY_LIMIT)
             first, last = record.first_ack_after(back), record.last_ack_before(began)
             recoveries.append(
                 (
@@ -212,7 +235,8 @@ def _load_through_events(
                     None if first is None or last is None else first - last,
                 )
             )
-            time.sleep(LOAD_SECONDS)
+            if not record.wait_for_turns(back, TURNS_PER_PHASE, PHASE_LIMIT):
+                stalled.append(f"after {name}")
     finally:
         stop.set()
         for writer in writers:
@@ -236,6 +260,7 @@ def _load_through_events(
     assert all(seconds is not None for _, seconds, _ in recoveries), (
         f"the store did not recover within {RECOVERY_LIMIT}s: {recoveries}"
     )
+    assert not stalled, f"{TURNS_PER_PHASE} turns not acknowledged within {PHASE_LIMIT}s: {stalled}"
     if expect_errors:
         assert sum(record.errors.values()) > 0, "the events should have broken some calls"
     audit.assert_clean()
@@ -279,4 +304,4 @@ def test_mongo_server_restarts_under_load(tmp_path: Path) -> None:
         finally:
             store.close()
     finally:
-        server.stop()
+        server.close()
