@@ -1,11 +1,13 @@
 """The writer process killed by ``tests/faults/test_mongo_faults.py``.
 
-Run as ``python mongo_fault_child.py URL DATABASE``, then write one line
-``CONVERSATION_ID MODE [K]`` to its stdin (so it can be started, and its
-imports done, before it is needed):
+The test forks it from the fault suite's fork server (:func:`run`, its lines
+written to a file); ``python mongo_fault_child.py URL DATABASE CONVERSATION_ID
+MODE [K]`` runs the same, its lines on stdout:
 
-* ``MODE=loop``: add turns to the conversation until killed, printing
-  ``ack <turn_id>`` (flushed) after each ``add_turn`` returned;
+* ``MODE=loop``: print ``ready`` once the store is open, then add turns to the
+  conversation until killed, printing ``ack <turn_id> <time>`` (the
+  ``time.monotonic()`` of this machine, which the parent shares) after each
+  ``add_turn`` returned;
 * ``MODE=kill-after K``: add ONE turn with every collection write counted one
   document operation at a time (an ``insert_many`` of n documents or a
   ``bulk_write`` of n operations is n steps), and SIGKILL this process right
@@ -25,6 +27,7 @@ import functools
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -69,7 +72,6 @@ class StepKiller:
     def done(self, n: int) -> None:
         self.steps += n
         if self.kill_after is not None and self.steps >= self.kill_after:
-            sys.stdout.flush()
             os.kill(os.getpid(), signal.SIGKILL)
 
     def install(self) -> None:
@@ -115,25 +117,43 @@ class StepKiller:
         return wrapper
 
 
-def main(argv: list[str]) -> None:
-    url, database = argv[:2]
-    # Started ahead of time (imports done), told what to do on stdin.
-    conversation_id, mode, *rest = sys.stdin.readline().split()
+def run(url: str, database: str, conversation_id: str, mode: str, k: int, out: int) -> None:
+    """Do ``mode`` on the conversation, writing the lines to file descriptor ``out``."""
+
+    def say(line: str) -> None:
+        os.write(out, (line + "\n").encode())
+
     store = fault_store(url, database)
     store.initialize()
     memory = fault_memory(store)
     if mode == "loop":
-        print("ready", flush=True)
+        say("ready")
         for n in range(100_000):
             turn = memory.add_turn(conversation_id, *turn_text(n))
-            print(f"ack {turn.turn_id}", flush=True)
+            say(f"ack {turn.turn_id} {time.monotonic()}")
         return
-    killer = StepKiller(int(rest[0]))
+    killer = StepKiller(k)
     killer.install()
     turn = memory.add_turn(conversation_id, *turn_text(999, words=12))
-    print(f"ack {turn.turn_id}", flush=True)
-    print(f"steps {killer.steps}", flush=True)
+    say(f"ack {turn.turn_id}")
+    say(f"steps {killer.steps}")
     store.close()
+
+
+def run_to_file(
+    url: str, database: str, conversation_id: str, mode: str, k: int, path: str
+) -> None:
+    """:func:`run`, its lines appended to the file ``path`` (a forked child's entry point)."""
+    out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        run(url, database, conversation_id, mode, k, out)
+    finally:
+        os.close(out)
+
+
+def main(argv: list[str]) -> None:
+    url, database, conversation_id, mode, *rest = argv
+    run(url, database, conversation_id, mode, int(rest[0]) if rest else 0, sys.stdout.fileno())
 
 
 if __name__ == "__main__":

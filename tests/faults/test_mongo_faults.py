@@ -6,7 +6,12 @@ eviction and ``keep_evicted=True``, and is killed with SIGKILL:
 
 * after each document operation of one evicting ``add_turn`` (every prefix of
   its writes, deterministic);
-* at random moments while it adds turns in a loop.
+* at random points of its turns while it adds turns in a loop, until
+  :data:`CUT_KILLS` kills have cut a commit.
+
+The writers are forks of the suite's fork server (:func:`faults.harness.fork_server`:
+the library imported once), so a kill costs the kill and the checks, not an
+interpreter start.
 
 After each kill a store opened anew in this process (not the writer; the
 writer's process is gone) checks the conversation: the head's ``turn_count``
@@ -32,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from faults.mongo_fault_child import fault_memory, fault_store, turn_text
+from faults.harness import fork_server, run_writer
+from faults.mongo_fault_child import fault_memory, fault_store, run_to_file, turn_text
 from pymongo import MongoClient
 from pymongo.collection import Collection
 
@@ -50,8 +56,9 @@ needs_proc = pytest.mark.skipif(
     not Path("/proc/self/ns/pid").exists(), reason="needs /proc to see dead writers"
 )
 
-CHILD = Path(__file__).with_name("mongo_fault_child.py")
-#: Random kills per run (the issue's run had 30).
+#: Random kills that must cut a commit (the issue's run of 30 kills cut 10).
+CUT_KILLS = int(os.environ.get("FIREFLY_FAULTS_KILLS", "10"))
+#: Random kills at most (the issue's run had 30).
 RANDOM_KILLS = 30
 #: Turns stored before the deterministic add_turn (enough that it evicts several).
 SETUP_TURNS = 9
@@ -66,44 +73,65 @@ def database(mongo_url: str) -> Iterator[str]:
     client.close()
 
 
+class Writer:
+    """One writer, a fork of the suite's fork server; its lines go to a file."""
+
+    def __init__(self, process: Any, out: Path, stderr: Path) -> None:
+        self.process = process
+        self.out = out
+        self.stderr = stderr
+
+    def text(self) -> str:
+        """What it has written so far."""
+        try:
+            return self.out.read_text()
+        except FileNotFoundError:
+            return ""
+
+    def wait(self, timeout: float = 60) -> int:
+        """Until it ends; its exit code (``-SIGKILL`` when killed)."""
+        self.process.join(timeout)
+        code = self.process.exitcode
+        assert code is not None, f"the writer did not end within {timeout}s"
+        return int(code)
+
+    def error(self) -> str:
+        return self.stderr.read_text(errors="replace")[-3000:] if self.stderr.exists() else ""
+
+
 class Writers:
-    """Writer processes, each started (imports done) before it is needed."""
+    """Writer processes: forks of the fault suite's fork server (imports done once)."""
 
-    def __init__(self, url: str, database: str) -> None:
-        self.command = [sys.executable, str(CHILD), url, database]
-        self.spare = self._spawn()
+    def __init__(self, url: str, database: str, workdir: Path) -> None:
+        self.url, self.database, self.workdir = url, database, workdir
+        self.context = fork_server()
+        self.started = 0
 
-    def _spawn(self) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            self.command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    def start(self, conversation_id: str, mode: str, k: int = 0) -> Writer:
+        """A writer on ``conversation_id`` (``mode``: ``loop`` or ``kill-after``, then ``k``)."""
+        self.started += 1
+        out = self.workdir / f"writer-{self.started}.out"
+        stderr = self.workdir / f"writer-{self.started}.err"
+        args = (self.url, self.database, conversation_id, mode, k, str(out))
+        process = self.context.Process(
+            target=run_writer, args=(str(stderr), run_to_file, args), daemon=True
         )
-
-    def start(self, conversation_id: str, *args: str) -> subprocess.Popen[str]:
-        """A writer on ``conversation_id`` (``args``: the mode and its argument)."""
-        proc, self.spare = self.spare, self._spawn()
-        assert proc.stdin is not None
-        proc.stdin.write(" ".join([conversation_id, *args]) + "\n")
-        proc.stdin.flush()
-        return proc
-
-    def close(self) -> None:
-        self.spare.kill()
-        self.spare.communicate()
+        process.start()
+        return Writer(process, out, stderr)
 
 
 @pytest.fixture
-def writers(mongo_url: str, database: str) -> Iterator[Writers]:
-    started = Writers(mongo_url, database)
-    yield started
-    started.close()
+def writers(mongo_url: str, database: str, tmp_path: Path) -> Writers:
+    return Writers(mongo_url, database, tmp_path)
 
 
 def acknowledged(stdout: str) -> set[int]:
     return {int(line.split()[1]) for line in stdout.splitlines() if line.startswith("ack ")}
+
+
+def ack_times(stdout: str) -> list[float]:
+    """When the acknowledged turns of a ``loop`` writer returned (its monotonic clock)."""
+    return [float(line.split()[2]) for line in stdout.splitlines() if line.startswith("ack ")]
 
 
 def journal_documents(url: str, database: str) -> int:
@@ -178,19 +206,19 @@ def test_kill_after_each_write_of_an_evicting_add_turn(
 ) -> None:
     """SIGKILL after every document operation of one add_turn; every outcome is whole."""
     conversation_id = prepare(mongo_url, database)
-    whole = writers.start(conversation_id, "kill-after", str(10**6))
-    out, err = whole.communicate(timeout=60)
-    assert whole.returncode == 0, err
+    whole = writers.start(conversation_id, "kill-after", 10**6)
+    assert whole.wait() == 0, whole.error()
+    out = whole.text()
     steps = int(next(line.split()[1] for line in out.splitlines() if line.startswith("steps ")))
     assert problems(mongo_url, database, conversation_id, acknowledged(out)) == []
 
     inconsistent: list[str] = []
     for k in range(1, steps):
         conversation_id = prepare(mongo_url, database)
-        proc = writers.start(conversation_id, "kill-after", str(k))
-        out, err = proc.communicate(timeout=60)
-        assert proc.returncode == -signal.SIGKILL, f"step {k}: exit {proc.returncode}: {err}"
-        assert not acknowledged(out)
+        writer = writers.start(conversation_id, "kill-after", k)
+        code = writer.wait()
+        assert code == -signal.SIGKILL, f"step {k}: exit {code}: {writer.error()}"
+        assert not acknowledged(writer.text())
         found = problems(mongo_url, database, conversation_id, set())
         if found:
             inconsistent.append(f"kill after step {k}/{steps}: {found}")
@@ -206,34 +234,53 @@ def test_kill_after_each_write_of_an_evicting_add_turn(
 @pytest.mark.slow
 @needs_proc
 def test_kill_at_random_moments(mongo_url: str, database: str, writers: Writers) -> None:
-    """SIGKILL an add_turn loop at random moments; nothing acknowledged is lost, heads match."""
+    """SIGKILL an add_turn loop at random points of its turns; nothing acknowledged is lost,
+    heads match.
+
+    Each writer is killed after 1 to 3 acknowledged turns, at a random point of
+    the next one (a random fraction of its own time per turn), until
+    :data:`CUT_KILLS` kills have cut a commit (left its locks or journal behind
+    for the next store to recover) or :data:`RANDOM_KILLS` kills were made.
+    """
     seed = int(os.environ.get("FIREFLY_ORM_FAULT_SEED", time.time_ns() % 10**6))
     rng = random.Random(seed)
     conversation_id = prepare(mongo_url, database)
     acked: set[int] = set()
     inconsistent: list[str] = []
-    cut = 0  # kills that left a commit unfinished (locks or journal in the collection)
-    for kill in range(RANDOM_KILLS):
-        proc = writers.start(conversation_id, "loop")
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready", proc.stderr
-        time.sleep(rng.uniform(0.0, 0.25))
-        proc.send_signal(signal.SIGKILL)
-        out, _ = proc.communicate(timeout=60)
-        assert proc.returncode == -signal.SIGKILL
-        acked |= acknowledged(out)
+    paces: list[float] = []  # seconds per turn of the writers so far
+    kills = cut = 0  # cut: kills that left a commit unfinished (locks or journal)
+    while cut < CUT_KILLS and kills < RANDOM_KILLS:
+        writer = writers.start(conversation_id, "loop")
+        turns = rng.randint(1, 3)
+        deadline = time.monotonic() + 60
+        while len(ack_times(writer.text())) < turns:  # a poll of its output
+            assert writer.process.exitcode is None, writer.error()
+            assert time.monotonic() < deadline, f"no {turns} turns in 60 s: {writer.error()}"
+            time.sleep(0.002)
+        times = ack_times(writer.text())
+        if len(times) > 1:
+            paces.append((times[-1] - times[0]) / (len(times) - 1))
+        pace = sorted(paces)[len(paces) // 2] if paces else 0.05
+        kill_at = times[turns - 1] + rng.random() * pace
+        while time.monotonic() < kill_at:  # the random point of the next turn
+            time.sleep(0.001)
+        writer.process.kill()
+        assert writer.wait() == -signal.SIGKILL
+        kills += 1
+        acked |= acknowledged(writer.text())
         cut += journal_documents(mongo_url, database) > 0
         found = problems(mongo_url, database, conversation_id, acked)
         if found:
-            inconsistent.append(f"kill {kill}: {found}")
+            inconsistent.append(f"kill {kills}: {found}")
     print(
         f"\nmongo (no transactions) random kills during add_turn (seed {seed}): "
-        f"kills={RANDOM_KILLS} cutting a commit={cut} acknowledged turns={len(acked)} "
+        f"kills={kills} cutting a commit={cut} acknowledged turns={len(acked)} "
         f"inconsistent={len(inconsistent)}"
     )
     for line in inconsistent:
         print("  " + line)
     assert inconsistent == []
+    assert cut >= CUT_KILLS, f"only {cut} of {kills} kills cut a commit"
 
 
 # --------------------------------------------------------------------------- recovery, case by case
