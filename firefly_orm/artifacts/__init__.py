@@ -11,37 +11,50 @@ under compare-and-set (``expected_sha=``), keeps an audit log and, with
 ``keep_versions``, every written content; and keeps a transcript, one row per
 message.  Every operation is one unit of work on any store, sync or async.
 
-* :mod:`~firefly_orm.artifacts.model`: path rules, row layout, result models, errors;
+* :mod:`~firefly_orm.artifacts._rules`: the input rules (paths, keys, actors, shas, options);
+* :mod:`~firefly_orm.artifacts._errors`: the errors;
+* :mod:`~firefly_orm.artifacts._results`: file bodies and the result models;
+* :mod:`~firefly_orm.artifacts._layout`: the row layout, and rows read back as results;
 * :mod:`~firefly_orm.artifacts.ops`: the transactions (plain functions over a unit of work);
-* :mod:`~firefly_orm.artifacts.workspace`: :class:`Artifacts` and :class:`ArtifactWorkspace`.
+* :mod:`~firefly_orm.artifacts._handle`: :class:`ArtifactWorkspace`, a handle on one workspace;
+* :mod:`~firefly_orm.artifacts._registry`: :class:`Artifacts`, the keyed workspaces;
+* :mod:`~firefly_orm.artifacts.flyte`: export to, and import from, Flyte's directory layout.
+
+:mod:`~firefly_orm.artifacts.model` and :mod:`~firefly_orm.artifacts.workspace`
+keep their names for existing imports; they define nothing.
 """
 
-from firefly_orm.artifacts.model import (
+from firefly_orm.artifacts._errors import (
+    ReadOnlyPathError,
+    ShaMismatchError,
+    WorkspaceExistsError,
+)
+from firefly_orm.artifacts._handle import ArtifactWorkspace
+from firefly_orm.artifacts._layout import Layout
+from firefly_orm.artifacts._registry import Artifacts
+from firefly_orm.artifacts._results import (
     BYTES,
-    DEFAULT_MAX_BYTES,
     JSON,
     KINDS,
-    MAX_FILE_BYTES,
-    MAX_PATH_BYTES,
-    RESERVED_DIRS,
     TEXT,
-    TRANSCRIPT_PATH,
     ArtifactFile,
     AuditRecord,
     FileInfo,
-    Layout,
-    ReadOnlyPathError,
-    ShaMismatchError,
     TranscriptMessage,
-    WorkspaceExistsError,
     WorkspaceInfo,
-    WorkspaceOptions,
     WorkspaceSnapshot,
-    check_path,
     json_text,
     transcript_from_json,
 )
-from firefly_orm.artifacts.workspace import Artifacts, ArtifactWorkspace
+from firefly_orm.artifacts._rules import (
+    DEFAULT_MAX_BYTES,
+    MAX_FILE_BYTES,
+    MAX_PATH_BYTES,
+    RESERVED_DIRS,
+    TRANSCRIPT_PATH,
+    WorkspaceOptions,
+    check_path,
+)
 
 __all__ = [
     "BYTES",

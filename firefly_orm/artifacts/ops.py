@@ -1,7 +1,7 @@
 """Artifact workspace transactions: plain sync functions over one unit of work.
 
 Each takes the unit of work first and the workspace's
-:class:`~firefly_orm.artifacts.model.Layout` explicitly, so another layer (an
+:class:`~firefly_orm.artifacts.Layout` explicitly, so another layer (an
 importer, a CLI command) can run them inside its own unit of work.
 :class:`~firefly_orm.artifacts.ArtifactWorkspace` and
 :class:`~firefly_orm.artifacts.Artifacts` run each public operation as one of
@@ -44,18 +44,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from firefly_orm.artifacts.model import (
+from firefly_orm.artifacts._errors import ShaMismatchError, WorkspaceExistsError
+from firefly_orm.artifacts._layout import (
     REGISTRY_NAMESPACE,
-    ArtifactFile,
-    AuditRecord,
-    Body,
-    FileInfo,
     Layout,
-    ShaMismatchError,
-    TranscriptMessage,
-    WorkspaceExistsError,
-    WorkspaceInfo,
-    WorkspaceSnapshot,
     audit_record,
     body_of,
     file_info,
@@ -64,6 +56,15 @@ from firefly_orm.artifacts.model import (
     transcript_message,
     version_path,
     workspace_info,
+)
+from firefly_orm.artifacts._results import (
+    ArtifactFile,
+    AuditRecord,
+    Body,
+    FileInfo,
+    TranscriptMessage,
+    WorkspaceInfo,
+    WorkspaceSnapshot,
 )
 from firefly_orm.bridges.steps import Operation, RetryBudget, Transaction
 from firefly_orm.entry import MemoryEntry, utcnow
@@ -120,7 +121,7 @@ def retry_races(step: Transaction[T]) -> Operation[T]:
     A lost race is a :class:`~firefly_orm.errors.ConcurrencyError` raised by
     the store (a row changed between the read and the conditional write); the
     retry reads again, so a compare-and-set that no longer holds then fails
-    with :class:`~firefly_orm.artifacts.model.ShaMismatchError`, which is never
+    with :class:`~firefly_orm.artifacts.ShaMismatchError`, which is never
     retried.  Retries go on while the :class:`~firefly_orm.bridges.steps.RetryBudget`
     lasts (writers wait their turn under contention); then the last error
     propagates.
@@ -500,7 +501,7 @@ def read_version(uow: UnitOfWork, layout: Layout, path: str, sha: str) -> Artifa
 
 
 def append_messages(uow: UnitOfWork, layout: Layout, encoded: Sequence[dict[str, Any]]) -> None:
-    """Append encoded messages (``model.encode_message``) to the transcript, in order."""
+    """Append encoded messages (``_results.encode_message``) to the transcript, in order."""
     require_workspace(uow, layout)
     for one in encoded:
         uow.entries.save(layout.transcript, layout.message_entry(one, utcnow()))

@@ -14,7 +14,8 @@ from typing import Any, assert_type
 
 import pytest
 
-import firefly_orm.artifacts.workspace as workspace_module
+import firefly_orm.artifacts._handle as handle_module
+import firefly_orm.artifacts._registry as registry_module
 from firefly_orm.artifacts import (
     ArtifactFile,
     Artifacts,
@@ -106,7 +107,8 @@ def test_every_operation_has_both_forms(cls: type) -> None:
 def test_docstring_examples_run() -> None:
     finder = doctest.DocTestFinder()
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    tests = [t for t in finder.find(workspace_module) if t.examples]
+    modules = (handle_module, registry_module)  # ArtifactWorkspace, Artifacts
+    tests = [t for module in modules for t in finder.find(module) if t.examples]
     assert len(tests) >= 2
     for test in tests:
         runner.run(test)
