@@ -22,16 +22,14 @@ from firefly_orm.artifacts._results import TranscriptMessage, WorkspaceSnapshot
 from firefly_orm.artifacts._rules import TRANSCRIPT_PATH, check_path
 from firefly_orm.artifacts.flyte._layout import (
     AUDIT_LOG_PATH,
-    META_DIR,
     SIDECAR_PATH,
-    VERSIONS_DIR,
     DirectoryLayoutError,
-    encoded_name,
     iso,
     json_bytes,
     meta_bytes,
+    meta_path,
     mtime_ns,
-    version_stamp,
+    version_base,
 )
 from firefly_orm.artifacts.flyte._sidecar import sidecar_bytes
 from firefly_orm.bridges.steps import CallOut, Operation, arun, run
@@ -39,11 +37,11 @@ from firefly_orm.conversation.codec import encode_raw_messages
 
 __all__ = ["async_export_directory", "export_directory", "write_directory"]
 
-#: The logger the Flyte layout has always used (logging configurations name it).
-logger = logging.getLogger("firefly_orm.artifacts.flyte")
-
 #: Longest file name a directory entry may have (bytes), on the file systems that matter.
 _MAX_NAME_BYTES = 255
+
+#: The logger the Flyte layout has always used (logging configurations name it).
+logger = logging.getLogger("firefly_orm.artifacts.flyte")
 
 
 def _message_format(message: TranscriptMessage) -> tuple[str, Any]:
@@ -87,7 +85,7 @@ def _layout_tree(snapshot: WorkspaceSnapshot) -> dict[str, _Out]:
             "reason": info.reason,
             "bytes": info.size,
         }
-        tree[f"{META_DIR}/{encoded_name(path)}.json"] = _Out(meta_bytes(meta))
+        tree[meta_path(path)] = _Out(meta_bytes(meta))
         files[path] = {"kind": info.kind, "sha256": info.sha256, "version": info.version}
 
     versions: list[dict[str, Any]] = []
@@ -95,7 +93,7 @@ def _layout_tree(snapshot: WorkspaceSnapshot) -> dict[str, _Out]:
     for kept in snapshot.versions:
         info = kept.info
         path = check_path(info.path)
-        base = f"{VERSIONS_DIR}/{encoded_name(path)}/{version_stamp(info.updated_at)}_{info.sha256}"
+        base = version_base(path, info.updated_at, info.sha256)
         rel, salt = f"{base}.txt", 0
         while rel in tree:  # two versions of one content at the same instant
             salt += 1

@@ -33,14 +33,15 @@ __all__ = [
     "iso",
     "json_bytes",
     "meta_bytes",
+    "meta_path",
     "mtime_ns",
     "mtime_of",
     "parse_json",
     "read_sha",
     "read_text",
     "read_time",
+    "version_base",
     "version_name",
-    "version_stamp",
 ]
 
 # RESERVED_DIRS is spelled once, in sorted order: ("audit", "meta", "versions").
@@ -85,7 +86,7 @@ def iso(at: datetime) -> str:
     return at.astimezone(UTC).isoformat()
 
 
-def version_stamp(at: datetime) -> str:
+def _version_stamp(at: datetime) -> str:
     """The time part of a version's file name (``:`` cannot be in every file name)."""
     return iso(at).replace(":", "-")
 
@@ -93,6 +94,19 @@ def version_stamp(at: datetime) -> str:
 def encoded_name(path: str) -> str:
     """The single file name standing for ``path`` under ``meta/`` and ``versions/``."""
     return quote(path, safe="")
+
+
+def meta_path(path: str) -> str:
+    """Where the metadata of the file ``path`` goes: ``meta/<quote(path)>.json``."""
+    return f"{META_DIR}/{encoded_name(path)}.json"
+
+
+def version_base(path: str, at: datetime, sha256: str) -> str:
+    """A kept version's file but for ``.txt``: ``versions/<quote(path)>/<time>_<sha256>``.
+
+    :func:`version_name` reads such a name back.
+    """
+    return f"{VERSIONS_DIR}/{encoded_name(path)}/{_version_stamp(at)}_{sha256}"
 
 
 def json_bytes(value: Any, *, indent: int | None = 2) -> bytes:
