@@ -277,7 +277,7 @@ def _store(target: Target, args: argparse.Namespace) -> Iterator[Any]:
 def _migration_engine(target: Target, args: argparse.Namespace) -> Iterator[Any]:
     """An engine for the migration commands (connect timeout on PostgreSQL, the stores'
     ``?pooler=`` applied), disposed after."""
-    from firefly_orm.migration_commands import migration_engine
+    from firefly_orm.migrate._commands import migration_engine
 
     connect_args = {} if target.is_sqlite else {"connect_timeout": max(1, int(args.timeout))}
     engine = migration_engine(target.url, connect_args=connect_args)

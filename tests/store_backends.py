@@ -35,7 +35,7 @@ import sqlalchemy as sa
 from dbutil import drop_mongo_database, drop_schema
 
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
-from firefly_orm.migration_config import VERSION_TABLE
+from firefly_orm.migrate import VERSION_TABLE
 from firefly_orm.testing import MODES
 from firefly_orm.uow import apply_version, sort_entries
 

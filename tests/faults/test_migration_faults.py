@@ -35,8 +35,9 @@ import pytest
 import sqlalchemy as sa
 from dbutil import drop_schema
 
-from firefly_orm import cli, migrate, migration_lock
+from firefly_orm import cli, migrate
 from firefly_orm.entry import TABLE_NAME, MemoryEntry
+from firefly_orm.migrate import _lock as migration_lock
 from firefly_orm.sql import PostgreSQLStore, SQLiteStore
 
 EXE = Path(sys.executable).with_name("firefly-orm")

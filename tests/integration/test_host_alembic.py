@@ -643,7 +643,8 @@ PROBE_ENV = """
 import sqlalchemy as sa
 from alembic import context
 
-from firefly_orm import alembic_env, migrate
+from firefly_orm import migrate
+from firefly_orm.migrate import _env as alembic_env
 
 config = context.config
 engine = sa.create_engine(config.get_main_option("sqlalchemy.url"))

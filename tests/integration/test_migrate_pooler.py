@@ -85,8 +85,10 @@ def test_alembic_through_our_env_accepts_a_pooler_url(postgres_url: str, schema:
 
 
 def _cli_uses_the_migration_engine() -> bool:
-    """``firefly-orm``'s migration engine is migration_commands.migration_engine."""
-    return "migration_commands" in (ROOT / "firefly_orm" / "cli.py").read_text()
+    """``firefly-orm``'s migration engine is ``firefly_orm.migrate._commands.migration_engine``."""
+    package = ROOT / "firefly_orm"
+    sources = [package / "cli.py", *(package / "cli").glob("*.py")]
+    return any("migration_engine" in path.read_text() for path in sources if path.is_file())
 
 
 def test_the_cli_migrates_through_a_pooler_url(

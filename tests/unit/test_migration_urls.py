@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from firefly_orm import migrate
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.migration_commands import migration_engine
+from firefly_orm.migrate._commands import migration_engine
 
 
 class _Stopped(Exception):

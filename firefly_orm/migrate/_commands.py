@@ -5,7 +5,7 @@
 state they read (our version table, or a host's ``alembic_version`` holding our
 revisions); and the refusal to migrate over a ``memory_entries`` table that our
 migrations did not create (:func:`refuse_foreign_table`).  The transaction and
-lock every migration runs in are :mod:`firefly_orm.migration_lock`'s.
+lock every migration runs in are :mod:`firefly_orm.migrate._lock`'s.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from firefly_orm.errors import (
     scrub_secret,
     url_secrets,
 )
-from firefly_orm.migration_config import (
+from firefly_orm.migrate._config import (
     BRANCH_LABEL,
     HOST_SCHEMA_OPTION,
     HOST_VERSION_TABLE,
@@ -41,9 +41,11 @@ from firefly_orm.migration_config import (
     make_config,
     normalize_url,
     our_revisions,
+    pooler_connect_args,
+    split_pooler_option,
     validate_schema_name,
 )
-from firefly_orm.migration_lock import migration_transaction
+from firefly_orm.migrate._lock import migration_transaction
 
 __all__ = [
     "Target",
@@ -74,7 +76,7 @@ def _schema_for(connection: Connection, schema_name: str | None) -> str | None:
 def migration_engine(url: str | URL, *, connect_args: Mapping[str, Any] | None = None) -> Engine:
     """An engine (no pool) for migrating the database at ``url``.
 
-    ``url`` is normalised (:func:`~firefly_orm.migration_config.normalize_url`).
+    ``url`` is normalised (:func:`~firefly_orm.migrate._config.normalize_url`).
     A PostgreSQL URL may carry the stores' ``?pooler=transaction|session``
     option: it is taken off the URL (the driver refuses unknown options) and
     applied as the stores apply it (behind a transaction pooler, no server-side
@@ -89,9 +91,6 @@ def migration_engine(url: str | URL, *, connect_args: Mapping[str, Any] | None =
     parsed = normalize_url(url)
     options = dict(connect_args or {})
     if parsed.get_backend_name() == "postgresql":
-        # Imported here: firefly_orm.sql imports firefly_orm.migrate, which imports this module.
-        from firefly_orm.sql.presets import pooler_connect_args, split_pooler_option
-
         parsed, pooler = split_pooler_option(parsed, "url")
         options.update(pooler_connect_args(pooler))
     try:
@@ -188,7 +187,7 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
             makes one); nothing is written then.
         sqlalchemy.exc.OperationalError: the lock was not granted in time
             (SQLite: ``database is locked`` after
-            :data:`firefly_orm.migration_lock.SQLITE_LOCK_TIMEOUT` seconds).
+            :data:`firefly_orm.migrate._lock.SQLITE_LOCK_TIMEOUT` seconds).
     """
     with _connect(target) as (conn, caller_tx):
         schema = _schema_for(conn, schema_name)

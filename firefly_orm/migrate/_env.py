@@ -23,14 +23,14 @@ from sqlalchemy.engine import URL, Connection
 
 from firefly_orm.entry import metadata
 from firefly_orm.envnames import ENV_POSTGRES_URL, ENV_SQLITE_PATH, database_url_from_env
-from firefly_orm.migration_commands import (
+from firefly_orm.migrate._commands import (
     migration_engine,
     open_connection,
     read_state,
     refuse_foreign_table,
     upgrade,
 )
-from firefly_orm.migration_config import (
+from firefly_orm.migrate._config import (
     DEFAULT_SCHEMA,
     VERSION_TABLE,
     head,
@@ -38,8 +38,8 @@ from firefly_orm.migration_config import (
     normalize_url,
     validate_schema_name,
 )
-from firefly_orm.migration_filters import own_include_name
-from firefly_orm.migration_lock import migration_transaction
+from firefly_orm.migrate._filters import own_include_name
+from firefly_orm.migrate._lock import migration_transaction
 
 __all__ = ["HOST_OFFLINE_FROM_OPTION", "run_environment", "run_with_host"]
 

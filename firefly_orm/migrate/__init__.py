@@ -27,7 +27,7 @@ version-table update, and commits once.
   one key per schema name).
 * SQLite: the database's own write lock, ``BEGIN IMMEDIATE``, taken before
   anything is read; it works across processes, and a migrator waits for it
-  :data:`firefly_orm.migration_lock.SQLITE_LOCK_TIMEOUT` seconds (30).
+  :data:`firefly_orm.migrate._lock.SQLITE_LOCK_TIMEOUT` seconds (30).
   SQLite's DDL is transactional, and the transaction is begun by us, so
   pysqlite never commits between statements; Alembic's batch copies
   (``_alembic_tmp_*``) run inside it too.
@@ -65,17 +65,16 @@ still work:
   database migrated that way.
 
 Every name above is imported from here; the code lives in internal modules,
-none of which imports this one: :mod:`~firefly_orm.migration_config` (names,
-schema and URL checks, the script directory), :mod:`~firefly_orm.migration_commands`
-(upgrade, downgrade, stamp, current, check), :mod:`~firefly_orm.migration_filters`
-(autogenerate filters) and :mod:`~firefly_orm.alembic_env` (the env.py bodies).
+none of which imports this one: :mod:`~firefly_orm.migrate._config` (names,
+schema and URL checks, the script directory), :mod:`~firefly_orm.migrate._commands`
+(upgrade, downgrade, stamp, current, check), :mod:`~firefly_orm.migrate._filters`
+(autogenerate filters) and :mod:`~firefly_orm.migrate._env` (the env.py bodies).
 """
 
 from __future__ import annotations
 
-from firefly_orm.alembic_env import HOST_OFFLINE_FROM_OPTION, run_environment, run_with_host
-from firefly_orm.migration_commands import Target as Target  # the type of a target argument
-from firefly_orm.migration_commands import (
+from firefly_orm.migrate._commands import Target as Target  # the type of a target argument
+from firefly_orm.migrate._commands import (
     check,
     current,
     downgrade,
@@ -84,7 +83,7 @@ from firefly_orm.migration_commands import (
     stamp,
     upgrade,
 )
-from firefly_orm.migration_config import (
+from firefly_orm.migrate._config import (
     BRANCH_LABEL,
     DEFAULT_SCHEMA,
     HOST_SCHEMA_OPTION,
@@ -98,7 +97,8 @@ from firefly_orm.migration_config import (
     validate_schema_name,
     versions_location,
 )
-from firefly_orm.migration_filters import autogenerate_filters, include_name, include_object
+from firefly_orm.migrate._env import HOST_OFFLINE_FROM_OPTION, run_environment, run_with_host
+from firefly_orm.migrate._filters import autogenerate_filters, include_name, include_object
 
 # In the order the reference shows them (docs/reference/migrate.md: members_order __all__).
 __all__ = [
