@@ -29,7 +29,6 @@ it is shown to the model as ``Earlier summary: ...`` so the new summary covers i
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import re
@@ -38,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from firefly_orm.bridges.loop_thread import shared_loop
+from firefly_orm.bridges.loop_thread import loop_running, shared_loop
 from firefly_orm.envnames import ENV_SUMMARY_MODEL
 from firefly_orm.errors import MissingExtraError
 from firefly_orm.tokens import DEFAULT_TOKENS_PER_WORD
@@ -279,11 +278,7 @@ class LLMSummarizer:
 
     def __call__(self, turns: Sequence[TurnLike]) -> str:
         """Summarise ``turns`` from sync code (see the module docstring)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
+        if loop_running():
             logger.debug(
                 "sync summarizer call inside a running event loop blocks it; "
                 "await async_summarize() instead"

@@ -7,7 +7,14 @@ another event loop can call them and wait for the result.
 
 Do not use it for SQL (SQLAlchemy's ``run_sync`` is the bridge there) nor for
 stores whose I/O is sync (derive their ``async_*`` twins with
-:mod:`firefly_orm.bridges.twins`).
+:mod:`firefly_orm.bridges.twins`, on the threads landing of
+:mod:`firefly_orm.bridges.threads`).
+
+Two helpers decide, from sync code, between this landing and the caller's own
+loop: :func:`loop_running` (does an event loop run in the calling thread, which
+a blocking wait would stall?) and :func:`lifecycle_call` (upstream's awaitable
+lifecycle methods: the sync form at once where no loop runs, else the async
+form for the caller to await).
 
 One loop for everything keeps clients that cache connections (HTTP clients of
 model providers, a ``AsyncMongoClient``) bound to a loop that stays alive.  The
@@ -21,10 +28,10 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Generator
+from typing import Any, NoReturn, TypeVar
 
-__all__ = ["LoopThread", "shared_loop"]
+__all__ = ["LoopThread", "lifecycle_call", "loop_running", "shared_loop"]
 
 T = TypeVar("T")
 
@@ -117,3 +124,71 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+# --------------------------------------------------------------------------- sync callers
+
+
+def loop_running() -> bool:
+    """Whether an event loop runs in the calling thread (a blocking wait would stall it)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class _Finished(Coroutine[Any, Any, T]):
+    """A coroutine whose work is already done: awaiting it returns ``value``.
+
+    A real coroutine object would warn "never awaited" when a sync caller drops
+    it; this one has nothing left to run, so dropping it is silent.
+    ``asyncio.run`` and ``await`` accept it like any coroutine.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: T) -> None:
+        self._value = value
+
+    def send(self, value: Any, /) -> NoReturn:
+        raise StopIteration(self._value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> NoReturn:
+        if isinstance(typ, BaseException):
+            raise typ
+        raise typ if val is None else val
+
+    def close(self) -> None:
+        """Nothing to close: the work is done."""
+
+    def __await__(self) -> Generator[Any, None, T]:
+        return self._value
+        yield  # pragma: no cover - makes this a generator that finishes at once
+
+    def __repr__(self) -> str:
+        return f"<finished lifecycle call: {self._value!r}>"
+
+
+def lifecycle_call(
+    now: Callable[[], T], later: Callable[[], Coroutine[Any, Any, T]]
+) -> Coroutine[Any, Any, T]:
+    """``later()`` when an event loop runs in this thread, else ``now()`` done at once.
+
+    The shape of upstream's ``async def initialize()`` / ``close()`` on stores
+    whose work is sync with ``async_*`` twins (the compat layer,
+    :mod:`firefly_orm.compat.firefly.memory`): ``await store.initialize()``
+    awaits the async form on the caller's loop, while a plain call (or the
+    argument of ``asyncio.run(store.initialize())`` being evaluated) finds no
+    loop to block and runs the sync form at once.
+
+    Args:
+        now: The sync form (may block: no loop runs in this thread).
+        later: The async form, returned un-awaited for the caller to await.
+
+    Returns:
+        A coroutine: ``later()``'s, or a finished one holding ``now()``'s result.
+    """
+    if loop_running():
+        return later()
+    return _Finished(now())

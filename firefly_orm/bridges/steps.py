@@ -77,10 +77,21 @@ import typing
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass
-from typing import Any, Concatenate, Generic, ParamSpec, TypeAlias, TypeGuard, TypeVar, cast
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    ParamSpec,
+    Protocol,
+    TypeAlias,
+    TypeGuard,
+    TypeVar,
+    cast,
+    overload,
+)
 
-from firefly_orm.bridges.loop_thread import shared_loop
-from firefly_orm.bridges.twins import call_blocking
+from firefly_orm.bridges.loop_thread import loop_running, shared_loop
+from firefly_orm.bridges.threads import call_blocking
 from firefly_orm.errors import ConcurrencyError
 from firefly_orm.protocols import AsyncMemoryStore, MemoryStore, UnitOfWork
 from firefly_orm.uow import arun_in_unit_of_work, async_unit_of_work_for, unit_of_work_for
@@ -92,6 +103,7 @@ __all__ = [
     "CallOut",
     "HoldingTransaction",
     "HoldingWork",
+    "LayerMethod",
     "LocksRows",
     "MemoryLayer",
     "Operation",
@@ -242,9 +254,7 @@ class CallOut(Step[T]):
         result = self.fn(*self.args)
         if not inspect.isawaitable(result):
             return result
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:  # no loop in this thread: run it on the shared one
+        if not loop_running():  # no loop in this thread to block: run it on the shared one
             return shared_loop().call(_await(cast(Awaitable[T], result)))
         if inspect.iscoroutine(result):
             result.close()
@@ -575,9 +585,35 @@ def _operation_result(annotation: Any) -> Any:
 
 L = TypeVar("L", bound=MemoryLayer)
 M = TypeVar("M", bound=MemoryLayer)
+L_contra = TypeVar("L_contra", bound=MemoryLayer, contravariant=True)
+R_co = TypeVar("R_co", covariant=True)
 
 
-def sync_method(op: Callable[Concatenate[L, P], Operation[T]]) -> Callable[Concatenate[L, P], T]:
+class LayerMethod(Protocol[L_contra, P, R_co]):
+    """The static type of a form made by :func:`sync_method` / :func:`async_method`.
+
+    At run time a form is a plain function (``def method(layer, /, *args,
+    **kwargs)``), which Python binds like any method.  Typed as a bare
+    ``Callable``, a class attribute holding it is bound by mypy but not by
+    every checker (ty reads ``manager.add_turn(cid, ...)`` as a call of an
+    unbound function and wants the ``self``).  This protocol states what the
+    function really is, a descriptor: read on an instance it is the method
+    without its layer (``Callable[P, R_co]``), read on the class it is the
+    function itself.  mypy, pyright and ty all bind through ``__get__``.
+    """
+
+    def __call__(self, layer: L_contra, /, *args: P.args, **kwargs: P.kwargs) -> R_co: ...
+
+    @overload
+    def __get__(
+        self, instance: None, owner: type[Any], /
+    ) -> Callable[Concatenate[L_contra, P], R_co]: ...
+
+    @overload
+    def __get__(self, instance: object, owner: type[Any] | None = None, /) -> Callable[P, R_co]: ...
+
+
+def sync_method(op: Callable[Concatenate[L, P], Operation[T]]) -> LayerMethod[L, P, T]:
     """The sync public method of an operation method: performs it with :func:`run`."""
 
     def method(layer: L, /, *args: P.args, **kwargs: P.kwargs) -> T:
@@ -589,7 +625,7 @@ def sync_method(op: Callable[Concatenate[L, P], Operation[T]]) -> Callable[Conca
 
 def async_method(
     op: Callable[Concatenate[L, P], Operation[T]],
-) -> Callable[Concatenate[L, P], Coroutine[Any, Any, T]]:
+) -> LayerMethod[L, P, Coroutine[Any, Any, T]]:
     """The async public method of an operation method: performs it with :func:`arun`."""
 
     async def method(layer: L, /, *args: P.args, **kwargs: P.kwargs) -> T:
@@ -601,7 +637,7 @@ def async_method(
 
 def delegate(
     op: Callable[Concatenate[M, P], Operation[T]], to: Callable[[L], M]
-) -> Callable[Concatenate[L, P], Operation[T]]:
+) -> LayerMethod[L, P, Operation[T]]:
     """The operation method ``op`` of the layer ``to(self)``, as an operation method of self.
 
     A facade declares ``_add_turn = delegate(ConversationMemory._add_turn, conversation_of)``
@@ -609,8 +645,8 @@ def delegate(
     signature and docstring.
     """
 
-    @functools.wraps(op)
     def forwarded(layer: L, /, *args: P.args, **kwargs: P.kwargs) -> Operation[T]:
         return op(to(layer), *args, **kwargs)
 
+    functools.update_wrapper(forwarded, op)
     return forwarded

@@ -14,9 +14,10 @@ method (``async_save``, ``async_load``, ``async_load_by_key``,
         # load, load_by_key, delete, clear, cleanup_expired, unit_of_work
 
 A store that does blocking I/O keeps ``twins_in_thread = True`` (the default),
-so its twins run in a worker thread (:func:`asyncio.to_thread`) and never block
-the event loop; an in-process store sets it to ``False`` and its twins run
-inline (no thread hand-off for a dict lookup).
+so its twins run in a worker thread (:func:`call_blocking`, the threads
+landing of :mod:`firefly_orm.bridges.threads`) and never block the event loop;
+an in-process store sets it to ``False`` and its twins run inline (no thread
+hand-off for a dict lookup).
 
 Do not use it for a store with a native async driver: SQL stores await their
 sync operations through SQLAlchemy's ``run_sync``, and async-only libraries go
@@ -24,16 +25,18 @@ through :mod:`firefly_orm.bridges.loop_thread`.
 
 :class:`SyncBackedAsyncUnitOfWork` is the same bridge for units of work: the
 async face of a sync unit of work (``await uow.run_sync(fn, *args)`` runs
-``fn(sync_uow, *args)``).
+``fn(sync_uow, *args)``).  It and :func:`call_blocking` live in
+:mod:`firefly_orm.bridges.threads` and are re-exported here, where they were
+first documented.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, ParamSpec, Protocol, Self, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
+from firefly_orm.bridges.threads import SyncBackedAsyncUnitOfWork, call_blocking, offloaded
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.protocols import UnitOfWork
 
@@ -41,51 +44,6 @@ __all__ = ["AsyncTwins", "SyncBackedAsyncUnitOfWork", "call_blocking"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
-
-
-class SyncBackedAsyncUnitOfWork:
-    """Async face of a sync unit of work (for stores without async I/O).
-
-    Args:
-        uow: The sync unit of work, or any context manager that yields one
-            (it is entered and exited inline, in the caller's thread).
-        offload: ``True`` (the default) runs the work and the commit in a
-            worker thread, so a store doing blocking I/O (files, a custom
-            backend) never blocks the event loop; an in-process store passes
-            ``False``.
-    """
-
-    def __init__(self, uow: AbstractContextManager[UnitOfWork], *, offload: bool = True) -> None:
-        self._manager = uow
-        self._uow: UnitOfWork | None = None
-        self._offload = offload
-
-    async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        return await _offloaded(self._offload, fn, *args, **kwargs)
-
-    def _entered(self) -> UnitOfWork:
-        if self._uow is None:
-            raise RuntimeError("use the unit of work inside 'async with'")
-        return self._uow
-
-    async def run_sync(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run ``fn(sync_uow, *args)`` and return its result."""
-        return await self._call(fn, self._entered(), *args)
-
-    async def commit(self) -> None:
-        """Commit the sync unit of work."""
-        await self._call(self._entered().commit)
-
-    async def rollback(self) -> None:
-        """Roll the sync unit of work back."""
-        await self._call(self._entered().rollback)
-
-    async def __aenter__(self) -> Self:
-        self._uow = self._manager.__enter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        self._manager.__exit__(*exc_info)
 
 
 # --------------------------------------------------------------------------- store twins
@@ -119,7 +77,7 @@ class _HasUnitOfWork(_Twinned, Protocol):
 
 async def _twin(store: _Twinned, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
     """Run a sync store method from async code, in a worker thread if the store asks."""
-    return await _offloaded(store.twins_in_thread, fn, *args, **kwargs)
+    return await offloaded(store.twins_in_thread, fn, *args, **kwargs)
 
 
 #: (sync method, its twin) pairs that only some stores have.
@@ -188,19 +146,3 @@ class AsyncTwins:
         return SyncBackedAsyncUnitOfWork(
             self.unit_of_work(read_only=read_only), offload=self.twins_in_thread
         )
-
-
-async def call_blocking(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run the blocking ``fn(*args, **kwargs)`` from async code, in a worker thread.
-
-    The step driver's store calls and call-outs
-    (:mod:`firefly_orm.bridges.steps`) hand blocking work to a thread with it.
-    """
-    return await asyncio.to_thread(fn, *args, **kwargs)
-
-
-async def _offloaded(offload: bool, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-    """``fn(*args, **kwargs)`` in a worker thread when ``offload``, else inline."""
-    if offload:
-        return await call_blocking(fn, *args, **kwargs)
-    return fn(*args, **kwargs)

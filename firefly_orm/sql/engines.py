@@ -56,7 +56,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Dialect, Engine, RootTransaction
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from firefly_orm.bridges.twins import call_blocking
+from firefly_orm.bridges.threads import call_blocking, finish_from_sync
 from firefly_orm.entry._json import load_json
 from firefly_orm.errors import MissingEngineError, MissingExtraError, redact_url, url_secrets
 
@@ -89,8 +89,6 @@ _UNKNOWN = object()
 #: snapshot of its own (READ UNCOMMITTED is READ COMMITTED there): a statement
 #: in autocommit sees what it would see inside one.
 _PER_STATEMENT_SNAPSHOTS = frozenset({"READ COMMITTED", "READ UNCOMMITTED", "AUTOCOMMIT"})
-#: dispose() tasks scheduled by close() inside a running loop (kept referenced)
-_PENDING_DISPOSALS: set[asyncio.Task[None]] = set()
 
 
 def enable_sqlite_savepoints(engine: Engine | AsyncEngine) -> None:
@@ -227,7 +225,7 @@ class ThreadedEngine:
     work and ``async_initialize`` on this instead of building a second, async
     connection pool from the engine's URL: each call checks a connection out of
     *your* pool and runs the same sync work on it in a worker thread
-    (:func:`~firefly_orm.bridges.twins.call_blocking`), so the event loop is
+    (:func:`~firefly_orm.bridges.threads.call_blocking`), so the event loop is
     never blocked.  It offers the part of :class:`AsyncEngine` the store uses:
     :meth:`connect` and :meth:`begin`.
 
@@ -609,7 +607,9 @@ class Engines:
 
         Async engines need an event loop to close their connections: without a
         running loop one is run for it; inside one, their disposal is scheduled
-        on it (prefer ``await`` :meth:`aclose` there).
+        on it (prefer ``await`` :meth:`aclose` there).  Both through
+        :func:`~firefly_orm.bridges.threads.finish_from_sync`, which says why
+        a short private loop is the right one.
         """
         owned = self._release()
         pending = [engine for engine in owned if isinstance(engine, AsyncEngine)]
@@ -618,23 +618,7 @@ class Engines:
                 engine.dispose()
         if not pending:
             return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            # A sync close() after the async work is over (``asyncio.run(main())``
-            # has returned): the loop that opened these connections is gone, so
-            # no loop is theirs any more, the shared loop thread
-            # (firefly_orm.bridges.loop_thread) no more than a fresh one.  Both
-            # async drivers close on whichever loop awaits them (aiosqlite hands
-            # the close to its own worker thread and answers on the awaiting
-            # loop; psycopg's AsyncConnection.close() is a synchronous
-            # PQfinish), so a short private loop on the caller's thread disposes
-            # them without starting the process-wide loop thread for it.
-            asyncio.run(_dispose(pending))
-            return
-        task = loop.create_task(_dispose(pending))
-        _PENDING_DISPOSALS.add(task)
-        task.add_done_callback(_PENDING_DISPOSALS.discard)
+        finish_from_sync(_dispose(pending))
 
     async def aclose(self) -> None:
         """Async form of :meth:`close` (awaits the async engines' disposal)."""

@@ -18,74 +18,23 @@ So ``await store.initialize()``, ``asyncio.run(store.initialize())`` and a plain
 ``store.initialize()`` in sync code all initialise the store.  The one shape that
 does nothing is upstream's too: calling it inside a running loop without
 ``await`` (Python then warns that the coroutine was never awaited).
+
+:func:`lifecycle_call` is a bridge between sync and async code, so it lives with
+the others (:mod:`firefly_orm.bridges.loop_thread`) and is re-exported here.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Coroutine, Generator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn, TypeVar
 
+from firefly_orm.bridges.loop_thread import lifecycle_call
 from firefly_orm.errors import DatabaseConnectionError
 
 __all__ = ["CONNECT_FAILURE_PREFIX", "failed_to_connect", "lifecycle_call"]
 
-T = TypeVar("T")
-
 #: How upstream's connection failures begin (its users match on it).
 CONNECT_FAILURE_PREFIX = "Failed to connect to"
-
-
-class _Finished(Coroutine[Any, Any, T]):
-    """A coroutine whose work is already done: awaiting it returns ``value``.
-
-    A real coroutine object would warn "never awaited" when a sync caller drops
-    it; this one has nothing left to run, so dropping it is silent.
-    ``asyncio.run`` and ``await`` accept it like any coroutine.
-    """
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: T) -> None:
-        self._value = value
-
-    def send(self, value: Any, /) -> NoReturn:
-        raise StopIteration(self._value)
-
-    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> NoReturn:
-        if isinstance(typ, BaseException):
-            raise typ
-        raise typ if val is None else val
-
-    def close(self) -> None:
-        """Nothing to close: the work is done."""
-
-    def __await__(self) -> Generator[Any, None, T]:
-        return self._value
-        yield  # pragma: no cover - makes this a generator that finishes at once
-
-    def __repr__(self) -> str:
-        return f"<finished lifecycle call: {self._value!r}>"
-
-
-def lifecycle_call(
-    now: Callable[[], T], later: Callable[[], Coroutine[Any, Any, T]]
-) -> Coroutine[Any, Any, T]:
-    """``later()`` when an event loop runs in this thread, else ``now()`` done at once.
-
-    Args:
-        now: The sync form (may block: no loop runs in this thread).
-        later: The async form, returned un-awaited for the caller to await.
-
-    Returns:
-        A coroutine: ``later()``'s, or a finished one holding ``now()``'s result.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return _Finished(now())
-    return later()
 
 
 @contextmanager
