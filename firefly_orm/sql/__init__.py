@@ -21,6 +21,8 @@ Where things are:
 * :mod:`~firefly_orm.sql.engines`: the store's engines and their disposal.
 * :mod:`~firefly_orm.sql.replica`: where reads go with a read replica
   (read-your-writes window, ``consistent_reads``).
+* :mod:`~firefly_orm.sql._operations`: the store's operations (validation, then
+  a runner), shared by the store and its session-bound view.
 * :mod:`~firefly_orm.sql.store`: the store (lifecycle, migrations, errors).
 * :mod:`~firefly_orm.sql.presets`: :class:`SQLiteStore`, :class:`PostgreSQLStore`.
 

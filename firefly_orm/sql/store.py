@@ -1,12 +1,13 @@
-"""The SQLAlchemy store: lifecycle, migrations, error mapping, and its operations.
+"""The SQLAlchemy store: lifecycle, migrations, statistics and error mapping.
 
-:class:`SQLAlchemyStore` validates each call's arguments and hands the
-operation (a function of :mod:`firefly_orm.sql.ops`, one statement each) to
-its runner (:mod:`firefly_orm.sql.runners`), which runs it on the store's
-engines without a transaction of its own where the statement is atomic alone;
-the ``async_*`` twins await the very same function through ``run_sync`` on
-the native async driver, or run it on the sync engine in one worker-thread
-call (SQLite's default, :data:`ASYNC_IN_THREADS`).  :meth:`SQLAlchemyStore.bind_session`
+Its operations are those of :class:`~firefly_orm.sql._operations.StoreOperations`:
+each validates its arguments and hands the operation (a function of
+:mod:`firefly_orm.sql.ops`, one statement each) to its runner
+(:mod:`firefly_orm.sql.runners`), which runs it on the store's engines without
+a transaction of its own where the statement is atomic alone; the ``async_*``
+twins await the very same function through ``run_sync`` on the native async
+driver, or run it on the sync engine in one worker-thread call (SQLite's
+default, :data:`ASYNC_IN_THREADS`).  :meth:`SQLAlchemyStore.bind_session`
 gives the same store behaviour with a runner that joins a caller's session
 (:class:`SessionBoundStore`).
 """
@@ -16,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
-from typing import Any, Self, TypeVar
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Self
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
@@ -28,7 +29,6 @@ from sqlalchemy.orm import Session
 from sqlalchemy.schema import ExecutableDDLElement
 
 from firefly_orm import migrate
-from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
 from firefly_orm.errors import (
     DatabaseConnectionError,
     EntryValidationError,
@@ -37,19 +37,16 @@ from firefly_orm.errors import (
     redact_url,
     scrub_secret,
 )
-from firefly_orm.protocols import UnitOfWork
-from firefly_orm.sql import ops
+from firefly_orm.sql._operations import StoreOperations
 from firefly_orm.sql.engines import Engines, Mode, is_memory_sqlite
-from firefly_orm.sql.replica import DEFAULT_REPLICA_WINDOW, ReadRouter, consistent_reads
-from firefly_orm.sql.runners import EngineRunner, Runner
+from firefly_orm.sql.replica import DEFAULT_REPLICA_WINDOW, ReadRouter
+from firefly_orm.sql.runners import EngineRunner
 from firefly_orm.sql.statements import TABLE
-from firefly_orm.sql.uow import AsyncSQLUnitOfWork, SQLUnitOfWork, is_callers_error
+from firefly_orm.sql.uow import is_callers_error
 
 __all__ = ["ASYNC_IN_THREADS", "SQLAlchemyStore", "SessionBoundStore"]
 
 logger = logging.getLogger("firefly_orm")
-
-T = TypeVar("T")
 
 #: By database: whether a store built from a URL (no ``async_url=``) runs its
 #: async methods on its sync engine in worker threads, one hand-off per
@@ -146,184 +143,10 @@ def _analyze_table(conn: Connection) -> list[str]:
     return warnings
 
 
-# --------------------------------------------------------------------------- operations
-
-
-class _StoreOperations:
-    """The store's vocabulary, each operation handed to ``self._runner``.
-
-    Shared by :class:`SQLAlchemyStore` (its own transactions) and
-    :class:`SessionBoundStore` (SAVEPOINTs of a caller's session): only the
-    runner differs.
-    """
-
-    _runner: Runner
-
-    @property
-    def locks_rows(self) -> bool:
-        """True on PostgreSQL: ``for_update`` reads lock one row, not the database.
-
-        (See :func:`firefly_orm.bridges.steps.locks_rows`.)
-        """
-        return self._runner.engines.dialect_name == "postgresql"
-
-    def save(self, namespace: str, entry: MemoryEntry) -> None:
-        """Upsert ``entry`` into ``namespace`` (validated first)."""
-        validate_entry(entry, namespace)
-        self._runner.call("save", ops.save, namespace, entry, write=True)
-
-    def load(self, namespace: str) -> list[MemoryEntry]:
-        """Non-expired entries of ``namespace`` in ``(created_at, entry_id)`` order."""
-        validate_namespace(namespace)
-        return self._runner.call("load", ops.load, namespace)
-
-    def load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
-        """The newest non-expired entry with ``key``."""
-        validate_namespace(namespace)
-        validate_key(key)
-        return self._runner.call("load_by_key", ops.load_by_key, namespace, key)
-
-    def load_content_by_key(self, namespace: str, key: str) -> list[Any]:
-        """What :meth:`load_by_key` finds, only its ``content``: ``[content]``, or ``[]``.
-
-        One column read and no entry built: the read behind
-        :meth:`WorkingMemory.get <firefly_orm.WorkingMemory.get>`.
-        """
-        validate_namespace(namespace)
-        validate_key(key)
-        return self._runner.call("load_content_by_key", ops.load_content_by_key, namespace, key)
-
-    def delete(self, namespace: str, entry_id: str) -> None:
-        """Delete one entry (no error if absent)."""
-        validate_namespace(namespace)
-        self._runner.call("delete", ops.delete, namespace, [entry_id], write=True)
-
-    def clear(self, namespace: str) -> None:
-        """Delete every entry of ``namespace``."""
-        validate_namespace(namespace)
-        self._runner.call("clear", ops.clear, namespace, write=True)
-
-    def cleanup_expired(self) -> int:
-        """Delete expired entries in every namespace; return how many."""
-        return self._runner.call("cleanup_expired", ops.cleanup_expired, write=True)
-
-    async def async_save(self, namespace: str, entry: MemoryEntry) -> None:
-        """Async twin of :meth:`save`."""
-        validate_entry(entry, namespace)
-        await self._runner.acall("save", ops.save, namespace, entry, write=True)
-
-    async def async_load(self, namespace: str) -> list[MemoryEntry]:
-        """Async twin of :meth:`load`."""
-        validate_namespace(namespace)
-        return await self._runner.acall("load", ops.load, namespace)
-
-    async def async_load_by_key(self, namespace: str, key: str) -> MemoryEntry | None:
-        """Async twin of :meth:`load_by_key`."""
-        validate_namespace(namespace)
-        validate_key(key)
-        return await self._runner.acall("load_by_key", ops.load_by_key, namespace, key)
-
-    async def async_load_content_by_key(self, namespace: str, key: str) -> list[Any]:
-        """Async twin of :meth:`load_content_by_key`."""
-        validate_namespace(namespace)
-        validate_key(key)
-        return await self._runner.acall(
-            "load_content_by_key", ops.load_content_by_key, namespace, key
-        )
-
-    async def async_delete(self, namespace: str, entry_id: str) -> None:
-        """Async twin of :meth:`delete`."""
-        validate_namespace(namespace)
-        await self._runner.acall("delete", ops.delete, namespace, [entry_id], write=True)
-
-    async def async_clear(self, namespace: str) -> None:
-        """Async twin of :meth:`clear`."""
-        validate_namespace(namespace)
-        await self._runner.acall("clear", ops.clear, namespace, write=True)
-
-    async def async_cleanup_expired(self) -> int:
-        """Async twin of :meth:`cleanup_expired`."""
-        return await self._runner.acall("cleanup_expired", ops.cleanup_expired, write=True)
-
-    def run_in_unit_of_work(
-        self, work: Callable[[UnitOfWork], T], *, read_only: bool = False, commit: bool = False
-    ) -> T:
-        """``work(uow)`` in one unit of work; committed after it when ``commit``.
-
-        The same as ``with store.unit_of_work(read_only=...) as uow`` around
-        ``work``; its async twin is where it differs.
-
-        Raises:
-            StoreError: The database failed (nothing of ``work`` is committed).
-        """
-        return self._runner.run_in_unit_of_work(work, read_only=read_only, commit=commit)
-
-    async def async_run_in_unit_of_work(
-        self, work: Callable[[UnitOfWork], T], *, read_only: bool = False, commit: bool = False
-    ) -> T:
-        """Async twin of :meth:`run_in_unit_of_work`: the sync ``work`` in one unit of work.
-
-        On the native async driver ``work`` runs through ``run_sync``; where
-        the async methods run on the sync engine in worker threads, the whole
-        unit of work (connection, ``BEGIN``, ``work``, ``COMMIT``) is one
-        worker-thread call instead of one per step.  (The step driver of the
-        memory layers runs their transactions through it.)
-        """
-        return await self._runner.arun_in_unit_of_work(work, read_only=read_only, commit=commit)
-
-    def unit_of_work(
-        self,
-        *,
-        read_only: bool = False,
-        session: Session | None = None,
-        consistent: bool = False,
-    ) -> AbstractContextManager[SQLUnitOfWork]:
-        """A unit of work: one transaction, or a SAVEPOINT in the caller's ``session``.
-
-        Args:
-            read_only: Start a plain (deferred) transaction.  On SQLite write
-                units of work start with ``BEGIN IMMEDIATE``; read-only ones let
-                readers run alongside writers under WAL.  With a read replica,
-                read-only units of work run there (see ``replica_url``).
-            session: The caller's Session; the work joins its transaction through
-                a SAVEPOINT and the caller's commit decides the outcome.
-            consistent: A read-only unit of work on the primary even when a
-                replica would serve it (see also :meth:`consistent_reads`).
-        """
-        runner = self._runner if session is None else self._runner.join(session)
-        return runner.unit_of_work(read_only=read_only, consistent=consistent)
-
-    def async_unit_of_work(
-        self,
-        *,
-        read_only: bool = False,
-        session: AsyncSession | None = None,
-        consistent: bool = False,
-    ) -> AbstractAsyncContextManager[AsyncSQLUnitOfWork]:
-        """Async unit of work on the native async engine (or the caller's AsyncSession)."""
-        runner = self._runner if session is None else self._runner.join(session)
-        return runner.async_unit_of_work(read_only=read_only, consistent=consistent)
-
-    def consistent_reads(self) -> AbstractContextManager[None]:
-        """A block whose reads all go to the primary, never to a read replica.
-
-        For reads that must see what another process has just written (the
-        replica may lag)::
-
-            with store.consistent_reads():
-                turns = memory.get_turns(conversation_id)
-
-        It holds for the calling thread or asyncio task (a context variable),
-        for every store, and works around ``await`` calls as well.  Without a
-        replica every read is on the primary anyway.
-        """
-        return consistent_reads()
-
-
 # --------------------------------------------------------------------------- the store
 
 
-class SQLAlchemyStore(_StoreOperations):
+class SQLAlchemyStore(StoreOperations):
     """Memory store on SQLAlchemy: SQLite or PostgreSQL, sync and async.
 
     Args:
@@ -700,7 +523,7 @@ class SQLAlchemyStore(_StoreOperations):
         return f"{type(self).__name__}({self._where()!r}{schema})"
 
 
-class SessionBoundStore(_StoreOperations):
+class SessionBoundStore(StoreOperations):
     """A :class:`SQLAlchemyStore` whose operations join a caller's session.
 
     Made by :meth:`SQLAlchemyStore.bind_session`: the same operations as the
