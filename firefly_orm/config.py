@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from firefly_orm.envnames import ENV_PREFIX
+from firefly_orm.envnames import ENV_PREFIX, MAX_TIMEOUT_SECONDS
 from firefly_orm.envnames import env_var as env_var  # public here too, as before
 from firefly_orm.errors import (
     DatabaseConnectionError,
@@ -60,10 +60,6 @@ logger = logging.getLogger("firefly_orm")
 Backend = Literal["in_memory", "file", "sqlite", "postgres", "mongodb"]
 #: The backend names ``FIREFLY_AGENTIC_MEMORY_BACKEND`` accepts.
 BACKENDS: tuple[str, ...] = get_args(Backend)
-
-
-#: The longest timeout accepted, in seconds (libpq's ``connect_timeout`` is a C ``int``).
-MAX_TIMEOUT_SECONDS = float(2**31 - 1)
 
 
 class ConfigurationError(FireflyOrmError, ValueError):

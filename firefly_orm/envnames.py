@@ -21,6 +21,7 @@ __all__ = [
     "ENV_PREFIX",
     "ENV_SQLITE_PATH",
     "ENV_SUMMARY_MODEL",
+    "MAX_TIMEOUT_SECONDS",
     "database_url_from_env",
     "env_var",
 ]
@@ -42,6 +43,11 @@ ENV_SQLITE_PATH = env_var("sqlite_path")
 ENV_POSTGRES_SCHEMA = env_var("postgres_schema")
 #: pydantic-ai model name of the LLM summarizer.
 ENV_SUMMARY_MODEL = env_var("summary_model")
+
+
+#: The longest timeout accepted, in seconds (libpq's ``connect_timeout`` is a C ``int``).
+#: Here so the SQL stores and the settings both read it (``firefly_orm.config`` re-exports it).
+MAX_TIMEOUT_SECONDS = float(2**31 - 1)
 
 
 def database_url_from_env() -> str | None:

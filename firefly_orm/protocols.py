@@ -36,16 +36,15 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypedDict, TypeVar, Unpack, runtime_checkable
+from typing import Any, Protocol, Self, TypedDict, TypeVar, Unpack, runtime_checkable
 
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.search import SearchHit, SearchOptions
 
-if TYPE_CHECKING:
-    from firefly_orm.uow import StagedChanges
-
 __all__ = [
+    "AppendedHead",
     "AsyncMemoryStore",
     "AsyncUnitOfWork",
     "AsyncUnitOfWorkStore",
@@ -56,9 +55,12 @@ __all__ = [
     "SearchBackend",
     "SearchHit",
     "SearchOptions",
+    "Precondition",
     "StagedBackend",
+    "StagedChanges",
     "StoreLifecycle",
     "StoreMaintenance",
+    "TurnAppend",
     "UnitOfWork",
     "UnitOfWorkStore",
 ]
@@ -335,6 +337,80 @@ class AsyncUnitOfWorkStore(Protocol):
     ) -> AbstractAsyncContextManager[AsyncUnitOfWork]:
         """A new async unit of work (enter it with ``async with``)."""
         ...
+
+
+# --------------------------------------------------------------------------- request types
+
+
+@dataclass(frozen=True)
+class TurnAppend:
+    """A conversation turn to add in one statement (``EntryRepository.append_turn``).
+
+    The request a layer hands a store (the conversation layer builds it; the
+    SQL stores run it), so neither imports the other.  The row layout it
+    follows is in :mod:`firefly_orm.layout`.
+
+    Attributes:
+        namespace: The conversation's namespace.
+        head_id: The id of its head row.
+        conversation_id: The conversation id (written into the head).
+        row: The turn row, built for any turn id: the statement gives it its
+            ``entry_id``, ``key`` and ``content["turn_id"]`` from the head's
+            ``next_turn_id``, and the head's ``user_id``.
+        tokens: What the turn adds to the head's ``total_tokens``.
+        messages: What it adds to the head's ``total_messages``.
+        token_cap: The largest ``total_tokens`` that needs no eviction.
+        message_cap: The largest ``total_messages`` that needs none (``None``: no limit).
+        owner: The user the head must belong to (``None``: any).
+    """
+
+    namespace: str
+    head_id: str
+    conversation_id: str
+    row: MemoryEntry
+    tokens: int
+    messages: int
+    token_cap: int
+    message_cap: int | None
+    owner: str | None
+
+
+@dataclass(frozen=True)
+class AppendedHead:
+    """The head after a one-statement append: its ``content``, ``version`` and owner."""
+
+    content: Any
+    version: int
+    user_id: str | None
+
+
+@dataclass
+class Precondition:
+    """A staged save's version precondition (checked on commit)."""
+
+    namespace: str
+    entry_id: str
+    expected_version: int
+
+
+@dataclass
+class StagedChanges:
+    """What a staged unit of work will apply on commit, in order."""
+
+    cleared: set[str] = field(default_factory=set)
+    #: users whose entries are erased from every namespace (applied first)
+    erased_users: set[str] = field(default_factory=set)
+    #: (namespace, entry_id) -> entry to write, or None to delete
+    writes: dict[tuple[str, str], MemoryEntry | None] = field(default_factory=dict)
+    preconditions: list[Precondition] = field(default_factory=list)
+    #: entry_id -> namespaces a save staged it in (so a save finds a move in O(1))
+    saved_in: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    def namespaces(self) -> set[str]:
+        """Every namespace the changes touch (cleared, written or checked)."""
+        return (
+            self.cleared | {ns for ns, _ in self.writes} | {p.namespace for p in self.preconditions}
+        )
 
 
 # --------------------------------------------------------------------------- staged backend

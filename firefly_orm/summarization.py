@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from firefly_orm.bridges.loop_thread import loop_running, shared_loop
 from firefly_orm.envnames import ENV_SUMMARY_MODEL
 from firefly_orm.errors import MissingExtraError
+from firefly_orm.layout import SUMMARY_TURN_ID as SUMMARY_TURN_ID
 from firefly_orm.tokens import DEFAULT_TOKENS_PER_WORD
 
 if TYPE_CHECKING:
@@ -70,8 +71,8 @@ FALLBACK_SUMMARY = "Previous conversation context."
 # loads no ORM, so that recognising that turn does not load the conversation
 # package; :mod:`firefly_orm.conversation` imports and re-exports them.
 
-#: ``turn_id`` of the synthetic turn that carries the previous summary.
-SUMMARY_TURN_ID = -1
+# ``turn_id`` of the synthetic turn that carries the previous summary:
+# SUMMARY_TURN_ID, a row-layout fact from firefly_orm.layout (imported above).
 #: ``user_prompt`` of the synthetic turn that carries the previous summary.
 SUMMARY_TURN_PROMPT = "Summary of the earlier conversation"
 #: Turn id of the synthetic turn that carries the previous summary (an alias of

@@ -46,7 +46,7 @@ import heapq
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Self, TypeGuard, TypeVar, Unpack
 
 from firefly_orm.bridges.twins import SyncBackedAsyncUnitOfWork
@@ -66,9 +66,11 @@ from firefly_orm.protocols import (
     EntryRepository,
     ListOptions,
     MemoryStore,
+    Precondition,
     SearchBackend,
     SearchOptions,
     StagedBackend,
+    StagedChanges,
     UnitOfWork,
     UnitOfWorkStore,
 )
@@ -154,33 +156,6 @@ def _newest(entries: Iterable[MemoryEntry]) -> MemoryEntry | None:
 
 
 # --------------------------------------------------------------------------- staged UoW
-
-
-@dataclass
-class _Precondition:
-    namespace: str
-    entry_id: str
-    expected_version: int
-
-
-@dataclass
-class StagedChanges:
-    """What a staged unit of work will apply on commit, in order."""
-
-    cleared: set[str] = field(default_factory=set)
-    #: users whose entries are erased from every namespace (applied first)
-    erased_users: set[str] = field(default_factory=set)
-    #: (namespace, entry_id) -> entry to write, or None to delete
-    writes: dict[tuple[str, str], MemoryEntry | None] = field(default_factory=dict)
-    preconditions: list[_Precondition] = field(default_factory=list)
-    #: entry_id -> namespaces a save staged it in (so a save finds a move in O(1))
-    saved_in: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)
-
-    def namespaces(self) -> set[str]:
-        """Every namespace the changes touch (cleared, written or checked)."""
-        return (
-            self.cleared | {ns for ns, _ in self.writes} | {p.namespace for p in self.preconditions}
-        )
 
 
 @dataclass
@@ -339,7 +314,7 @@ class _StagedRepository:
         copy = entry.copy_entry(namespace=namespace)
         changes = self._uow.changes
         if expected_version is not None:
-            changes.preconditions.append(_Precondition(namespace, entry.entry_id, expected_version))
+            changes.preconditions.append(Precondition(namespace, entry.entry_id, expected_version))
         # A move between namespaces deletes the old row (entry_id is global).
         saved_in = changes.saved_in.setdefault(entry.entry_id, set())
         for other in saved_in - {namespace}:

@@ -40,6 +40,23 @@ from firefly_orm.conversation.plan import HeadState
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
 from firefly_orm.entry._model import FIELD_NAMES, field_values
 from firefly_orm.errors import StoreCorruptedError
+from firefly_orm.layout import (
+    HEAD_CONVERSATION_ID,
+    HEAD_KEY,
+    HEAD_NEXT_TURN_ID,
+    HEAD_SUMMARY,
+    HEAD_TOTAL_MESSAGES,
+    HEAD_TOTAL_TOKENS,
+    HEAD_TURN_COUNT,
+    INDEX_NAMESPACE,
+    MAX_TURN_ID,
+    TURN_ID_DIGITS,
+    TURN_ID_FIELD,
+    TURN_KEY_PREFIX,
+    archive_namespace,
+    conversation_namespace,
+    turn_key,
+)
 
 __all__ = [
     "HEAD_KEY",
@@ -61,32 +78,8 @@ __all__ = [
     "turn_message_count",
 ]
 
-#: Namespace holding one index row per conversation.
-INDEX_NAMESPACE = "conversation-index"
-#: Key of a conversation's head row.
-HEAD_KEY = "head"
-#: Key prefix of turn rows (followed by the turn id as :data:`TURN_ID_DIGITS` digits).
-TURN_KEY_PREFIX = "turn:"
-#: How many digits a turn key holds (zero-padded, so keys sort by turn id).
-TURN_ID_DIGITS = 12
-#: Largest turn id (the key holds :data:`TURN_ID_DIGITS` digits).
-MAX_TURN_ID = 10**TURN_ID_DIGITS - 1
-
-
-def conversation_namespace(conversation_id: str) -> str:
-    """Namespace of a conversation's head and turns."""
-    return f"conversation:{conversation_id}"
-
-
-def archive_namespace(conversation_id: str) -> str:
-    """Namespace of a conversation's archived (evicted) turns."""
-    return f"conversation-archive:{conversation_id}"
-
-
-def turn_key(turn_id: int) -> str:
-    """Key of the row of turn ``turn_id`` (zero-padded so keys sort by id)."""
-    return f"{TURN_KEY_PREFIX}{turn_id:0{TURN_ID_DIGITS}d}"
-
+# The layout facts (namespaces, keys, digits, the head's field names) live in
+# firefly_orm.layout, which the stores read too; they are re-exported here.
 
 # --------------------------------------------------------------------------- head
 
@@ -102,12 +95,12 @@ def head_from_entry(entry: MemoryEntry | None) -> HeadState:
 def head_from_content(content: Any, version: int, namespace: str) -> HeadState:
     """The head a head row of ``namespace`` with this ``content`` and ``version`` says."""
     try:
-        summary = content.get("summary")
-        messages = content.get("total_messages")
+        summary = content.get(HEAD_SUMMARY)
+        messages = content.get(HEAD_TOTAL_MESSAGES)
         return HeadState(
-            next_turn_id=int(content["next_turn_id"]),
-            total_tokens=int(content["total_tokens"]),
-            turn_count=int(content["turn_count"]),
+            next_turn_id=int(content[HEAD_NEXT_TURN_ID]),
+            total_tokens=int(content[HEAD_TOTAL_TOKENS]),
+            turn_count=int(content[HEAD_TURN_COUNT]),
             summary=summary if isinstance(summary, str) else None,
             version=version,
             total_messages=None if messages is None else int(messages),
@@ -133,14 +126,14 @@ def head_entry(
     """
     namespace = conversation_namespace(conversation_id)
     content: dict[str, Any] = {
-        "conversation_id": conversation_id,
-        "next_turn_id": next_turn_id,
-        "total_tokens": total_tokens,
-        "turn_count": turn_count,
-        "summary": summary,
+        HEAD_CONVERSATION_ID: conversation_id,
+        HEAD_NEXT_TURN_ID: next_turn_id,
+        HEAD_TOTAL_TOKENS: total_tokens,
+        HEAD_TURN_COUNT: turn_count,
+        HEAD_SUMMARY: summary,
     }
     if total_messages is not None:
-        content["total_messages"] = total_messages
+        content[HEAD_TOTAL_MESSAGES] = total_messages
     if previous is not None:
         return _with_content(previous, content)
     return _row(
@@ -177,7 +170,7 @@ def turn_entry(
     row stays one).
     """
     content: dict[str, Any] = {
-        "turn_id": turn.turn_id,
+        TURN_ID_FIELD: turn.turn_id,
         "user_prompt": turn.user_prompt,
         "assistant_response": turn.assistant_response,
         "raw_messages": encoded_raw,
@@ -223,7 +216,7 @@ def turn_from_entry(entry: MemoryEntry, *, with_raw: bool = True) -> Conversatio
     content = entry.content
     try:
         return ConversationTurn(
-            turn_id=content["turn_id"],
+            turn_id=content[TURN_ID_FIELD],
             user_prompt=content["user_prompt"],
             assistant_response=content["assistant_response"],
             raw_messages=decode_raw_messages(content.get("raw_messages")) if with_raw else [],

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
 
-from firefly_orm.bridges.steps import Operation, StoreCall, Transaction, retrying
+from firefly_orm.bridges.steps import Operation, Transaction, retrying
 from firefly_orm.conversation.codec import check_encoded, encode_raw_messages
 from firefly_orm.conversation.model import (
     ConversationTurn,
@@ -40,8 +40,9 @@ from firefly_orm.conversation.rows import (
     turn_from_entry,
 )
 from firefly_orm.entry import utcnow
-from firefly_orm.errors import EntryValidationError, StoreError
-from firefly_orm.protocols import AsyncMemoryStore, MemoryStore, StoreMaintenance, UnitOfWork
+from firefly_orm.errors import EntryValidationError
+from firefly_orm.maintenance import ANALYZE_AFTER_ROWS, refresh_statistics
+from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
     "ANALYZE_AFTER_ROWS",
@@ -58,12 +59,6 @@ logger = logging.getLogger("firefly_orm")
 
 #: One validated conversation to import: its id, its turns and its summary.
 ParsedImport: TypeAlias = tuple[str, list[EncodedTurn], str | None]
-
-#: An import writing at least this many turns refreshes the store's planner
-#: statistics afterwards (:func:`refresh_statistics`).  An ``ANALYZE`` reads a
-#: bounded sample (about 0.3 s on a 200,000-row table), small beside the import
-#: of this many turns; below it, autovacuum's own schedule is good enough.
-ANALYZE_AFTER_ROWS = 1_000
 
 
 def read_export(uow: UnitOfWork, conversation_id: str) -> dict[str, Any]:
@@ -186,40 +181,6 @@ def import_conversations(conversations: Sequence[ParsedImport]) -> Operation[lis
     yield from retrying(Transaction.write(replace_conversations, conversations))
     yield from refresh_statistics(sum(len(turns) for _cid, turns, _summary in conversations))
     return [cid for cid, _turns, _summary in conversations]
-
-
-def refresh_statistics(rows_written: int) -> Operation[None]:
-    """After a committed bulk write: ask the store to refresh its planner statistics.
-
-    Runs only when ``rows_written`` reaches :data:`ANALYZE_AFTER_ROWS` and the
-    store has the :class:`~firefly_orm.protocols.StoreMaintenance` capability
-    (:meth:`SQLAlchemyStore.analyze <firefly_orm.sql.SQLAlchemyStore.analyze>`;
-    a store bound to a caller's session has not: its rows are not committed
-    yet).  It runs after the unit of work, never inside it, and never fails the
-    write that preceded it: a :class:`~firefly_orm.errors.StoreError` is logged
-    as a warning.
-    """
-    if rows_written < ANALYZE_AFTER_ROWS:
-        return
-    try:
-        yield from StoreCall(_analyze, _async_analyze)
-    except StoreError as exc:
-        logger.warning(
-            "refreshing the planner statistics after writing %d rows failed (the write "
-            "itself is committed; autovacuum will analyze the table later): %s",
-            rows_written,
-            exc,
-        )
-
-
-def _analyze(store: MemoryStore) -> None:
-    if isinstance(store, StoreMaintenance):
-        store.analyze()
-
-
-async def _async_analyze(store: AsyncMemoryStore) -> None:
-    if isinstance(store, StoreMaintenance):
-        await store.async_analyze()
 
 
 def replace_conversations(uow: UnitOfWork, conversations: Sequence[ParsedImport]) -> None:

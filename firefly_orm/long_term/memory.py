@@ -23,7 +23,6 @@ from firefly_orm.bridges.steps import (
     sync_method,
 )
 from firefly_orm.conversation.model import check_int
-from firefly_orm.conversation.transfer import refresh_statistics
 from firefly_orm.entry import (
     MemoryEntry,
     validate_namespace,
@@ -42,6 +41,7 @@ from firefly_orm.long_term.model import (
     check_tags,
     parse_import_item,
 )
+from firefly_orm.maintenance import refresh_statistics
 from firefly_orm.store import InMemoryStore, MemoryStore
 
 __all__ = ["DEFAULT_NAMESPACE", "MAX_RETENTION_DAYS", "LongTermMemory"]

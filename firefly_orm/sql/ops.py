@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, Unpack
 
 from sqlalchemy.engine import Connection
@@ -33,6 +32,8 @@ from firefly_orm.entry import (
     version_exhausted,
 )
 from firefly_orm.errors import ConcurrencyError, StoreError
+from firefly_orm.layout import HEAD_NEXT_TURN_ID, NO_MESSAGE_CAP, TURN_ID_FIELD, turn_key
+from firefly_orm.protocols import AppendedHead, TurnAppend
 from firefly_orm.search import (
     SearchHit,
     SearchOptions,
@@ -283,47 +284,8 @@ def cleanup_expired(target: Target) -> int:
 
 
 # --------------------------------------------------------------------------- one-statement append
-
-#: The message cap bound when a conversation has no message limit (never reached).
-_NO_MESSAGE_CAP = 2**62
-
-
-@dataclass(frozen=True)
-class TurnAppend:
-    """A conversation turn to add in one statement (:func:`append_turn`).
-
-    Attributes:
-        namespace: The conversation's namespace.
-        head_id: The id of its head row.
-        conversation_id: The conversation id (written into the head).
-        row: The turn row, built for any turn id: the statement gives it its
-            ``entry_id``, ``key`` and ``content["turn_id"]`` from the head's
-            ``next_turn_id``, and the head's ``user_id``.
-        tokens: What the turn adds to the head's ``total_tokens``.
-        messages: What it adds to the head's ``total_messages``.
-        token_cap: The largest ``total_tokens`` that needs no eviction.
-        message_cap: The largest ``total_messages`` that needs none (``None``: no limit).
-        owner: The user the head must belong to (``None``: any).
-    """
-
-    namespace: str
-    head_id: str
-    conversation_id: str
-    row: MemoryEntry
-    tokens: int
-    messages: int
-    token_cap: int
-    message_cap: int | None
-    owner: str | None
-
-
-@dataclass(frozen=True)
-class AppendedHead:
-    """The head after :func:`append_turn`: its ``content``, ``version`` and owner."""
-
-    content: Any
-    version: int
-    user_id: str | None
+# The request and result types live in firefly_orm.protocols, the row layout in
+# firefly_orm.layout: the store reads them there and never imports a layer.
 
 
 def append_turn(target: Target, request: TurnAppend) -> AppendedHead | None:
@@ -379,7 +341,7 @@ def _head_params(request: TurnAppend) -> dict[str, Any]:
         "tokens": request.tokens,
         "messages": request.messages,
         "token_cap": request.token_cap,
-        "message_cap": _NO_MESSAGE_CAP if cap is None else cap,
+        "message_cap": NO_MESSAGE_CAP if cap is None else cap,
     }
     if request.owner is not None:
         params["uid"] = request.owner
@@ -388,19 +350,17 @@ def _head_params(request: TurnAppend) -> dict[str, Any]:
 
 def _append_turn_sqlite(target: Target, request: TurnAppend) -> AppendedHead | None:
     """:func:`append_turn` on SQLite: bump the head, then insert the turn it numbered."""
-    from firefly_orm.conversation.rows import turn_key
-
     stmt = st.bump_head_statement(request.owner is not None)
     head = _execute(target, stmt, _head_params(request)).first()
     if head is None:
         return None
     content, version, owner = head[0], head[1], head[2]
-    turn_id = int(content["next_turn_id"]) - 1
+    turn_id = int(content[HEAD_NEXT_TURN_ID]) - 1
     key = turn_key(turn_id)
     values = st.insert_values(request.namespace, request.row)
     values["entry_id"] = derived_entry_id(request.namespace, key)
     values["key"] = key
-    values["content"] = {**values["content"], "turn_id": turn_id}
+    values["content"] = {**values["content"], TURN_ID_FIELD: turn_id}
     if owner is not None:
         values["user_id"] = owner
     if _execute(target, st.insert_new("sqlite"), values).first() is None:

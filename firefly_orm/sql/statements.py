@@ -14,7 +14,7 @@ PostgreSQL the ``search_vector`` column set by a trigger (unqualified: the
 statement reads one table).
 
 :func:`append_turn_statement` and :func:`bump_head_statement` know the layout
-of a conversation (:mod:`firefly_orm.conversation.rows`): they add a turn in
+of a conversation (:mod:`firefly_orm.layout`, never a layer): they add a turn in
 one PostgreSQL statement, or bump the head for it in one SQLite statement,
 when no eviction is needed.
 """
@@ -37,6 +37,20 @@ from firefly_orm.entry import (
     key_prefix_upper_bound,
 )
 from firefly_orm.entry._model import field_values
+from firefly_orm.layout import (
+    HEAD_CONVERSATION_ID,
+    HEAD_COUNTERS,
+    HEAD_NEXT_TURN_ID,
+    HEAD_SUMMARY,
+    HEAD_TOTAL_MESSAGES,
+    HEAD_TOTAL_TOKENS,
+    HEAD_TURN_COUNT,
+    MAX_TURN_ID,
+    TURN_ID_DIGITS,
+    TURN_ID_FIELD,
+    TURN_KEY_PREFIX,
+    within_caps,
+)
 from firefly_orm.search import PG_SEARCH_VECTOR, SQLITE_FTS_TABLE
 
 __all__ = [
@@ -358,10 +372,8 @@ def search_statement(
 
 # --------------------------------------------------------------------------- one-statement append
 
-#: Numbers a conversation head holds (``content`` keys, see
-#: :func:`firefly_orm.conversation.rows.head_entry`); the one-statement append
-#: runs only on heads where each is a plain non-negative integer.
-_HEAD_COUNTERS = ("next_turn_id", "total_tokens", "turn_count", "total_messages")
+# The head's counters (:data:`firefly_orm.layout.HEAD_COUNTERS`): the one-statement
+# append runs only on heads where each is a plain non-negative integer.
 #: A head counter must be this (at most 15 digits: no overflow in ``bigint`` sums).
 _COUNTER_PATTERN = "^[0-9]{1,15}$"
 
@@ -372,9 +384,7 @@ def _sql_text(value: str) -> Any:
 
 
 def _turn_key_sql(turn_id: Any) -> Any:
-    """SQL for :func:`~firefly_orm.conversation.rows.turn_key` of the integer ``turn_id``."""
-    from firefly_orm.conversation.rows import TURN_ID_DIGITS, TURN_KEY_PREFIX
-
+    """SQL for :func:`~firefly_orm.layout.turn_key` of the integer ``turn_id`` (PostgreSQL)."""
     digits = sa.func.lpad(sa.cast(turn_id, sa.Text), TURN_ID_DIGITS, _sql_text("0"))
     return _sql_text(TURN_KEY_PREFIX).op("||", return_type=sa.Text())(digits)
 
@@ -411,41 +421,45 @@ def append_turn_statement(by_owner: bool) -> Any:
     named as a column: an UPDATE would set that column from it).  The row returned: the head's new
     ``content``, ``version`` and ``user_id`` (the owner the turn row gets).
     """
-    from firefly_orm.conversation.rows import MAX_TURN_ID
-
     jsonb = postgresql.JSONB()
     content = sa.type_coerce(_C.content, jsonb)
-    texts = {name: content[name].astext for name in _HEAD_COUNTERS}
+    texts = {name: content[name].astext for name in HEAD_COUNTERS}
     counters = {name: sa.cast(text, sa.BigInteger) for name, text in texts.items()}
     tokens = sa.cast(_P("tokens"), sa.BigInteger)
     messages = sa.cast(_P("messages"), sa.BigInteger)
-    next_turn_id = counters["next_turn_id"]
+    next_turn_id = counters[HEAD_NEXT_TURN_ID]
+    total_tokens = counters[HEAD_TOTAL_TOKENS] + tokens
+    total_messages = counters[HEAD_TOTAL_MESSAGES] + messages
     # The casts run only on heads whose counters are digits (CASE: no cast error).
     plain = sa.and_(*(text.op("~")(_sql_text(_COUNTER_PATTERN)) for text in texts.values()))
     within = sa.and_(
         next_turn_id <= MAX_TURN_ID,
-        counters["total_tokens"] + tokens <= sa.cast(_P("token_cap"), sa.BigInteger),
-        counters["total_messages"] + messages <= sa.cast(_P("message_cap"), sa.BigInteger),
+        *within_caps(
+            total_tokens,
+            total_messages,
+            sa.cast(_P("token_cap"), sa.BigInteger),
+            sa.cast(_P("message_cap"), sa.BigInteger),
+        ),
     )
     taken = TABLE.alias("taken")
     free = ~sa.exists().where(taken.c.entry_id == _derived_id_sql(_turn_key_sql(next_turn_id)))
-    summary = content.op("->", return_type=jsonb)(_sql_text("summary"))
+    summary = content.op("->", return_type=jsonb)(_sql_text(HEAD_SUMMARY))
     new_content = sa.func.jsonb_build_object(
-        _sql_text("conversation_id"),
+        _sql_text(HEAD_CONVERSATION_ID),
         _P("cid", type_=_C.content.type),
-        _sql_text("next_turn_id"),
+        _sql_text(HEAD_NEXT_TURN_ID),
         next_turn_id + 1,
-        _sql_text("total_tokens"),
-        counters["total_tokens"] + tokens,
-        _sql_text("turn_count"),
-        counters["turn_count"] + 1,
-        _sql_text("summary"),
+        _sql_text(HEAD_TOTAL_TOKENS),
+        total_tokens,
+        _sql_text(HEAD_TURN_COUNT),
+        counters[HEAD_TURN_COUNT] + 1,
+        _sql_text(HEAD_SUMMARY),
         sa.case(
             (sa.func.jsonb_typeof(summary) == _sql_text("string"), summary),
             else_=sa.cast(_sql_text("null"), jsonb),
         ),
-        _sql_text("total_messages"),
-        counters["total_messages"] + messages,
+        _sql_text(HEAD_TOTAL_MESSAGES),
+        total_messages,
     )
     update = sa.update(TABLE).where(
         _C.entry_id == _P("head_id"),
@@ -463,14 +477,14 @@ def append_turn_statement(by_owner: bool) -> Any:
             _C.content,
             _C.version,
             _C.user_id,
-            (counters["next_turn_id"] - 1).label("turn_id"),
+            (next_turn_id - 1).label("turn_id"),
         )
         .cte("head")
     )
     turn_id = head.c.turn_id
     # Bound as plain JSONB: the caller sends only content the column would not wrap.
     turn_content = _P("row_content", type_=jsonb).op("||", return_type=jsonb)(
-        sa.func.jsonb_build_object(_sql_text("turn_id"), turn_id)
+        sa.func.jsonb_build_object(_sql_text(TURN_ID_FIELD), turn_id)
     )
     row = sa.select(
         _derived_id_sql(_turn_key_sql(turn_id)),
@@ -523,7 +537,6 @@ def bump_head_statement(by_owner: bool) -> Any:
     ``by_owner``).  The row returned: the head's new ``content``, ``version``
     and ``user_id``; the new turn's id is ``content["next_turn_id"] - 1``.
     """
-    from firefly_orm.conversation.rows import MAX_TURN_ID, TURN_ID_DIGITS, TURN_KEY_PREFIX
 
     def counter(name: str) -> Any:
         return sa.func.json_extract(_C.content, _json_path(name))
@@ -534,17 +547,18 @@ def bump_head_statement(by_owner: bool) -> Any:
                 sa.func.json_type(_C.content, _json_path(name)) == _sql_text("integer"),
                 counter(name).between(0, 10**15 - 1),
             )
-            for name in _HEAD_COUNTERS
+            for name in HEAD_COUNTERS
         ),
         sa.func.coalesce(
-            sa.func.json_type(_C.content, _json_path("summary")), _sql_text("null")
+            sa.func.json_type(_C.content, _json_path(HEAD_SUMMARY)), _sql_text("null")
         ).in_([_sql_text("null"), _sql_text("text")]),
     )
-    next_turn_id = counter("next_turn_id")
+    next_turn_id = counter(HEAD_NEXT_TURN_ID)
+    total_tokens = counter(HEAD_TOTAL_TOKENS) + _P("tokens")
+    total_messages = counter(HEAD_TOTAL_MESSAGES) + _P("messages")
     within = sa.and_(
         next_turn_id <= MAX_TURN_ID,
-        counter("total_tokens") + _P("tokens") <= _P("token_cap"),
-        counter("total_messages") + _P("messages") <= _P("message_cap"),
+        *within_caps(total_tokens, total_messages, _P("token_cap"), _P("message_cap")),
     )
     taken = TABLE.alias("taken")
     new_key = _sql_text(TURN_KEY_PREFIX).op("||", return_type=sa.Text())(
@@ -553,16 +567,16 @@ def bump_head_statement(by_owner: bool) -> Any:
     free = ~sa.exists().where(taken.c.namespace == _P("ns"), taken.c.key == new_key)
     new_content = sa.func.json_set(
         _C.content,
-        _json_path("conversation_id"),
+        _json_path(HEAD_CONVERSATION_ID),
         _P("cid", type_=sa.Text()),
-        _json_path("next_turn_id"),
+        _json_path(HEAD_NEXT_TURN_ID),
         next_turn_id + 1,
-        _json_path("total_tokens"),
-        counter("total_tokens") + _P("tokens"),
-        _json_path("turn_count"),
-        counter("turn_count") + 1,
-        _json_path("total_messages"),
-        counter("total_messages") + _P("messages"),
+        _json_path(HEAD_TOTAL_TOKENS),
+        total_tokens,
+        _json_path(HEAD_TURN_COUNT),
+        counter(HEAD_TURN_COUNT) + 1,
+        _json_path(HEAD_TOTAL_MESSAGES),
+        total_messages,
     )
     update = sa.update(TABLE).where(
         _C.entry_id == _P("head_id"),
