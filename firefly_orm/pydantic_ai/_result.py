@@ -1,0 +1,163 @@
+"""What a :class:`~firefly_orm.pydantic_ai.MemoryAgent` run gives and stores.
+
+The deps its tools get (:class:`MemoryDeps`), the result it returns
+(:class:`MemoryRunResult`: pydantic-ai's result and the turn stored for it),
+and how a run becomes a turn's text and metadata (:func:`prompt_text`,
+:func:`response_text`, :func:`usage_metadata`).  Imported by
+:mod:`firefly_orm.pydantic_ai`, which checks the ``pydantic-ai`` extra first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pydantic_core
+from pydantic_ai.messages import UserContent
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.usage import RunUsage
+
+from firefly_orm.conversation.model import ConversationTurn
+from firefly_orm.manager import MemoryManager
+
+__all__ = ["MemoryDeps", "MemoryRunResult", "prompt_text", "response_text", "usage_metadata"]
+
+OutputT = TypeVar("OutputT")
+
+#: The usage counters every stored turn records (others only when not zero).
+_USAGE_ALWAYS = ("requests", "tool_calls", "input_tokens", "output_tokens")
+
+
+@dataclass(frozen=True)
+class MemoryDeps:
+    """What a tool needs to use the run's memory, as the agent's ``RunContext.deps``.
+
+    Give the agent ``deps_type=MemoryDeps`` and
+    :class:`~firefly_orm.pydantic_ai.MemoryAgent` builds one
+    per run; a tool then reads or writes the memory of the same conversation and
+    user::
+
+        @agent.tool
+        async def remember_order(ctx: RunContext[MemoryDeps], order_id: str) -> str:
+            await ctx.deps.memory.async_set_fact("order_id", order_id)
+            return "noted"
+
+    Attributes:
+        memory: The manager of this run (for a ``user_id`` run, the user's view:
+            their facts and long-term items).  Use its ``async_`` methods.
+        conversation_id: The conversation the run belongs to (it may not be
+            stored yet: a new conversation is written with the run's turn).
+        user_id: The user the run is for, or ``None``.
+    """
+
+    memory: MemoryManager
+    conversation_id: str
+    user_id: str | None = None
+
+
+#: Where a :class:`MemoryRunResult` keeps its turn (beside pydantic-ai's own state).
+_TURN_ATTRIBUTE = "_firefly_orm_turn"
+
+
+class MemoryRunResult(AgentRunResult[OutputT]):
+    """pydantic-ai's ``AgentRunResult`` of a ``MemoryAgent`` run, and the turn it stored.
+
+    Returned by :meth:`MemoryAgent.run <firefly_orm.pydantic_ai.MemoryAgent.run>` and
+    :meth:`MemoryAgent.run_sync <firefly_orm.pydantic_ai.MemoryAgent.run_sync>`.  It
+    IS an ``AgentRunResult`` (``isinstance`` holds; ``output``, ``usage``,
+    ``new_messages()``, ``conversation_id``... are pydantic-ai's, unchanged),
+    so code written for pydantic-ai's result keeps working; it adds what the
+    run stored, so an app returns the turn's id without reading it back::
+
+        result = await support.run("Any news?", conversation_id=cid, user_id="ada")
+        return {"reply": result.output, "turn_id": result.turn_id}
+
+    One turn holds the whole exchange: the user's prompt
+    (``turn.user_prompt``), the answer (``turn.assistant_response``) and the
+    run's new model messages (``turn.raw_messages``), stored together in one
+    unit of work.  Serialised by pydantic (``TypeAdapter(AgentRunResult)``),
+    a result has pydantic-ai's shape: the turn is not part of it.
+    """
+
+    @property
+    def turn(self) -> ConversationTurn:
+        """The turn this run stored: its id, prompt, answer, messages, usage metadata.
+
+        As :meth:`ConversationMemory.get_turns
+        <firefly_orm.conversation.ConversationMemory.get_turns>` would read it
+        back right after the run (``turn.metadata["usage"]``,
+        ``turn.metadata["run_id"]``, ``turn.metadata["agent"]`` for a named
+        agent).
+        """
+        turn: ConversationTurn | None = self.__dict__.get(_TURN_ATTRIBUTE)
+        if turn is None:
+            raise AttributeError(
+                "this MemoryRunResult was not returned by a MemoryAgent run, so it has no turn"
+            )
+        return turn
+
+    @property
+    def turn_id(self) -> int:
+        """The id of the turn this run stored (``turn.turn_id``).
+
+        Unique and increasing within the conversation: the id
+        :meth:`ConversationMemory.update_turn
+        <firefly_orm.conversation.ConversationMemory.update_turn>` and
+        ``delete_turn`` take.
+        """
+        return self.turn.turn_id
+
+    @classmethod
+    def of(
+        cls, result: AgentRunResult[OutputT], turn: ConversationTurn
+    ) -> MemoryRunResult[OutputT]:
+        """``result`` (pydantic-ai's, left unchanged) with ``turn``, the turn stored for it."""
+        made: MemoryRunResult[OutputT] = cls.__new__(cls)
+        made.__dict__.update(result.__dict__)
+        made.__dict__[_TURN_ATTRIBUTE] = turn
+        return made
+
+
+def prompt_text(user_prompt: str | Sequence[UserContent]) -> str:
+    """The text stored as a turn's ``user_prompt`` for a pydantic-ai user prompt.
+
+    A string is kept as it is; in a sequence of contents, text items are kept
+    and every other item (an image, a document...) becomes ``[<type name>]``,
+    one item per line.
+    """
+    if isinstance(user_prompt, str):
+        return user_prompt
+    return "\n".join(
+        item if isinstance(item, str) else f"[{type(item).__name__}]" for item in user_prompt
+    )
+
+
+def response_text(output: Any) -> str:
+    """The text stored as a turn's ``assistant_response`` for a run's output.
+
+    A string is kept; structured output (a pydantic model, a dataclass, a dict...)
+    is stored as its JSON; anything JSON cannot hold as ``str(output)``.
+    """
+    if isinstance(output, str):
+        return output
+    try:
+        return pydantic_core.to_json(output).decode()
+    except (TypeError, ValueError, pydantic_core.PydanticSerializationError):
+        return str(output)
+
+
+def usage_metadata(usage: RunUsage) -> dict[str, Any]:
+    """A run's token usage as stored in the turn's metadata (JSON-ready).
+
+    Always ``requests``, ``tool_calls``, ``input_tokens``, ``output_tokens`` and
+    ``total_tokens``; pydantic-ai's other counters (cache, audio, reasoning...)
+    only when they are not zero, and ``details`` when it has entries.
+    """
+    stored: dict[str, Any] = {name: getattr(usage, name) for name in _USAGE_ALWAYS}
+    stored["total_tokens"] = usage.total_tokens
+    for name, value in dataclasses.asdict(usage).items():
+        if name not in stored and value and isinstance(value, int | dict):
+            stored[name] = value
+    return stored
