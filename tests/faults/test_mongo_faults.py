@@ -261,9 +261,8 @@ def test_kill_at_random_moments(mongo_url: str, database: str, writers: Writers)
         if len(times) > 1:
             paces.append((times[-1] - times[0]) / (len(times) - 1))
         pace = sorted(paces)[len(paces) // 2] if paces else 0.05
-        kill_at = times[turns - 1] + rng.random() * pace
-        while time.monotonic() < kill_at:  # the random point of the next turn
-            time.sleep(0.001)
+        # the random point of the next turn
+        time.sleep(max(0.0, times[turns - 1] + rng.random() * pace - time.monotonic()))
         writer.process.kill()
         assert writer.wait() == -signal.SIGKILL
         kills += 1
