@@ -30,7 +30,7 @@ namespace that holds live ``LONG_TERM`` entries (``--long-term-namespace NS``,
 repeatable, picks namespaces instead; ``--no-long-term`` leaves them out).
 
 ``import`` reads and checks the shape of the whole file (UTF-8 JSON in one of
-the shapes ``export`` writes, :mod:`firefly_orm.export_file`) before it opens
+the shapes ``export`` writes, ``firefly_orm.interop._export_file``) before it opens
 the database, then writes every conversation and every long-term item in ONE
 transaction: a bad item, or a write that fails, leaves the database as it was
 (exit 2 for a file that cannot be read or is invalid).
@@ -88,10 +88,10 @@ from firefly_orm.errors import (
     scrub_secret,
     url_secrets,
 )
-from firefly_orm.export_file import (
+from firefly_orm.interop._export_file import (
     EXPORT_FORMAT_VERSION as EXPORT_FORMAT_VERSION,
 )
-from firefly_orm.export_file import (
+from firefly_orm.interop._export_file import (
     ImportDocument,
     LongTermSection,
     decode_export_file,
