@@ -29,7 +29,8 @@ from cli_runner import MODE_VARIABLE, CliLeakError, run_installed
 from cli_runner import run_cli as run
 from dbutil import drop_schema
 
-from firefly_orm import cli, migrate
+from firefly_orm import migrate
+from firefly_orm.cli import _target as cli_target
 from firefly_orm.cli import long_term_namespaces
 from firefly_orm.conversation import ConversationMemory
 from firefly_orm.entry import MemoryEntry, MemoryScope, utcnow
@@ -413,9 +414,9 @@ def test_the_in_process_runner_restores_state_and_finds_leaks(
     assert os.environ["FIREFLY_AGENTIC_MEMORY_SQLITE_PATH"] == str(tmp_path / "elsewhere.db")
 
     def never_closed(target: Any, args: Any) -> Any:
-        return contextlib.nullcontext(cli._open_store(target, args))
+        return contextlib.nullcontext(cli_target._open_store(target, args))
 
-    monkeypatch.setattr(cli, "_store", never_closed)
+    monkeypatch.setattr(cli_target, "_store", never_closed)
     with pytest.raises(CliLeakError, match="still open"):
         run("stats", "--url", url)
 

@@ -1,0 +1,218 @@
+"""What every command stands on (internal).
+
+Exit statuses, the one-line error, progress bars, the target database and the
+store or migration engine opened on it.  The commands call :func:`_store`
+through this module (``_target._store``): the one place a test replaces it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TextIO
+
+from sqlalchemy.engine import URL
+
+from firefly_orm import migrate
+from firefly_orm.envnames import (
+    ENV_POSTGRES_SCHEMA,
+    ENV_POSTGRES_URL,
+    ENV_SQLITE_PATH,
+    database_url_from_env,
+)
+from firefly_orm.errors import (
+    redact_url,
+)
+from firefly_orm.migrate._commands import migration_engine
+from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore
+
+__all__ = [
+    "CliError",
+    "EXIT_ERROR",
+    "EXIT_NOT_AT_HEAD",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "Progress",
+    "Target",
+]
+
+EXIT_OK = 0
+EXIT_NOT_AT_HEAD = 1
+EXIT_USAGE = 2
+EXIT_ERROR = 3
+
+
+class CliError(Exception):
+    """An error reported as one line with ``exit_code``."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# --------------------------------------------------------------------------- progress
+
+
+class Progress:
+    """A minimal progress bar on a stream (stderr); silent when disabled.
+
+    Args:
+        total: Number of steps.
+        label: Text before the bar.
+        enabled: Draw at all (the CLI enables it when stderr is a TTY or with
+            ``--progress``).
+        stream: Where to draw (default ``sys.stderr``).
+        width: Characters of the bar.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        enabled: bool,
+        stream: TextIO | None = None,
+        width: int = 30,
+    ) -> None:
+        self.total = max(0, total)
+        self.label = label
+        self.enabled = enabled and self.total > 0
+        self.stream = stream if stream is not None else sys.stderr
+        self.width = width
+        self.done = 0
+        self._drawn = -1
+
+    def advance(self, steps: int = 1) -> None:
+        """Record ``steps`` more steps and redraw when the bar changed."""
+        self.done = min(self.total, self.done + steps)
+        if not self.enabled:
+            return
+        filled = self.width * self.done // self.total
+        if filled == self._drawn and self.done != self.total:
+            return
+        self._drawn = filled
+        bar = "#" * filled + "." * (self.width - filled)
+        self.stream.write(f"\r{self.label} [{bar}] {self.done}/{self.total}")
+        if self.done == self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+    def iterate(self, items: Iterable[Any]) -> Iterator[Any]:
+        """Yield ``items``, advancing after each."""
+        for item in items:
+            yield item
+            self.advance()
+
+
+# --------------------------------------------------------------------------- target database
+
+
+class Target:
+    """The database and schema a command works on."""
+
+    def __init__(self, url: URL, schema: str | None) -> None:
+        self.url = url
+        self.schema = schema
+
+    @property
+    def display(self) -> str:
+        """The URL with its password hidden."""
+        return redact_url(self.url)
+
+    @property
+    def is_sqlite(self) -> bool:
+        """Whether the database is SQLite."""
+        return self.url.get_backend_name() == "sqlite"
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The database file of a SQLite URL (None for in-memory)."""
+        if not self.is_sqlite or self.url.database in (None, "", ":memory:"):
+            return None
+        return Path(str(self.url.database))
+
+    def describe(self) -> str:
+        """``<url>`` plus the schema when there is one."""
+        return self.display + (f" (schema {self.schema})" if self.schema else "")
+
+
+def _resolve_target(args: argparse.Namespace) -> Target:
+    raw: str | None = args.url or database_url_from_env()
+    if not raw:
+        raise CliError(
+            f"no database: pass --url or set {ENV_POSTGRES_URL} / {ENV_SQLITE_PATH}", EXIT_USAGE
+        )
+    url = migrate.normalize_url(raw)
+    backend = url.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        raise CliError(
+            f"unsupported database {backend!r} in {redact_url(url)} (sqlite or postgresql)",
+            EXIT_USAGE,
+        )
+    schema: str | None
+    if backend == "sqlite":
+        if args.schema:
+            raise CliError(
+                "--schema applies to PostgreSQL only (SQLite has no schemas)", EXIT_USAGE
+            )
+        schema = None
+    else:
+        if args.schema is not None:
+            schema = args.schema or None
+        else:
+            schema = os.environ.get(ENV_POSTGRES_SCHEMA, migrate.DEFAULT_SCHEMA) or None
+        schema = migrate.validate_schema_name(schema)
+    return Target(url, schema)
+
+
+def _require_existing_sqlite(target: Target) -> None:
+    path = target.sqlite_path
+    if path is not None and not path.exists():
+        raise CliError(f"no such database file: {path} (run `firefly-orm migrate` first)")
+
+
+def _open_store(target: Target, args: argparse.Namespace) -> Any:
+    """A store on ``target`` that checks the schema is at head (never migrates)."""
+    _require_existing_sqlite(target)
+    store: Any
+    if target.is_sqlite:
+        store = SQLAlchemyStore(target.url)
+    else:
+        store = PostgreSQLStore(
+            target.url, schema_name=target.schema, pool_min_size=0, timeout=args.timeout
+        )
+    try:
+        store.initialize(migrate=False)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+@contextmanager
+def _store(target: Target, args: argparse.Namespace) -> Iterator[Any]:
+    store = _open_store(target, args)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def _migration_engine(target: Target, args: argparse.Namespace) -> Iterator[Any]:
+    """An engine for the migration commands (connect timeout on PostgreSQL, the stores'
+    ``?pooler=`` applied), disposed after."""
+    connect_args = {} if target.is_sqlite else {"connect_timeout": max(1, int(args.timeout))}
+    engine = migration_engine(target.url, connect_args=connect_args)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+
+
+def _warn(message: str) -> None:
+    print(f"firefly-orm: warning: {message}", file=sys.stderr)
