@@ -1,0 +1,234 @@
+"""How :class:`~firefly_orm.conversation.ConversationMemory` changes and checks stored turns.
+
+:class:`ConversationChanges` holds the operation methods besides adding a
+turn: editing and deleting one turn (:mod:`~firefly_orm.conversation.edits`),
+erasing a user, clearing, export and import
+(:mod:`~firefly_orm.conversation.transfer`), verify and repair
+(:mod:`~firefly_orm.conversation.repair`).  Each validates its arguments and
+runs the operation of that module;
+:class:`~firefly_orm.conversation.ConversationMemory` derives the public forms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from firefly_orm.bridges.steps import MemoryLayer, Operation, Transaction
+from firefly_orm.conversation import ops
+from firefly_orm.conversation.codec import encode_raw_messages
+from firefly_orm.conversation.edits import (
+    KEEP,
+    TurnEdit,
+    delete_turn,
+    erase_user_entries,
+    update_turn,
+)
+from firefly_orm.conversation.model import (
+    ConversationTurn,
+    check_conversation_id,
+    check_int,
+    check_metadata,
+    check_text,
+)
+from firefly_orm.conversation.repair import (
+    Inconsistency,
+    repair_conversation,
+    verify_conversation,
+)
+from firefly_orm.conversation.transfer import (
+    import_conversations,
+    parse_import,
+    parse_imports,
+    read_export,
+)
+from firefly_orm.entry import validate_user_id
+from firefly_orm.tokens import TokenEstimator
+
+__all__ = ["ConversationChanges"]
+
+
+class ConversationChanges(MemoryLayer):
+    """Edits, erasure, clearing, transfer and repair (a base of ``ConversationMemory``)."""
+
+    _estimator: TokenEstimator
+
+    def _update_turn(
+        self,
+        conversation_id: str,
+        turn_id: int,
+        *,
+        user_prompt: str | None = None,
+        assistant_response: str | None = None,
+        raw_messages: Any = KEEP,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Operation[ConversationTurn]:
+        """Change one turn (retained or archived); its token estimate is redone.
+
+        Arguments left out keep their value; ``raw_messages=None`` removes the
+        raw messages.  The head's token and message totals move by the
+        difference in the same unit of work, so a concurrent :meth:`add_turn`
+        never loses either change.  Use it to redact a message.
+
+        Raises:
+            EntryValidationError: A bad id or value (nothing is written).
+            NotFoundError: The conversation has no such turn.
+        """
+        edit = TurnEdit(
+            user_prompt=None if user_prompt is None else check_text("user_prompt", user_prompt),
+            assistant_response=(
+                None
+                if assistant_response is None
+                else check_text("assistant_response", assistant_response)
+            ),
+            raw=KEEP if raw_messages is KEEP else encode_raw_messages(raw_messages),
+            metadata=None if metadata is None else check_metadata(metadata),
+        )
+        return (
+            yield from update_turn(
+                check_conversation_id(conversation_id),
+                check_int("turn_id", turn_id, 0),
+                edit,
+                self._estimator,
+            )
+        )
+
+    def _delete_turn(self, conversation_id: str, turn_id: int) -> Operation[bool]:
+        """Delete one turn (retained or archived), keeping the head's totals exact.
+
+        Returns:
+            ``False`` when the conversation has no such turn.
+        """
+        return (
+            yield from delete_turn(
+                check_conversation_id(conversation_id), check_int("turn_id", turn_id, 0)
+            )
+        )
+
+    def _erase_user(self, user_id: str) -> Operation[None]:
+        """Erase everything ``user_id`` left in the store, in one unit of work.
+
+        Every row tagged with the user goes, in every namespace: their
+        conversations, archives and summaries, and working-memory facts set
+        for them (atomic on SQL; see the store's unit of work elsewhere).
+        Other users' data is untouched.
+        """
+        user_id = validate_user_id(user_id)
+        return (yield from Transaction.write(erase_user_entries, user_id))
+
+    def _clear(self, conversation_id: str) -> Operation[None]:
+        """Forget a conversation: turns, archive, summary, head and index row."""
+        conversation_id = check_conversation_id(conversation_id)
+        return (yield from Transaction.write(ops.clear_conversations, [conversation_id]))
+
+    def _clear_all(self) -> Operation[None]:
+        """Forget every conversation of the store."""
+        return (yield from Transaction.write(ops.clear_conversations, None))
+
+    def _export_conversation(self, conversation_id: str) -> Operation[dict[str, Any]]:
+        """Export a conversation as a JSON-ready dict.
+
+        Shape: ``{"conversation_id", "turns": [{"turn_id", "user_prompt",
+        "assistant_response", "token_estimate", "metadata", "timestamp"}, ...],
+        "summary", "total_tokens"}``.  A turn with raw messages also has a
+        ``"raw_messages"`` key holding their portable JSON form, which
+        :meth:`import_conversation` turns back into ``ModelMessage`` objects.
+        Unknown id -> the same shape with no turns.
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        return (yield from Transaction.read(read_export, conversation_id))
+
+    def _import_conversation(
+        self, data: Mapping[str, Any], *, conversation_id: str | None = None
+    ) -> Operation[str]:
+        """Import a dict from :meth:`export_conversation`; return the conversation id.
+
+        The id is ``conversation_id`` if given, else ``data["conversation_id"]``,
+        else a new one.  The imported turns REPLACE the conversation's turns (and
+        archive); the summary is replaced only when the import has one.  Missing
+        turn fields default; ``turn_id`` defaults to the position, and ids that
+        are not strictly increasing non-negative integers are renumbered
+        0, 1, ... (a warning is logged).  A ``token_estimate <= 0`` is
+        re-estimated.  No eviction happens on import; the next :meth:`add_turn`
+        trims the conversation to the budget.  A large import refreshes the
+        store's planner statistics once committed (as :meth:`import_conversations`).
+        """
+        parsed = parse_import(data, conversation_id, self._estimate)
+        (cid,) = yield from import_conversations([parsed])
+        return cid
+
+    def _import_conversations(
+        self, items: Sequence[Mapping[str, Any]], *, conversation_id: str | None = None
+    ) -> Operation[list[str]]:
+        """Import several dicts from :meth:`export_conversation`, all or nothing.
+
+        Every item is validated (as by :meth:`import_conversation`) before
+        anything is written, then all are written in one unit of work: a bad
+        item or a failed write leaves every conversation as it was.
+        ``conversation_id`` needs exactly one item; two items with the same id
+        are refused.  Once committed, an import of at least
+        :data:`~firefly_orm.conversation.transfer.ANALYZE_AFTER_ROWS` turns asks
+        a SQL store to refresh its planner statistics (PostgreSQL ``ANALYZE``,
+        see :meth:`SQLAlchemyStore.analyze <firefly_orm.sql.SQLAlchemyStore.analyze>`);
+        that step never fails the import (a failure is logged as a warning).
+
+        Returns:
+            The conversation ids, in the order of ``items``.
+
+        Raises:
+            EntryValidationError: An invalid item (named by position and id).
+        """
+        parsed = parse_imports(list(items), conversation_id, self._estimate)
+        return (yield from import_conversations(parsed))
+
+    def _verify(self, conversation_id: str) -> Operation[list[Inconsistency]]:
+        """Check a conversation's head against its stored turns; write nothing.
+
+        Compares what the head caches (``turn_count``, ``total_tokens``,
+        ``total_messages`` when it has one, a ``next_turn_id`` above every
+        stored or archived turn id, its conversation id, a string-or-none
+        summary) and the conversation's index row with the turns actually
+        stored.  The head is read under the lock a writer takes, so on the SQL
+        stores a concurrent :meth:`add_turn` is never reported; elsewhere a
+        write in progress can show up (:meth:`repair` re-checks it safely).
+
+        Returns:
+            One :class:`~firefly_orm.conversation.repair.Inconsistency` per
+            difference (``field``, ``found``, ``expected``); empty when the
+            conversation is consistent.
+
+        Raises:
+            EntryValidationError: A bad id.
+            NotFoundError: No such conversation in the store.
+            StoreCorruptedError: A stored turn is unreadable.
+        """
+        return (yield from verify_conversation(check_conversation_id(conversation_id)))
+
+    def _repair(self, conversation_id: str) -> Operation[list[Inconsistency]]:
+        """Rebuild a conversation's head from its stored turns; return what changed.
+
+        One unit of work: the head is recomputed from the turns (the summary
+        text and a higher ``next_turn_id`` are kept, turn ids are never reused)
+        and saved at the version read, like every writer (retried on a lost
+        race), so it never overwrites a newer head; a missing index row is
+        added (rebuilt rows keep the conversation's owner).  A consistent
+        conversation is not written at all.  A change is logged at WARNING.
+        On a store whose units of work are not atomic (MongoDB without
+        transactions, a five-method store) run it while nobody writes to the
+        conversation: a turn written there ahead of its head looks the same as
+        a crash's leftover.
+
+        Returns:
+            The inconsistencies that were fixed (what :meth:`verify` reported);
+            empty when nothing was changed.
+
+        Raises:
+            EntryValidationError: A bad id.
+            NotFoundError: No such conversation in the store.
+            StoreCorruptedError: A stored turn is unreadable (turns are never changed).
+            ConcurrencyError: Too much contention on this conversation.
+        """
+        return (yield from repair_conversation(check_conversation_id(conversation_id)))
+
+    def _estimate(self, user_prompt: str, assistant_response: str) -> int:
+        return int(self._estimator.estimate(f"{user_prompt}\n{assistant_response}"))

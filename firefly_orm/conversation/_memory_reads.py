@@ -1,0 +1,133 @@
+"""The read operations of :class:`~firefly_orm.conversation.ConversationMemory`.
+
+:class:`ConversationReads` holds the operation methods (``_get_context``,
+``_get_turns``...) that validate a read's arguments and run one of
+:mod:`firefly_orm.conversation.reads` (or :mod:`~firefly_orm.conversation.ops`)
+in a read transaction; :class:`~firefly_orm.conversation.ConversationMemory`
+derives their public ``get_*`` / ``async_get_*`` forms.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from firefly_orm.bridges.steps import MemoryLayer, Operation, Transaction
+from firefly_orm.conversation import ops
+from firefly_orm.conversation.model import ConversationTurn, check_conversation_id, check_int
+from firefly_orm.conversation.plan import HeadState, Limits
+from firefly_orm.conversation.reads import (
+    read_context,
+    read_history,
+    read_recent,
+    read_recent_messages,
+    read_user_conversations,
+)
+from firefly_orm.conversation.rows import archive_namespace, conversation_namespace
+from firefly_orm.entry import validate_user_id
+from firefly_orm.tokens import TokenEstimator
+
+__all__ = ["ConversationReads"]
+
+
+class ConversationReads(MemoryLayer):
+    """The read operations of a conversation memory (a base of ``ConversationMemory``)."""
+
+    _limits: Limits
+    _estimator: TokenEstimator
+
+    def _get_message_history(self, conversation_id: str) -> Operation[list[Any]]:
+        """The raw messages of the newest contiguous turns within the limits.
+
+        Walks from the newest turn back and stops at the first turn that does not
+        fit ``max_tokens`` (and ``max_messages``), then flattens the kept turns'
+        ``raw_messages`` in chronological order; it never starts on a turn that
+        opens with a tool result.  Unknown id -> ``[]``.  A newest turn larger
+        than the budget gives ``[]`` (kept from the module this is modelled on).
+        Neither the summary nor pinned turns are included: :meth:`get_context`
+        gives what the next model call should get.
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        return (yield from Transaction.read(read_history, conversation_id, self._limits))
+
+    def _get_context(self, conversation_id: str) -> Operation[list[Any]]:
+        """What the next model call should get, within ``max_tokens`` and ``max_messages``.
+
+        In order: the rolling summary (one message: a pydantic-ai
+        ``SystemPromptPart`` request, or ``{"role": "system", ...}`` for dict
+        messages) when it fits; the pinned turns (whole, while they fit); then
+        the newest messages that fit, which may start inside a turn but never
+        on a tool result whose call was cut, nor between a call and its result.
+        Turns stored without raw messages become a prompt and an answer message
+        in the same style.  Unknown id -> ``[]``.
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        return (
+            yield from Transaction.read(
+                read_context, conversation_id, self._limits, self._estimator
+            )
+        )
+
+    def _get_recent(self, conversation_id: str, count: int) -> Operation[list[ConversationTurn]]:
+        """The newest ``count`` retained turns, oldest first (one indexed read)."""
+        conversation_id = check_conversation_id(conversation_id)
+        count = check_int("count", count, 0)
+        return (yield from Transaction.read(read_recent, conversation_id, count))
+
+    def _get_recent_messages(self, conversation_id: str, count: int) -> Operation[list[Any]]:
+        """The newest ``count`` model messages, oldest first (one indexed read).
+
+        "The last N messages" (what OpenAI Agents' ``session.get_items(limit=N)``
+        gives), whatever the memory's limits, served by one
+        ``ORDER BY key DESC LIMIT count`` read of the newest turns on the SQL
+        stores.  The window may start inside a turn but, like every window,
+        only at a message a history may open with (a user or system message),
+        and never between a tool call and its result: so it holds fewer than
+        ``count`` messages when the ``count``-th newest cannot open a history.
+        Turns stored without raw messages give a prompt and an answer message
+        in the style of the others (as :meth:`get_context`).  Unknown id or
+        ``count=0`` -> ``[]``.
+
+        Raises:
+            EntryValidationError: A bad id, or ``count`` not an integer >= 0.
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        count = check_int("count", count, 0)
+        return (yield from Transaction.read(read_recent_messages, conversation_id, count))
+
+    def _user_conversations(
+        self, user_id: str, *, limit: int | None = None, offset: int = 0
+    ) -> Operation[list[str]]:
+        """Ids of ``user_id``'s conversations, newest first, ``offset`` and ``limit`` paged.
+
+        An indexed read on SQL and MongoDB (``user_id`` is indexed).
+        """
+        user_id = validate_user_id(user_id)
+        limit = None if limit is None else check_int("limit", limit, 0)
+        offset = check_int("offset", offset, 0)
+        return (yield from Transaction.read(read_user_conversations, user_id, limit, offset))
+
+    def _get_turns(self, conversation_id: str) -> Operation[list[ConversationTurn]]:
+        """Every retained turn, oldest first (unknown id -> ``[]``)."""
+        namespace = conversation_namespace(check_conversation_id(conversation_id))
+        return (yield from Transaction.read(ops.read_turns, namespace))
+
+    def _get_archived_turns(self, conversation_id: str) -> Operation[list[ConversationTurn]]:
+        """Turns evicted while ``keep_evicted`` was on, oldest first."""
+        namespace = archive_namespace(check_conversation_id(conversation_id))
+        return (yield from Transaction.read(ops.read_turns, namespace))
+
+    def _get_total_tokens(self, conversation_id: str) -> Operation[int]:
+        """Sum of the retained turns' token estimates (unknown id -> 0)."""
+        head = yield from self._head(conversation_id)
+        return head.total_tokens
+
+    def _get_summary(self, conversation_id: str) -> Operation[str | None]:
+        """The summary of the evicted turns, or ``None``."""
+        head = yield from self._head(conversation_id)
+        return head.summary
+
+    def _conversation_ids(self) -> Operation[list[str]]:
+        return (yield from Transaction.read(ops.read_conversation_ids))
+
+    def _head(self, conversation_id: str) -> Operation[HeadState]:
+        return (yield from Transaction.read(ops.read_head, check_conversation_id(conversation_id)))
