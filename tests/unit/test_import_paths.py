@@ -117,8 +117,8 @@ OLD_PATHS: tuple[tuple[str, str, str], ...] = (
     ("firefly_orm.entry", "encode_json_for_jsonb", "firefly_orm.entry._json"),
     ("firefly_orm", "MemoryEntry", "firefly_orm.entry._model"),
     ("firefly_orm", "MemoryScope", "firefly_orm.entry._rules"),
-    # summary_turn.py -> summarization.py
-    ("firefly_orm.conversation", "SUMMARY_TURN_ID", "firefly_orm.summarization"),
+    # summary_turn.py -> summarization.py (the id: layout.py)
+    ("firefly_orm.conversation", "SUMMARY_TURN_ID", "firefly_orm.layout"),
     ("firefly_orm.conversation", "SUMMARY_TURN_PROMPT", "firefly_orm.summarization"),
     ("firefly_orm.summarization", "PREVIOUS_SUMMARY_TURN_ID", "firefly_orm.summarization"),
     # file_store.py, file_log.py, file_index.py, file_journal.py, file_commit.py -> file_store/
