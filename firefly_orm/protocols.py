@@ -60,9 +60,14 @@ __all__ = [
     "StagedChanges",
     "StoreLifecycle",
     "StoreMaintenance",
+    "ExpiresOnServer",
+    "LocksRows",
+    "OwnAsyncRunner",
+    "SearchableRepository",
     "TurnAppend",
     "UnitOfWork",
     "UnitOfWorkStore",
+    "declares",
 ]
 
 T = TypeVar("T")
@@ -534,3 +539,64 @@ class StoreMaintenance(Protocol):
     async def async_analyze(self) -> bool:
         """Async form of :meth:`analyze`."""
         ...
+
+
+# --------------------------------------------------------------------------- declared store facts
+
+
+@runtime_checkable
+class LocksRows(Protocol):
+    """A store fact: ``get_by_key(..., for_update=True)`` locks that one row until the
+    unit of work ends (PostgreSQL's ``SELECT ... FOR UPDATE``) when ``locks_rows`` is true."""
+
+    locks_rows: bool
+
+
+@runtime_checkable
+class ExpiresOnServer(Protocol):
+    """A store fact: the database deletes expired entries itself when ``ttl_index`` is
+    true (a MongoDB TTL index)."""
+
+    ttl_index: bool
+
+
+@runtime_checkable
+class OwnAsyncRunner(Protocol):
+    """An optional capability: the store runs a whole async unit of work its own way
+    (the SQL stores: one worker-thread call on a sync engine)."""
+
+    async def async_run_in_unit_of_work(
+        self, work: Callable[[UnitOfWork], T], *, read_only: bool = False, commit: bool = False
+    ) -> T:
+        """``work(uow)`` in one unit of work; committed after it when ``commit``."""
+        ...
+
+
+@runtime_checkable
+class SearchableRepository(Protocol):
+    """A repository that has ``search`` (a third-party one may not)."""
+
+    def search(
+        self, namespace: str, query: str, **options: Unpack[SearchOptions]
+    ) -> builtins.list[SearchHit]:
+        """See :meth:`EntryRepository.search`."""
+        ...
+
+
+_DECLARED: dict[tuple[type, type], bool] = {}
+
+
+def declares(obj: object, protocol: type) -> bool:
+    """Whether ``obj``'s class declares the runtime-checkable ``protocol``, checked once per class.
+
+    The capability check of the layers: as ``isinstance(obj, protocol)`` (a
+    declared contract, not a probe for a name), answered from a per-class cache
+    because a runtime protocol check costs about as much as the fast paths it
+    chooses.  Facts that are data (``locks_rows``, ``ttl_index``) are read from
+    the object after this says it declares them.
+    """
+    key = (type(obj), protocol)
+    found = _DECLARED.get(key)
+    if found is None:
+        found = _DECLARED[key] = isinstance(obj, protocol)
+    return found

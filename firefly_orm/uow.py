@@ -44,10 +44,10 @@ from __future__ import annotations
 import builtins
 import heapq
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, Self, TypeGuard, TypeVar, Unpack
+from typing import Any, ClassVar, Self, TypeVar, Unpack, cast
 
 from firefly_orm.bridges.twins import SyncBackedAsyncUnitOfWork
 from firefly_orm.entry import (
@@ -61,18 +61,23 @@ from firefly_orm.entry import (
 )
 from firefly_orm.errors import ConcurrencyError, StoreError
 from firefly_orm.protocols import (
+    AppendedHead,
     AsyncUnitOfWork,
     AsyncUnitOfWorkStore,
     EntryRepository,
     ListOptions,
     MemoryStore,
+    OwnAsyncRunner,
     Precondition,
+    SearchableRepository,
     SearchBackend,
     SearchOptions,
     StagedBackend,
     StagedChanges,
+    TurnAppend,
     UnitOfWork,
     UnitOfWorkStore,
+    declares,
 )
 from firefly_orm.search import SearchHit, SearchRequest, best_hits, match_entries
 
@@ -80,12 +85,14 @@ __all__ = [
     "AsyncUnitOfWork",
     "BestEffortUnitOfWork",
     "EntryRepository",
+    "RepositoryBase",
     "StagedBackend",
     "StagedChanges",
     "StagedUnitOfWork",
     "SyncBackedAsyncUnitOfWork",
     "UnitOfWork",
     "apply_version",
+    "optional_operations",
     "arun_in_unit_of_work",
     "async_unit_of_work_for",
     "check_preconditions",
@@ -171,7 +178,56 @@ class _Overlay:
     staged: list[MemoryEntry]
 
 
-class _StagedRepository:
+class RepositoryBase:
+    """The optional operations of a repository, declared with "not supported" defaults.
+
+    Our repositories (SQL, staged) derive from it; a layer calls an optional
+    operation only on a :class:`RepositoryBase` (:func:`optional_operations`) and takes
+    its general path on ``None``, the documented answer for "not supported here".
+    A third-party repository that only follows
+    :class:`~firefly_orm.protocols.EntryRepository` gets these defaults.  A
+    repository that implements one sets its ``supports_*`` flag, so a caller
+    can choose its path before reading anything.
+    """
+
+    #: ``delete_key`` deletes (else it returns ``None``).
+    supports_delete_key: ClassVar[bool] = False
+    #: ``list_contents_before`` reads a page (else it returns ``None``).
+    supports_list_contents_before: ClassVar[bool] = False
+
+    def append_turn(self, request: TurnAppend) -> AppendedHead | None:
+        """Add a conversation turn in the fewest statements when no eviction is needed.
+
+        ``None`` (the default): nothing was written; the caller takes the general path.
+        """
+        return None
+
+    def delete_key(self, namespace: str, key: str, entry_id: str) -> int | None:
+        """Delete entry ``entry_id`` and every entry keyed ``key`` in one statement; how many.
+
+        ``None`` (the default): not supported, nothing was deleted.
+        """
+        return None
+
+    def list_contents_before(
+        self, namespace: str, *, key_prefix: str, before_key: str, limit: int
+    ) -> builtins.list[Any] | None:
+        """Contents of the entries keyed ``key_prefix...`` below ``before_key``, newest first.
+
+        ``None`` (the default): not supported (page with ``list_contents``).
+        """
+        return None
+
+
+_NOT_SUPPORTED = RepositoryBase()
+
+
+def optional_operations(entries: EntryRepository) -> RepositoryBase:
+    """``entries`` if it declares the optional operations, else the "not supported" defaults."""
+    return entries if isinstance(entries, RepositoryBase) else _NOT_SUPPORTED
+
+
+class _StagedRepository(RepositoryBase):
     """Backend reads of only what is asked, with the staged writes overlaid."""
 
     def __init__(self, uow: StagedUnitOfWork) -> None:
@@ -495,20 +551,12 @@ def supports_search(entries: EntryRepository) -> bool:
     """
     if isinstance(entries, _StagedRepository):
         return isinstance(entries._uow.backend, SearchBackend)
-    return callable(getattr(entries, "search", None))
+    return declares(entries, SearchableRepository)
 
 
 # --------------------------------------------------------------------------- entry points
-# Capability checks by attribute (as ``isinstance`` on a runtime protocol does,
-# but without its cost on every operation of every memory layer).
-
-
-def _offers_unit_of_work(store: object) -> TypeGuard[UnitOfWorkStore]:
-    return callable(getattr(store, "unit_of_work", None))
-
-
-def _offers_async_unit_of_work(store: object) -> TypeGuard[AsyncUnitOfWorkStore]:
-    return callable(getattr(store, "async_unit_of_work", None))
+# Capability checks against declared protocols, answered once per class
+# (:func:`~firefly_orm.protocols.declares`).
 
 
 @contextmanager
@@ -519,8 +567,8 @@ def unit_of_work_for(store: MemoryStore, *, read_only: bool = False) -> Iterator
     plain transaction instead of a write-locking one); the unit of work must then
     not write.
     """
-    if _offers_unit_of_work(store):
-        with store.unit_of_work(read_only=read_only) as uow:
+    if declares(store, UnitOfWorkStore):
+        with cast(UnitOfWorkStore, store).unit_of_work(read_only=read_only) as uow:
             yield uow
     else:
         with BestEffortUnitOfWork(store) as staged:
@@ -535,10 +583,11 @@ def async_unit_of_work_for(
     A store with only a sync ``unit_of_work`` (or none) gets it wrapped in a
     :class:`SyncBackedAsyncUnitOfWork` that runs the work in a worker thread.
     """
-    if _offers_async_unit_of_work(store):
-        return store.async_unit_of_work(read_only=read_only)
-    if _offers_unit_of_work(store):
-        return SyncBackedAsyncUnitOfWork(store.unit_of_work(read_only=read_only))
+    if declares(store, AsyncUnitOfWorkStore):
+        return cast(AsyncUnitOfWorkStore, store).async_unit_of_work(read_only=read_only)
+    if declares(store, UnitOfWorkStore):
+        own = cast(UnitOfWorkStore, store).unit_of_work(read_only=read_only)
+        return SyncBackedAsyncUnitOfWork(own)
     return SyncBackedAsyncUnitOfWork(BestEffortUnitOfWork(store))
 
 
@@ -557,9 +606,9 @@ async def arun_in_unit_of_work(
     in worker threads, the whole unit of work is one worker-thread call.  Any
     other store: :func:`async_unit_of_work_for` and ``await uow.run_sync(work)``.
     """
-    own: Callable[..., Awaitable[T]] | None = getattr(store, "async_run_in_unit_of_work", None)
-    if own is not None:
-        return await own(work, read_only=read_only, commit=commit)
+    if declares(store, OwnAsyncRunner):
+        runner = cast(OwnAsyncRunner, store)
+        return await runner.async_run_in_unit_of_work(work, read_only=read_only, commit=commit)
     async with async_unit_of_work_for(store, read_only=read_only) as uow:
         result: T = await uow.run_sync(work)
         if commit:

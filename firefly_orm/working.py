@@ -39,8 +39,9 @@ from firefly_orm.entry import (
     validate_user_id,
 )
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.protocols import AsyncMemoryStore, ContentReads, UnitOfWork
+from firefly_orm.protocols import AsyncMemoryStore, ContentReads, UnitOfWork, declares
 from firefly_orm.store import InMemoryStore, MemoryStore
+from firefly_orm.uow import optional_operations
 
 __all__ = ["WorkingMemory", "format_context", "read_facts", "working_namespace"]
 
@@ -56,9 +57,9 @@ def delete_fact(uow: UnitOfWork, namespace: str, key: str, entry_id: str) -> Non
     repository with ``delete_key`` (the SQL stores) does it in one statement;
     others delete by id, then look the key up until no entry has it.
     """
-    delete_key = getattr(uow.entries, "delete_key", None)
-    if delete_key is not None:
-        delete_key(namespace, key, entry_id)
+    optional = optional_operations(uow.entries)
+    if optional.supports_delete_key:
+        optional.delete_key(namespace, key, entry_id)
         return
     uow.entries.delete(namespace, entry_id)
     for _ in range(_MAX_STRAY_DELETES):
@@ -68,21 +69,21 @@ def delete_fact(uow: UnitOfWork, namespace: str, key: str, entry_id: str) -> Non
         uow.entries.delete(namespace, stray.entry_id)
 
 
-# The capability checks are getattr, not isinstance(store, ContentReads): a
-# runtime protocol check costs about 10 us on Python 3.11, as much as the
-# content-only read saves.
+# The capability checks are declares(store, ContentReads): a runtime protocol
+# check costs about 10 us on Python 3.11, as much as the content-only read
+# saves, so it is answered once per store class.
 
 
 def _content_of(store: MemoryStore, namespace: str, key: str) -> list[Any]:
     """``[content]`` of ``key`` or ``[]`` (:class:`~firefly_orm.protocols.ContentReads`)."""
-    if getattr(store, "load_content_by_key", None) is None:
+    if not declares(store, ContentReads):
         return _contents(store.load_by_key(namespace, key))
     return cast(ContentReads, store).load_content_by_key(namespace, key)
 
 
 async def _async_content_of(store: AsyncMemoryStore, namespace: str, key: str) -> list[Any]:
     """Async form of :func:`_content_of`."""
-    if getattr(store, "async_load_content_by_key", None) is None:
+    if not declares(store, ContentReads):
         return _contents(await store.async_load_by_key(namespace, key))
     return await cast(ContentReads, store).async_load_content_by_key(namespace, key)
 

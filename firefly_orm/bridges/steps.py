@@ -93,7 +93,8 @@ from typing import (
 from firefly_orm.bridges.loop_thread import loop_running, shared_loop
 from firefly_orm.bridges.threads import call_blocking
 from firefly_orm.errors import ConcurrencyError
-from firefly_orm.protocols import AsyncMemoryStore, MemoryStore, UnitOfWork
+from firefly_orm.protocols import AsyncMemoryStore, MemoryStore, UnitOfWork, declares
+from firefly_orm.protocols import LocksRows as LocksRowsFact
 from firefly_orm.uow import arun_in_unit_of_work, async_unit_of_work_for, unit_of_work_for
 
 __all__ = [
@@ -296,7 +297,7 @@ def locks_rows(store: object) -> bool:
     database-wide write lock) or protect nothing (staged stores check versions
     at commit), and :class:`HoldingTransaction` is not used.
     """
-    return getattr(store, "locks_rows", False) is True
+    return declares(store, LocksRowsFact) and cast(LocksRowsFact, store).locks_rows is True
 
 
 @dataclass(frozen=True)

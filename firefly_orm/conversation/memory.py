@@ -170,11 +170,11 @@ class ConversationMemory(ConversationReads, ConversationChanges):
         self._summarizer = summarizer
         super().__init__(store if store is not None else InMemoryStore())
         self._long_term = long_term
-        promotion = _promotion(
+        self._promotion = _promotion(
             self._store, long_term, auto_promote, importance_threshold, promotion_scorer
         )
         self._policy = ops.Policy(
-            limits=self._limits, keep_evicted=bool(keep_evicted), promotion=promotion
+            limits=self._limits, keep_evicted=bool(keep_evicted), promotion=self._promotion
         )
 
     # ------------------------------------------------------------------ settings
@@ -220,7 +220,7 @@ class ConversationMemory(ConversationReads, ConversationChanges):
     @property
     def promotion(self) -> Promotion | None:
         """How evicted turns are promoted (``None``: they are not)."""
-        return self._policy.promotion
+        return self._promotion
 
     @property
     def keep_evicted(self) -> bool:

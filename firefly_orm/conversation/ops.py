@@ -44,7 +44,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from firefly_orm.bridges.steps import (
     CallOut,
@@ -66,6 +66,7 @@ from firefly_orm.conversation.plan import (
     plan_append,
     summary_input,
 )
+from firefly_orm.conversation.policies import PromotionPolicy
 from firefly_orm.conversation.rows import (
     HEAD_KEY,
     INDEX_NAMESPACE,
@@ -85,11 +86,9 @@ from firefly_orm.conversation.rows import (
 )
 from firefly_orm.entry import MemoryEntry, derived_entry_id, validate_namespace
 from firefly_orm.errors import ConcurrencyError, EntryValidationError
-from firefly_orm.protocols import UnitOfWork
-
-if TYPE_CHECKING:
-    from firefly_orm.long_term.promotion import Promotion
-    from firefly_orm.sql.ops import AppendedHead, TurnAppend
+from firefly_orm.layout import NO_MESSAGE_CAP, within_caps
+from firefly_orm.protocols import AppendedHead, TurnAppend, UnitOfWork
+from firefly_orm.uow import optional_operations
 
 __all__ = [
     "AppendHints",
@@ -151,9 +150,13 @@ def no_eviction_needed(total_tokens: int, total_messages: int, limits: Limits) -
     The planner's trigger (:func:`~firefly_orm.conversation.plan.plan_append`)
     in reverse: tokens evict above both ``max_tokens`` and the threshold.
     """
-    if total_tokens > max(limits.max_tokens, limits.summarize_threshold):
-        return False
-    return limits.max_messages is None or total_messages <= limits.max_messages
+    return all(within_caps(total_tokens, total_messages, *_caps(limits)))
+
+
+def _caps(limits: Limits) -> tuple[int, int]:
+    """The token and message caps of :func:`~firefly_orm.layout.within_caps` for ``limits``."""
+    messages = NO_MESSAGE_CAP if limits.max_messages is None else limits.max_messages
+    return max(limits.max_tokens, limits.summarize_threshold), messages
 
 
 @dataclass(frozen=True)
@@ -167,7 +170,7 @@ class Policy:
 
     limits: Limits
     keep_evicted: bool
-    promotion: Promotion | None = None
+    promotion: PromotionPolicy | None = None
     hints: AppendHints = field(default_factory=AppendHints, compare=False, repr=False)
 
     @property
@@ -343,7 +346,7 @@ def add_turn(
 
 
 def prepare(
-    needed: SummaryNeeded, summarizer: Summarizer | None, promotion: Promotion | None
+    needed: SummaryNeeded, summarizer: Summarizer | None, promotion: PromotionPolicy | None
 ) -> Operation[PreparedSummary]:
     """Make what ``needed`` asks for: the summary, then the promotion scores."""
     summary: str | None = None
@@ -524,8 +527,10 @@ def append_turn(
 def _one_statement_append(
     uow: UnitOfWork,
 ) -> Callable[[TurnAppend], AppendedHead | None] | None:
-    """The repository's one-statement append, when it has one (the capability check)."""
-    return getattr(uow.entries, "append_turn", None)
+    """The repository's one-statement append: the declared optional operation
+    :meth:`RepositoryBase.append_turn <firefly_orm.uow.RepositoryBase.append_turn>`
+    (its default writes nothing and returns ``None``)."""
+    return optional_operations(uow.entries).append_turn
 
 
 def _append_at_once(
@@ -539,20 +544,19 @@ def _append_at_once(
 
     ``None``: nothing was written (the general path follows in the same unit of work).
     """
-    append = _one_statement_append(uow)
     turn = new_turn.turn
     limits = policy.limits
+    append = _one_statement_append(uow)
     if (
         append is None
         or new_turn.idempotency_key is not None
         or not policy.hints.fits(conversation_id, turn.token_estimate, turn.message_count, limits)
     ):
         return None
-    from firefly_orm.sql.ops import TurnAppend
-
     # Checked here as the general path's first read would: the statement's
     # derived ids hash the namespace, which must be text the database can store.
     namespace = validate_namespace(conversation_namespace(conversation_id))
+    # None: the store has no one-statement append, or the head does not qualify.
     done = append(
         TurnAppend(
             namespace=namespace,
@@ -561,7 +565,7 @@ def _append_at_once(
             row=turn_entry(namespace, turn, new_turn.encoded_raw, new_turn.message_tokens),
             tokens=turn.token_estimate,
             messages=turn.message_count,
-            token_cap=max(limits.max_tokens, limits.summarize_threshold),
+            token_cap=_caps(limits)[0],
             message_cap=limits.max_messages,
             owner=new_turn.user_id,
         )

@@ -11,17 +11,19 @@ logs, never raises, what they raise).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from firefly_orm.bridges.steps import CallOut, Operation, is_coroutine_callable
-from firefly_orm.conversation.model import check_int
+from firefly_orm.conversation.model import ConversationTurn, check_int
 from firefly_orm.conversation.plan import Limits
 from firefly_orm.errors import EntryValidationError
+from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
     "Observer",
+    "PromotionPolicy",
     "SummarizeEvent",
     "TrimEvent",
     "make_limits",
@@ -29,6 +31,30 @@ __all__ = [
 ]
 
 logger = logging.getLogger("firefly_orm")
+
+
+class PromotionPolicy(Protocol):
+    """What the conversation layer asks of a promotion of evicted turns.
+
+    :class:`firefly_orm.long_term.Promotion` implements it; the conversation
+    layer reaches long-term memory only through this protocol (it never
+    imports :mod:`firefly_orm.long_term`'s operations).
+    """
+
+    def score(self, turns: Sequence[ConversationTurn]) -> Operation[tuple[float, ...]]:
+        """Rate ``turns`` from 0.0 to 1.0, outside any unit of work."""
+        ...
+
+    def store(
+        self,
+        uow: UnitOfWork,
+        conversation_id: str,
+        owner: str | None,
+        turns: Sequence[ConversationTurn],
+        scores: Sequence[float],
+    ) -> tuple[str, ...]:
+        """Write the promoted items inside the eviction's unit of work; return their ids."""
+        ...
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from firefly_orm.conversation.rows import (
     turn_message_count,
 )
 from firefly_orm.protocols import UnitOfWork
+from firefly_orm.uow import optional_operations
 
 __all__ = [
     "read_context",
@@ -289,7 +290,8 @@ def _older_reader(uow: UnitOfWork, namespace: str) -> OlderReader:
     read; on any other, a longer newest-first read is sliced (the rows
     already read come again).
     """
-    before = getattr(uow.entries, "list_contents_before", None)
+    optional = optional_operations(uow.entries)
+    before = optional.list_contents_before if optional.supports_list_contents_before else None
 
     def read_older(rows: list[Any], count: int) -> list[Any]:
         if not rows:
@@ -302,13 +304,12 @@ def _older_reader(uow: UnitOfWork, namespace: str) -> OlderReader:
             )
             return list(more[len(rows) :])
         (oldest,) = checked_turns(rows[-1:], namespace)
-        return list(
-            before(
-                namespace,
-                key_prefix=TURN_KEY_PREFIX,
-                before_key=turn_key(int(oldest["turn_id"])),
-                limit=count,
-            )
+        page = before(
+            namespace,
+            key_prefix=TURN_KEY_PREFIX,
+            before_key=turn_key(int(oldest["turn_id"])),
+            limit=count,
         )
+        return list(page or ())  # supports_list_contents_before: a page, never None
 
     return read_older

@@ -41,6 +41,8 @@ from firefly_orm.migrate._config import (
     make_config,
     normalize_url,
     our_revisions,
+    pooler_connect_args,
+    split_pooler_option,
     validate_schema_name,
 )
 from firefly_orm.migrate._lock import migration_transaction
@@ -89,9 +91,6 @@ def migration_engine(url: str | URL, *, connect_args: Mapping[str, Any] | None =
     parsed = normalize_url(url)
     options = dict(connect_args or {})
     if parsed.get_backend_name() == "postgresql":
-        # Imported here: firefly_orm.sql imports firefly_orm.migrate, which imports this module.
-        from firefly_orm.sql.presets import pooler_connect_args, split_pooler_option
-
         parsed, pooler = split_pooler_option(parsed, "url")
         options.update(pooler_connect_args(pooler))
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any, Literal, cast
 
 import sqlalchemy as sa
 from alembic.config import Config
@@ -21,17 +22,22 @@ from sqlalchemy.engine import URL, Connection
 from firefly_orm.errors import EntryValidationError, redact_url
 
 __all__ = [
+    "POOLER_MODES",
+    "POOLER_OPTION",
     "BRANCH_LABEL",
     "DEFAULT_SCHEMA",
     "HOST_SCHEMA_OPTION",
     "HOST_VERSION_TABLE",
     "VERSION_TABLE",
+    "check_pooler",
     "head",
     "make_config",
     "normalize_url",
+    "pooler_connect_args",
     "our_revisions",
     "revision_schema",
     "script_location",
+    "split_pooler_option",
     "validate_schema_name",
     "versions_location",
 ]
@@ -164,3 +170,54 @@ def our_revisions() -> set[str]:
     """Every revision id of our migrations."""
     script = ScriptDirectory.from_config(make_config())
     return {rev.revision for rev in script.walk_revisions()}
+
+
+# --------------------------------------------------------------------------- poolers
+# Here, not in firefly_orm.sql.presets (which re-exports them): the migration
+# engine needs them too, and firefly_orm.sql imports this package, not the reverse.
+
+#: The URL query parameter declaring a connection pooler (``?pooler=transaction``);
+#: the store removes it before the driver sees the URL.
+POOLER_OPTION = "pooler"
+#: Pool modes of a pooler in front of PostgreSQL that the store works behind.
+POOLER_MODES = ("transaction", "session")
+Pooler = Literal["transaction", "session"]
+
+
+def check_pooler(value: object, field: str) -> Pooler:
+    """``value`` if it is a pool mode firefly_orm works behind (``field`` names it)."""
+    if value not in POOLER_MODES:
+        hint = (
+            " (statement pooling cannot run multi-statement transactions; use transaction)"
+            if value == "statement"
+            else ""
+        )
+        raise EntryValidationError(
+            field, f"{value!r} is not a pool mode firefly_orm works behind: {POOLER_MODES}{hint}"
+        )
+    return cast(Pooler, value)
+
+
+def split_pooler_option(url: URL, field: str = "url") -> tuple[URL, Pooler | None]:
+    """``url`` without the ``pooler`` query parameter, and the pool mode it declared.
+
+    Raises:
+        EntryValidationError: An unknown pool mode, or ``pooler`` given twice
+            (``field`` names the argument in the message).
+    """
+    if POOLER_OPTION not in url.query:
+        return url, None
+    value = url.query[POOLER_OPTION]
+    if not isinstance(value, str):
+        raise EntryValidationError(field, f"give {POOLER_OPTION}= once")
+    return url.difference_update_query([POOLER_OPTION]), check_pooler(value, field)
+
+
+def pooler_connect_args(pooler: str | None) -> dict[str, Any]:
+    """psycopg connect arguments for a pooler in ``pooler`` mode (``None``: no pooler).
+
+    Behind a transaction pooler a statement psycopg prepared on one server
+    connection is missing on the next one (or left behind on the first): no
+    server-side prepared statements then (``prepare_threshold=None``).
+    """
+    return {"prepare_threshold": None} if pooler == "transaction" else {}

@@ -42,6 +42,7 @@ from firefly_orm.search import (
     websearch_query,
 )
 from firefly_orm.sql import statements as st
+from firefly_orm.uow import RepositoryBase
 
 __all__ = [
     "AppendedHead",
@@ -372,12 +373,16 @@ def _append_turn_sqlite(target: Target, request: TurnAppend) -> AppendedHead | N
 # --------------------------------------------------------------------------- repository
 
 
-class SQLEntryRepository:
+class SQLEntryRepository(RepositoryBase):
     """:class:`~firefly_orm.protocols.EntryRepository` over one Session or Connection transaction.
 
     Each method validates its arguments and runs the operation above on
-    :attr:`session` (the transaction's Session or Connection).
+    :attr:`session` (the transaction's Session or Connection).  It implements
+    every optional operation of :class:`~firefly_orm.uow.RepositoryBase`.
     """
+
+    supports_delete_key = True
+    supports_list_contents_before = True
 
     def __init__(self, session: Target) -> None:
         self.session = session

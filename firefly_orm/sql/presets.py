@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any
 
 from sqlalchemy.engine import URL
 
 from firefly_orm import migrate
-from firefly_orm.config import MAX_TIMEOUT_SECONDS
+from firefly_orm.envnames import MAX_TIMEOUT_SECONDS
 from firefly_orm.errors import EntryValidationError, redact_url
+from firefly_orm.migrate._config import (
+    POOLER_MODES,
+    POOLER_OPTION,
+    Pooler,
+    check_pooler,
+    pooler_connect_args,
+    split_pooler_option,
+)
 from firefly_orm.sql.store import SQLAlchemyStore
 
 __all__ = [
@@ -21,13 +29,6 @@ __all__ = [
     "pooler_connect_args",
     "split_pooler_option",
 ]
-
-#: The URL query parameter declaring a connection pooler (``?pooler=transaction``);
-#: the store removes it before the driver sees the URL.
-POOLER_OPTION = "pooler"
-#: Pool modes of a pooler in front of PostgreSQL that the store works behind.
-POOLER_MODES = ("transaction", "session")
-Pooler = Literal["transaction", "session"]
 
 
 class SQLiteStore(SQLAlchemyStore):
@@ -107,7 +108,7 @@ class PostgreSQLStore(SQLAlchemyStore):
             )
             declared = _agree(declared, on_replica, "replica_url")
         self.pooler: Pooler | None = _agree(
-            _check_pooler(pooler, "pooler") if pooler is not None else None, declared, "pooler"
+            check_pooler(pooler, "pooler") if pooler is not None else None, declared, "pooler"
         )
         super().__init__(parsed, schema_name=schema_name, **kwargs)
 
@@ -132,44 +133,6 @@ class PostgreSQLStore(SQLAlchemyStore):
         conns = [self.engine.connect() for _ in range(self.pool_min_size)]
         for conn in conns:
             conn.close()
-
-
-def _check_pooler(value: object, field: str) -> Pooler:
-    if value not in POOLER_MODES:
-        hint = (
-            " (statement pooling cannot run multi-statement transactions; use transaction)"
-            if value == "statement"
-            else ""
-        )
-        raise EntryValidationError(
-            field, f"{value!r} is not a pool mode firefly_orm works behind: {POOLER_MODES}{hint}"
-        )
-    return cast(Pooler, value)
-
-
-def split_pooler_option(url: URL, field: str = "url") -> tuple[URL, Pooler | None]:
-    """``url`` without the ``pooler`` query parameter, and the pool mode it declared.
-
-    Raises:
-        EntryValidationError: An unknown pool mode, or ``pooler`` given twice
-            (``field`` names the argument in the message).
-    """
-    if POOLER_OPTION not in url.query:
-        return url, None
-    value = url.query[POOLER_OPTION]
-    if not isinstance(value, str):
-        raise EntryValidationError(field, f"give {POOLER_OPTION}= once")
-    return url.difference_update_query([POOLER_OPTION]), _check_pooler(value, field)
-
-
-def pooler_connect_args(pooler: str | None) -> dict[str, Any]:
-    """psycopg connect arguments for a pooler in ``pooler`` mode (``None``: no pooler).
-
-    Behind a transaction pooler a statement psycopg prepared on one server
-    connection is missing on the next one (or left behind on the first): no
-    server-side prepared statements then (``prepare_threshold=None``).
-    """
-    return {"prepare_threshold": None} if pooler == "transaction" else {}
 
 
 def _agree(first: Pooler | None, second: Pooler | None, field: str) -> Pooler | None:

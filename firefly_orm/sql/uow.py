@@ -31,9 +31,10 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
-from firefly_orm.protocols import EntryRepository
+from firefly_orm.protocols import AppendedHead, EntryRepository, TurnAppend
 from firefly_orm.sql.engines import Engines, Mode, ThreadedConnection
 from firefly_orm.sql.ops import SQLEntryRepository, Target, push_translation
+from firefly_orm.uow import RepositoryBase
 
 __all__ = [
     "AsyncSQLUnitOfWork",
@@ -88,7 +89,7 @@ def run_ours(target: Target, fn: Callable[..., T], *args: Any) -> T:
         return fn(target, *args)
 
 
-class _EntriesProxy:
+class _EntriesProxy(RepositoryBase):
     """Our repository, each method call wrapped by :meth:`_wrap` (attributes pass through).
 
     Args:
@@ -109,6 +110,27 @@ class _EntriesProxy:
         if not callable(method):
             return method
         return self._wrap(name, method)
+
+    # The optional operations of RepositoryBase, declared: each goes through
+    # the wrapper like every other call (the base's defaults would not).
+    supports_delete_key = True
+    supports_list_contents_before = True
+
+    def append_turn(self, request: TurnAppend) -> AppendedHead | None:
+        result: AppendedHead | None = self.__getattr__("append_turn")(request)
+        return result
+
+    def delete_key(self, namespace: str, key: str, entry_id: str) -> int | None:
+        result: int | None = self.__getattr__("delete_key")(namespace, key, entry_id)
+        return result
+
+    def list_contents_before(
+        self, namespace: str, *, key_prefix: str, before_key: str, limit: int
+    ) -> list[Any] | None:
+        result: list[Any] | None = self.__getattr__("list_contents_before")(
+            namespace, key_prefix=key_prefix, before_key=before_key, limit=limit
+        )
+        return result
 
     def _wrap(self, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         raise NotImplementedError

@@ -31,11 +31,14 @@ from firefly_orm.entry import MemoryEntry
 from firefly_orm.protocols import (
     AsyncMemoryStore,
     AsyncUnitOfWork,
+    AsyncUnitOfWorkStore,
+    ExpiresOnServer,
     ListOptions,
     MemoryStore,
     SearchHit,
     SearchOptions,
     UnitOfWork,
+    UnitOfWorkStore,
 )
 from firefly_orm.uow import async_unit_of_work_for, supports_search, unit_of_work_for
 
@@ -213,7 +216,7 @@ class StoreDriver:
 
     def can_erase_users(self) -> bool:
         """Whether the store's units of work can erase a user (not a plain five-method store)."""
-        return hasattr(self.store, "unit_of_work") or hasattr(self.store, "async_unit_of_work")
+        return isinstance(self.store, UnitOfWorkStore | AsyncUnitOfWorkStore)
 
     async def can_search(self) -> bool:
         """Whether the store's units of work implement full-text search.
@@ -232,7 +235,7 @@ class StoreDriver:
     def server_expires_entries(self) -> bool:
         """Whether the database also deletes expired entries itself (a MongoDB TTL
         index): ``cleanup_expired`` may then find some of them already gone."""
-        return bool(getattr(self.store, "ttl_index", False))
+        return isinstance(self.store, ExpiresOnServer) and bool(self.store.ttl_index)
 
     async def cleanup_expired(self) -> int:
         """``cleanup_expired`` / ``async_cleanup_expired``."""
