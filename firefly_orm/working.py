@@ -33,7 +33,6 @@ from firefly_orm.entry import (
     MemoryEntry,
     MemoryScope,
     derived_entry_id,
-    validate_entry,
     validate_key,
     validate_namespace,
     validate_user_id,
@@ -226,9 +225,16 @@ class WorkingMemory(MemoryLayer):
         return checked
 
     def _build(self, key: str, value: Any, importance: Any, metadata: Any) -> MemoryEntry:
-        """The validated entry that :meth:`set` writes (no I/O)."""
+        """The entry that :meth:`set` writes (no I/O).
+
+        The key, importance and metadata's scope are checked here; the entry as a
+        whole (``value`` and ``metadata`` as JSON) once, by the store's ``save``,
+        which validates before it writes anything (the
+        :class:`~firefly_orm.protocols.MemoryStore` contract, checked for every
+        store by :mod:`firefly_orm.testing`), with the same errors.
+        """
         validate_key(key)
-        entry = MemoryEntry.from_dict(
+        return MemoryEntry.from_dict(
             dict(
                 entry_id=self._entry_id(key),
                 namespace=self._namespace,
@@ -240,7 +246,6 @@ class WorkingMemory(MemoryLayer):
                 user_id=self._user_id,
             )
         )
-        return validate_entry(entry, self._namespace)
 
     # ------------------------------------------------------------------ operations
     def _set(
