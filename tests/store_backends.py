@@ -103,7 +103,9 @@ class Backend:
     @property
     def marks(self) -> tuple[pytest.MarkDecorator, ...]:
         """``pytest.mark.postgres`` / ``pytest.mark.mongo`` for database backends."""
-        marks = () if self.database is None else (getattr(pytest.mark, self.database),)
+        marks: tuple[pytest.MarkDecorator, ...] = (
+            () if self.database is None else (getattr(pytest.mark, self.database),)
+        )
         if self.shared_group is not None:
             marks += (pytest.mark.xdist_group(self.shared_group),)
         return marks
