@@ -144,12 +144,22 @@ def add_turn(
             if holding:
                 return (
                     yield from HoldingTransaction.write(
-                        append_turn_holding, conversation_id, new_turn, policy, summarizer, prepared
+                        append_turn_holding,
+                        conversation_id=conversation_id,
+                        new_turn=new_turn,
+                        policy=policy,
+                        summarizer=summarizer,
+                        prepared=prepared,
                     )
                 )
             return (
                 yield from Transaction.write(
-                    append_turn, conversation_id, new_turn, policy, summarizer is not None, prepared
+                    append_turn,
+                    conversation_id=conversation_id,
+                    new_turn=new_turn,
+                    policy=policy,
+                    has_summarizer=summarizer is not None,
+                    prepared=prepared,
                 )
             )
         except ConcurrencyError:
