@@ -325,7 +325,8 @@ def upstream_source(
         location: An upstream ``FileStore`` directory, an upstream
             ``SQLiteStore`` database file, or a ``mongodb://`` /
             ``mongodb+srv://`` URL.
-        database, collection: MongoDB only (defaults ``firefly_memory`` / ``entries``).
+        database: MongoDB only: the database (default ``firefly_memory``).
+        collection: MongoDB only: the collection (default ``entries``).
         table: SQLite only (default ``firefly_memory``).
 
     Raises:
