@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from firefly_orm.entry import MemoryEntry, MemoryScope, new_entry_id, validate_entry
-from firefly_orm.sql.statements import row_to_entry
+from firefly_orm.sql._statements import row_to_entry
 
 
 def _fields(i: int) -> dict[str, Any]:

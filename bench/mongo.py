@@ -51,7 +51,7 @@ from bench.common import (
 )
 from bench.ours import Ours
 from bench.workloads import _check_same, _new_ids, _pair_call, growth_row
-from firefly_orm.testing.secantus import answers_ping
+from firefly_orm.testing._secantus import answers_ping
 
 #: Where a MongoDB URL is looked up when ``--mongo-url`` is not given.
 MONGO_URL_VAR = "FIREFLY_ORM_TEST_MONGO_URL"
@@ -67,7 +67,7 @@ Turn = tuple[str, str, list[dict[str, str]]]
 
 def documents_listener() -> Any:
     """A pymongo command listener whose ``count`` is the documents read so far."""
-    from firefly_orm.testing.mongo_reads import DocumentsRead
+    from firefly_orm.testing._mongo_reads import DocumentsRead
 
     return DocumentsRead()
 
@@ -78,7 +78,7 @@ def documents_listener() -> Any:
 @contextlib.contextmanager
 def _secantus() -> Iterator[str]:
     """A SecantusDB server for this run; :class:`Skip` when it does not start."""
-    from firefly_orm.testing.secantus import ServerDidNotStart, secantus_server
+    from firefly_orm.testing._secantus import ServerDidNotStart, secantus_server
 
     with contextlib.ExitStack() as stack:
         try:
@@ -325,7 +325,7 @@ class MongoOurs(Ours):
     def __init__(self, url: str, database: str, *, max_tokens: int | None = None) -> None:
         from pymongo import AsyncMongoClient
 
-        from firefly_orm.bridges.loop_thread import shared_loop
+        from firefly_orm.bridges._loop_thread import shared_loop
         from firefly_orm.mongo import MongoDBStore
 
         self.reads = documents_listener()
@@ -355,7 +355,7 @@ class MongoOurs(Ours):
         }
 
     def close(self) -> None:
-        from firefly_orm.bridges.loop_thread import shared_loop
+        from firefly_orm.bridges._loop_thread import shared_loop
 
         try:
             self.store.close()

@@ -42,14 +42,14 @@ def last_n_api(memory: Any) -> str:
 def _library_rows(conversations: list[tuple[str, list[tuple[str, str, Any]]]]) -> list[Any]:
     """Column values of the rows ConversationMemory would store for these conversations."""
     from firefly_orm.conversation import ConversationTurn, encode_raw_messages
-    from firefly_orm.conversation.rows import (
+    from firefly_orm.conversation._rows import (
         INDEX_NAMESPACE,
         conversation_namespace,
         head_entry,
         index_entry,
         turn_entry,
     )
-    from firefly_orm.sql.statements import entry_values
+    from firefly_orm.sql._statements import entry_values
 
     rows = []
     for cid, turns in conversations:
@@ -151,7 +151,7 @@ class Ours(_Base):
             rows = _library_rows(conversations)
             import sqlalchemy as sa
 
-            from firefly_orm.sql.statements import TABLE
+            from firefly_orm.sql._statements import TABLE
         except (ImportError, AttributeError) as exc:
             print(f"bench: W4 fill through import_conversation (slow): {exc}", file=sys.stderr)
             for cid, turns in conversations:

@@ -186,7 +186,7 @@ class SQLOurs(_OursBase):
     def load(self, items: Sequence[Item]) -> None:
         import sqlalchemy as sa
 
-        from firefly_orm.sql.statements import TABLE, entry_values
+        from firefly_orm.sql._statements import TABLE, entry_values
 
         self.store.ensure_initialized()
         for start in range(0, len(items), LOAD_BATCH):

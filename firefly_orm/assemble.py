@@ -33,13 +33,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from firefly_orm.conversation.codec import pydantic_ai_messages
-from firefly_orm.conversation.messages import Estimator
-from firefly_orm.conversation.plan import Limits
-from firefly_orm.conversation.reads import read_context_parts, read_recent
+from firefly_orm.conversation._codec import pydantic_ai_messages
+from firefly_orm.conversation._messages import Estimator
+from firefly_orm.conversation._plan import Limits
+from firefly_orm.conversation._reads import read_context_parts, read_recent
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.long_term.model import Recalled
-from firefly_orm.long_term.ops import ItemFilter, recall_items
+from firefly_orm.long_term._model import Recalled
+from firefly_orm.long_term._ops import ItemFilter, recall_items
 from firefly_orm.protocols import UnitOfWork
 from firefly_orm.working import format_context, read_facts
 

@@ -37,7 +37,7 @@ from firefly_orm.errors import (
     scrub_secret,
     url_secrets,
 )
-from firefly_orm.long_term.memory import DEFAULT_NAMESPACE, MAX_RETENTION_DAYS
+from firefly_orm.long_term._memory import DEFAULT_NAMESPACE, MAX_RETENTION_DAYS
 from firefly_orm.long_term.promotion import DEFAULT_IMPORTANCE_THRESHOLD
 
 if TYPE_CHECKING:
@@ -236,7 +236,7 @@ class MemorySettings(BaseSettings):
         if info.data.get("backend") != "mongodb":
             return value
         try:
-            from firefly_orm.mongo.document import (
+            from firefly_orm.mongo._document import (
                 validate_collection_name,
                 validate_database_name,
             )

@@ -17,7 +17,7 @@ Clear a shared conversation explicitly with
 :meth:`MemoryManager.clear_conversation`.
 
 Each method is written once as an operation that composes the conversation's
-and the working memory's operations (:mod:`firefly_orm.bridges.steps`); its
+and the working memory's operations (:mod:`firefly_orm.bridges._steps`); its
 ``async_`` twin is derived from the same operation.
 """
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from firefly_orm.assemble import STYLES, AssembleRequest, ContextShares, LongTermSource
 from firefly_orm.assemble import assemble_context as assemble_transaction
-from firefly_orm.bridges.steps import (
+from firefly_orm.bridges._steps import (
     MemoryLayer,
     Operation,
     Transaction,
@@ -37,8 +37,8 @@ from firefly_orm.bridges.steps import (
     sync_method,
 )
 from firefly_orm.conversation import ConversationMemory, Summarizer
-from firefly_orm.conversation.model import check_conversation_id, check_int
-from firefly_orm.conversation.plan import Limits
+from firefly_orm.conversation._model import check_conversation_id, check_int
+from firefly_orm.conversation._plan import Limits
 from firefly_orm.entry import validate_user_id
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import DEFAULT_NAMESPACE, LongTermMemory

@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol, Self, TypedDict, TypeVar, Unpack, runtime_checkable
 
+from firefly_orm._search import SearchHit, SearchOptions
 from firefly_orm.entry import MemoryEntry
-from firefly_orm.search import SearchHit, SearchOptions
 
 __all__ = [
     "AppendedHead",
@@ -216,14 +216,14 @@ class EntryRepository(Protocol):
     ) -> builtins.list[SearchHit]:
         """Full-text search: live entries of ``namespace`` whose ``search_text`` matches ``query``.
 
-        Returns :class:`~firefly_orm.search.SearchHit` ``(entry, score)`` pairs,
+        Returns :class:`~firefly_orm._search.SearchHit` ``(entry, score)`` pairs,
         best first (score, then importance, then newest), at most ``limit``.
         The query is plain text: it is split into words and never parsed as
         query syntax (quotes, operators, NUL and the like only separate words);
         a query without words returns ``[]``.  Inside a unit of work the
         search sees the unit of work's own writes.  ``options`` are the
         keyword arguments of :class:`SearchOptions`; the rules are in
-        :mod:`firefly_orm.search`.
+        :mod:`firefly_orm._search`.
 
         Raises:
             EntryValidationError: A bad argument (nothing is read).
@@ -353,7 +353,7 @@ class TurnAppend:
 
     The request a layer hands a store (the conversation layer builds it; the
     SQL stores run it), so neither imports the other.  The row layout it
-    follows is in :mod:`firefly_orm.layout`.
+    follows is in :mod:`firefly_orm._layout`.
 
     Attributes:
         namespace: The conversation's namespace.
@@ -474,12 +474,12 @@ class SearchBackend(Protocol):
 
         Same arguments, filters, order and ``limit`` as
         :meth:`EntryRepository.search` (build them with
-        :meth:`firefly_orm.search.SearchRequest.build`); the unit of work
+        :meth:`firefly_orm._search.SearchRequest.build`); the unit of work
         overlays its staged writes (scoring those with the tokenised match) and
         may ask for a larger ``limit`` or ``None`` (every match), because each
         staged write can hide one stored result.  A database store runs its
         index here (MongoDB: an aggregation on the multikey
-        ``(namespace, search_words)`` index, see :mod:`firefly_orm.search`).
+        ``(namespace, search_words)`` index, see :mod:`firefly_orm._search`).
         """
         ...
 

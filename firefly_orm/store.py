@@ -14,7 +14,7 @@ the protocols themselves live in :mod:`firefly_orm.protocols`):
   what is stored.
 
 Full-text search (``uow.entries.search``) on :class:`InMemoryStore` is the
-tokenised match of :mod:`firefly_orm.search` over a per-namespace inverted index.
+tokenised match of :mod:`firefly_orm._search` over a per-namespace inverted index.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from __future__ import annotations
 import threading
 from typing import Unpack
 
+from firefly_orm._search import SearchHit, SearchRequest, TermIndex
 from firefly_orm.bridges.twins import AsyncTwins
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
 from firefly_orm.protocols import AsyncMemoryStore, ListOptions, MemoryStore, SearchOptions
-from firefly_orm.search import SearchHit, SearchRequest, TermIndex
 from firefly_orm.uow import (
     StagedChanges,
     StagedUnitOfWork,
@@ -149,7 +149,7 @@ class InMemoryStore(AsyncTwins):
     def read_search(
         self, namespace: str, query: str, **options: Unpack[SearchOptions]
     ) -> list[SearchHit]:
-        """The committed matches of ``query`` (copies), best first (:mod:`firefly_orm.search`)."""
+        """The committed matches of ``query`` (copies), best first (:mod:`firefly_orm._search`)."""
         request = SearchRequest.build(namespace, query, **options)
         if request.finds_nothing:
             return []

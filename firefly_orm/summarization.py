@@ -18,7 +18,7 @@ What it does better than the module it is modelled on:
   logged as a warning and a plain extractive summary is returned instead, so a
   failing LLM never breaks ``add_turn``;
 * the sync call runs the model on the process-wide event-loop thread
-  (:func:`~firefly_orm.bridges.loop_thread.shared_loop`), so it works with no
+  (:func:`~firefly_orm.bridges._loop_thread.shared_loop`), so it works with no
   running loop, inside a thread while a loop runs elsewhere, and even
   (blocking) from a coroutine; async code should await
   :meth:`LLMSummarizer.async_summarize` instead.
@@ -37,10 +37,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from firefly_orm.bridges.loop_thread import loop_running, shared_loop
+from firefly_orm._layout import SUMMARY_TURN_ID as SUMMARY_TURN_ID
+from firefly_orm.bridges._loop_thread import loop_running, shared_loop
 from firefly_orm.envnames import ENV_SUMMARY_MODEL
 from firefly_orm.errors import MissingExtraError
-from firefly_orm.layout import SUMMARY_TURN_ID as SUMMARY_TURN_ID
 from firefly_orm.tokens import DEFAULT_TOKENS_PER_WORD
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ FALLBACK_SUMMARY = "Previous conversation context."
 # package; :mod:`firefly_orm.conversation` imports and re-exports them.
 
 # ``turn_id`` of the synthetic turn that carries the previous summary:
-# SUMMARY_TURN_ID, a row-layout fact from firefly_orm.layout (imported above).
+# SUMMARY_TURN_ID, a row-layout fact from firefly_orm._layout (imported above).
 #: ``user_prompt`` of the synthetic turn that carries the previous summary.
 SUMMARY_TURN_PROMPT = "Summary of the earlier conversation"
 #: Turn id of the synthetic turn that carries the previous summary (an alias of

@@ -29,7 +29,7 @@ What each store guarantees (the contracts are in :mod:`firefly_orm.protocols`):
   own staged writes overlaid, so their cost does not grow with the namespace.
   Full-text search asks the store's ``read_search``
   (:class:`~firefly_orm.protocols.SearchBackend`) and scores the staged writes
-  with the tokenised match of :mod:`firefly_orm.search`.
+  with the tokenised match of :mod:`firefly_orm._search`.
 * Any other :class:`~firefly_orm.protocols.MemoryStore` (a custom backend with
   only the five protocol methods) gets :class:`BestEffortUnitOfWork`: changes
   are staged and replayed on commit through ``save``/``delete``; preconditions
@@ -49,6 +49,7 @@ from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self, TypeVar, Unpack, cast
 
+from firefly_orm._search import SearchHit, SearchRequest, best_hits, match_entries
 from firefly_orm.bridges.twins import SyncBackedAsyncUnitOfWork
 from firefly_orm.entry import (
     MAX_ENTRY_VERSION,
@@ -79,7 +80,6 @@ from firefly_orm.protocols import (
     UnitOfWorkStore,
     declares,
 )
-from firefly_orm.search import SearchHit, SearchRequest, best_hits, match_entries
 
 __all__ = [
     "AsyncUnitOfWork",

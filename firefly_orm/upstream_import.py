@@ -44,7 +44,7 @@ unreachable server) raise before anything is written; a failure of the target
 store stops the import (namespaces already committed stay imported, and a
 rerun completes the rest).
 
-The code lives in :mod:`firefly_orm.interop` (``_upstream_plan``: errors, results,
+The code lives in :mod:`firefly_orm._interop` (``_upstream_plan``: errors, results,
 records and planning; ``_upstream_sources``: the three sources;
 ``_upstream_run``: the import); this module is its import path.
 
@@ -61,7 +61,7 @@ Example::
 
 from __future__ import annotations
 
-from firefly_orm.interop._upstream_plan import (
+from firefly_orm._interop._upstream_plan import (
     ImportIssue,
     ImportOptions,
     ImportProgress,
@@ -75,12 +75,12 @@ from firefly_orm.interop._upstream_plan import (
     entry_from_upstream,
     plan_namespace,
 )
-from firefly_orm.interop._upstream_run import (
+from firefly_orm._interop._upstream_run import (
     ProgressCallback,
     async_import_upstream,
     import_upstream,
 )
-from firefly_orm.interop._upstream_sources import (
+from firefly_orm._interop._upstream_sources import (
     DEFAULT_MONGO_COLLECTION,
     DEFAULT_MONGO_DATABASE,
     DEFAULT_SQLITE_TABLE,

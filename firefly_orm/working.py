@@ -9,7 +9,7 @@ namespace and the key (:func:`~firefly_orm.entry.derived_entry_id`), so a single
 leave two entries for a key, and a failed write leaves the previous value in
 place (the module this is modelled on deleted first and inserted second).
 
-Each method is written once as an operation (:mod:`firefly_orm.bridges.steps`)
+Each method is written once as an operation (:mod:`firefly_orm.bridges._steps`)
 and has an ``async_`` twin derived from it: single reads and writes call the
 store's own methods (its ``async_*`` ones from async code; a store without them
 has the sync method run in a worker thread), :meth:`WorkingMemory.delete` runs
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
-from firefly_orm.bridges.steps import (
+from firefly_orm.bridges._steps import (
     MemoryLayer,
     Operation,
     StoreCall,

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 import pytest
 
-from firefly_orm.testing.secantus import ServerDidNotStart, secantus_server
+from firefly_orm.testing._secantus import ServerDidNotStart, secantus_server
 
 ENV_VAR = "FIREFLY_ORM_TEST_MONGO_URL"
 MONGO_IMAGE = "mongo:7"

@@ -38,7 +38,7 @@ import pytest
 import sqlalchemy as sa
 from faults.servers import CTL, PG_VERSION, ClusterUnavailable, DisposableCluster
 
-from firefly_orm.testing.secantus import free_port
+from firefly_orm.testing._secantus import free_port
 
 #: Seconds a starting server gets to answer.
 START_TIMEOUT = 30.0

@@ -7,7 +7,7 @@ more, done here once the whole package is loaded:
 * **Derived methods.**  A memory layer writes each operation once (``_add_turn``)
   and derives its public forms with class attributes
   (``add_turn = sync_method(_add_turn)``, ``async_add_turn = async_method(...)``,
-  a facade's ``delegate(...)``; see :mod:`firefly_orm.bridges.steps`).  Read
+  a facade's ``delegate(...)``; see :mod:`firefly_orm.bridges._steps`).  Read
   statically those are undocumented attributes.  At run time they are methods
   with the operation's signature and docstring.  This extension asks the
   running class: every class attribute that is a plain function at run time

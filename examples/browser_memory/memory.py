@@ -44,7 +44,7 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter, ValidationError
 
-from firefly_orm.bridges.steps import (
+from firefly_orm.bridges._steps import (
     MemoryLayer,
     Operation,
     Transaction,
@@ -52,7 +52,7 @@ from firefly_orm.bridges.steps import (
     retrying,
     sync_method,
 )
-from firefly_orm.conversation.ops import clear_conversations, create_conversation
+from firefly_orm.conversation._ops import clear_conversations, create_conversation
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id, validate_entry
 from firefly_orm.manager import MemoryManager
 from firefly_orm.protocols import UnitOfWork

@@ -39,7 +39,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import Model
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from firefly_orm.conversation.context import SUMMARY_CONTEXT_PREFIX
+from firefly_orm.conversation._context import SUMMARY_CONTEXT_PREFIX
 from firefly_orm.manager import MemoryManager
 from firefly_orm.pydantic_ai import MemoryAgent, MemoryDeps
 from firefly_orm.store import MemoryStore

@@ -15,12 +15,12 @@ message.  Every operation is one unit of work on any store, sync or async.
 * :mod:`~firefly_orm.artifacts._errors`: the errors;
 * :mod:`~firefly_orm.artifacts._results`: file bodies and the result models;
 * :mod:`~firefly_orm.artifacts._layout`: the row layout, and rows read back as results;
-* :mod:`~firefly_orm.artifacts.ops`: the transactions (plain functions over a unit of work);
+* :mod:`~firefly_orm.artifacts._ops`: the transactions (plain functions over a unit of work);
 * :mod:`~firefly_orm.artifacts._handle`: :class:`ArtifactWorkspace`, a handle on one workspace;
 * :mod:`~firefly_orm.artifacts._registry`: :class:`Artifacts`, the keyed workspaces;
-* :mod:`~firefly_orm.artifacts.flyte`: export to, and import from, Flyte's directory layout.
+* :mod:`~firefly_orm.artifacts._flyte`: export to, and import from, Flyte's directory layout.
 
-:mod:`~firefly_orm.artifacts.model` and :mod:`~firefly_orm.artifacts.workspace`
+:mod:`~firefly_orm.artifacts._model` and :mod:`~firefly_orm.artifacts._workspace`
 keep their names for existing imports; they define nothing.
 """
 

@@ -1,10 +1,10 @@
 """The handle on one artifact workspace: :class:`ArtifactWorkspace`.
 
 Each public method is defined once, as an operation method ``_<name>``
-(:mod:`firefly_orm.bridges.steps`); ``<name>`` and ``async_<name>`` are
+(:mod:`firefly_orm.bridges._steps`); ``<name>`` and ``async_<name>`` are
 derived from it.  Inputs are checked before any I/O (a bad one raises
 :class:`~firefly_orm.errors.EntryValidationError` and nothing is read or
-written); the transactions are in :mod:`firefly_orm.artifacts.ops`.
+written); the transactions are in :mod:`firefly_orm.artifacts._ops`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any, Unpack
 
-from firefly_orm.artifacts import ops
+from firefly_orm.artifacts import _ops as ops
 from firefly_orm.artifacts._errors import ReadOnlyPathError
 from firefly_orm.artifacts._layout import Layout, stored_file
 from firefly_orm.artifacts._results import (
@@ -40,7 +40,7 @@ from firefly_orm.artifacts._rules import (
     check_reason,
     read_only_prefix_of,
 )
-from firefly_orm.bridges.steps import (
+from firefly_orm.bridges._steps import (
     MemoryLayer,
     Operation,
     StoreCall,
@@ -48,14 +48,14 @@ from firefly_orm.bridges.steps import (
     async_method,
     sync_method,
 )
-from firefly_orm.conversation.model import check_int
+from firefly_orm.conversation._model import check_int
 from firefly_orm.errors import EntryValidationError, NotFoundError
 from firefly_orm.store import InMemoryStore, MemoryStore
 
 __all__ = ["ArtifactWorkspace"]
 
 #: The logger the workspace classes have always used (logging configurations name it).
-logger = logging.getLogger("firefly_orm.artifacts.workspace")
+logger = logging.getLogger("firefly_orm.artifacts._workspace")
 
 
 class _Required:

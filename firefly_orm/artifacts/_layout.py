@@ -22,7 +22,7 @@ namespace                 one row per                  layout
                           ``keep_versions=True``       content = the body; metadata as the
                                                        file row's, plus ``version``
 ``…:transcript``          transcript message           content = the message in the portable
-                                                       form of :mod:`firefly_orm.conversation.codec`
+                                                       form of ``conversation/_codec.py``
 ========================  ===========================  =========================================
 
 ``<k>`` and ``<u>`` are the workspace key and the owner, percent-encoded
@@ -62,7 +62,7 @@ from firefly_orm.entry import (
     validate_user_id,
 )
 from firefly_orm.errors import StoreCorruptedError
-from firefly_orm.long_term.model import keyed_entry_id
+from firefly_orm.long_term._model import keyed_entry_id
 
 __all__ = [
     "MAX_NAME_SEGMENT",

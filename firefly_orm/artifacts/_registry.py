@@ -1,7 +1,7 @@
 """Keyed artifact workspaces: :class:`Artifacts` (create, open, delete, list, import).
 
 Each public method is defined once, as an operation method ``_<name>``
-(:mod:`firefly_orm.bridges.steps`); ``<name>`` and ``async_<name>`` are
+(:mod:`firefly_orm.bridges._steps`); ``<name>`` and ``async_<name>`` are
 derived from it.  A handle it returns is an
 :class:`~firefly_orm.artifacts.ArtifactWorkspace`.
 """
@@ -12,7 +12,7 @@ import builtins
 import logging
 from typing import Any, Unpack
 
-from firefly_orm.artifacts import ops
+from firefly_orm.artifacts import _ops as ops
 from firefly_orm.artifacts._handle import ArtifactWorkspace
 from firefly_orm.artifacts._layout import Layout
 from firefly_orm.artifacts._results import WorkspaceInfo, WorkspaceSnapshot, check_snapshot
@@ -21,9 +21,15 @@ from firefly_orm.artifacts._rules import (
     check_bool,
     check_workspace_key,
 )
-from firefly_orm.bridges.steps import MemoryLayer, Operation, Transaction, async_method, sync_method
-from firefly_orm.conversation.model import check_int
-from firefly_orm.conversation.transfer import refresh_statistics
+from firefly_orm.bridges._steps import (
+    MemoryLayer,
+    Operation,
+    Transaction,
+    async_method,
+    sync_method,
+)
+from firefly_orm.conversation._model import check_int
+from firefly_orm.conversation._transfer import refresh_statistics
 from firefly_orm.entry import validate_user_id
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.store import InMemoryStore, MemoryStore
@@ -31,7 +37,7 @@ from firefly_orm.store import InMemoryStore, MemoryStore
 __all__ = ["Artifacts"]
 
 #: The logger the workspace classes have always used (logging configurations name it).
-logger = logging.getLogger("firefly_orm.artifacts.workspace")
+logger = logging.getLogger("firefly_orm.artifacts._workspace")
 
 
 class Artifacts(MemoryLayer):

@@ -27,8 +27,8 @@ from datetime import datetime
 from typing import Any
 
 from firefly_orm.artifacts._rules import DEFAULT_ACTOR, check_actor, check_path, check_reason
-from firefly_orm.conversation.codec import decode_raw_messages, encode_raw_messages
-from firefly_orm.conversation.model import check_int
+from firefly_orm.conversation._codec import decode_raw_messages, encode_raw_messages
+from firefly_orm.conversation._model import check_int
 from firefly_orm.entry import utcnow, validate_json_value
 from firefly_orm.errors import EntryValidationError, StoreCorruptedError
 

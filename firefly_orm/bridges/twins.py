@@ -15,18 +15,18 @@ method (``async_save``, ``async_load``, ``async_load_by_key``,
 
 A store that does blocking I/O keeps ``twins_in_thread = True`` (the default),
 so its twins run in a worker thread (:func:`call_blocking`, the threads
-landing of :mod:`firefly_orm.bridges.threads`) and never block the event loop;
+landing of :mod:`firefly_orm.bridges._threads`) and never block the event loop;
 an in-process store sets it to ``False`` and its twins run inline (no thread
 hand-off for a dict lookup).
 
 Do not use it for a store with a native async driver: SQL stores await their
 sync operations through SQLAlchemy's ``run_sync``, and async-only libraries go
-through :mod:`firefly_orm.bridges.loop_thread`.
+through :mod:`firefly_orm.bridges._loop_thread`.
 
 :class:`SyncBackedAsyncUnitOfWork` is the same bridge for units of work: the
 async face of a sync unit of work (``await uow.run_sync(fn, *args)`` runs
 ``fn(sync_uow, *args)``).  It and :func:`call_blocking` live in
-:mod:`firefly_orm.bridges.threads` and are re-exported here, where they were
+:mod:`firefly_orm.bridges._threads` and are re-exported here, where they were
 first documented.
 """
 
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, Protocol, TypeVar
 
-from firefly_orm.bridges.threads import SyncBackedAsyncUnitOfWork, call_blocking, offloaded
+from firefly_orm.bridges._threads import SyncBackedAsyncUnitOfWork, call_blocking, offloaded
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.protocols import UnitOfWork
 

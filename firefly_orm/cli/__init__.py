@@ -30,13 +30,13 @@ namespace that holds live ``LONG_TERM`` entries (``--long-term-namespace NS``,
 repeatable, picks namespaces instead; ``--no-long-term`` leaves them out).
 
 ``import`` reads and checks the shape of the whole file (UTF-8 JSON in one of
-the shapes ``export`` writes, ``firefly_orm.interop._export_file``) before it opens
+the shapes ``export`` writes, ``firefly_orm._interop._export_file``) before it opens
 the database, then writes every conversation and every long-term item in ONE
 transaction: a bad item, or a write that fails, leaves the database as it was
 (exit 2 for a file that cannot be read or is invalid).
 
 ``artifacts export`` writes an artifact workspace as a directory in Flyte's
-layout (:mod:`firefly_orm.artifacts.flyte`), under a temporary name renamed
+layout (:mod:`firefly_orm.artifacts._flyte`), under a temporary name renamed
 into place; an existing ``DIR`` must be empty, or hold an exported workspace
 and ``--force`` be given.  ``artifacts import`` reads and checks the whole
 directory before it opens the database and writes the workspace in one
@@ -58,6 +58,7 @@ import sqlalchemy as sa
 from alembic.util import CommandError
 
 from firefly_orm import migrate
+from firefly_orm._interop._export_file import EXPORT_FORMAT_VERSION as EXPORT_FORMAT_VERSION
 from firefly_orm.cli._artifacts import _cmd_artifacts_export, _cmd_artifacts_import
 from firefly_orm.cli._maintenance import CONVERSATION_PREFIX as CONVERSATION_PREFIX
 from firefly_orm.cli._maintenance import _cmd_cleanup, _cmd_stats
@@ -85,7 +86,6 @@ from firefly_orm.errors import (
     scrub_secret,
     url_secrets,
 )
-from firefly_orm.interop._export_file import EXPORT_FORMAT_VERSION as EXPORT_FORMAT_VERSION
 
 __all__ = [
     "EXIT_ERROR",

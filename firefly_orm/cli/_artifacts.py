@@ -1,7 +1,7 @@
 """The artifact workspace commands (internal).
 
 artifacts export and artifacts import, in Flyte's directory layout
-(:mod:`firefly_orm.artifacts.flyte`).
+(:mod:`firefly_orm.artifacts._flyte`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from firefly_orm.artifacts import Artifacts, WorkspaceExistsError
-from firefly_orm.artifacts.flyte import export_directory, read_directory
+from firefly_orm.artifacts._flyte import export_directory, read_directory
 from firefly_orm.cli import _target
 from firefly_orm.cli._target import EXIT_NOT_AT_HEAD, EXIT_OK, EXIT_USAGE, CliError, _resolve_target
 from firefly_orm.errors import (

@@ -14,7 +14,17 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from firefly_orm.bridges.steps import Transaction, retrying, run
+from firefly_orm._interop._export_file import (
+    ImportDocument,
+    LongTermSection,
+    decode_export_file,
+    export_document,
+    read_import_document,
+)
+from firefly_orm._interop._upstream_plan import ImportProgress, UpstreamSourceError
+from firefly_orm._interop._upstream_run import import_upstream
+from firefly_orm._interop._upstream_sources import upstream_source
+from firefly_orm.bridges._steps import Transaction, retrying, run
 from firefly_orm.cli import _target
 from firefly_orm.cli._maintenance import _table
 from firefly_orm.cli._target import (
@@ -27,7 +37,7 @@ from firefly_orm.cli._target import (
     _warn,
 )
 from firefly_orm.conversation import ConversationMemory
-from firefly_orm.conversation.transfer import refresh_statistics
+from firefly_orm.conversation._transfer import refresh_statistics
 from firefly_orm.entry import (
     DEFAULT_SEARCH_LANGUAGE,
     MemoryScope,
@@ -38,16 +48,6 @@ from firefly_orm.errors import (
     EntryValidationError,
     StoreCorruptedError,
 )
-from firefly_orm.interop._export_file import (
-    ImportDocument,
-    LongTermSection,
-    decode_export_file,
-    export_document,
-    read_import_document,
-)
-from firefly_orm.interop._upstream_plan import ImportProgress, UpstreamSourceError
-from firefly_orm.interop._upstream_run import import_upstream
-from firefly_orm.interop._upstream_sources import upstream_source
 from firefly_orm.long_term import LongTermMemory
 from firefly_orm.protocols import UnitOfWork
 from firefly_orm.sql import SQLUnitOfWork

@@ -3,37 +3,37 @@
 A new :class:`ConversationMemory` over the same store resumes every
 conversation.  Where things are:
 
-* :mod:`~firefly_orm.conversation.model`: :class:`ConversationTurn`, the
+* :mod:`~firefly_orm.conversation._model`: :class:`ConversationTurn`, the
   summarizer types, the input checks;
-* :mod:`~firefly_orm.conversation.plan`: the pure planner (:func:`plan_append`,
+* :mod:`~firefly_orm.conversation._plan`: the pure planner (:func:`plan_append`,
   :func:`history_suffix`, :func:`summary_input`);
-* :mod:`~firefly_orm.conversation.rows`: namespaces, keys and the head, turn and
+* :mod:`~firefly_orm.conversation._rows`: namespaces, keys and the head, turn and
   index row codecs (how a conversation is laid out in a store);
-* :mod:`~firefly_orm.conversation.codec`: the portable form of raw messages
+* :mod:`~firefly_orm.conversation._codec`: the portable form of raw messages
   (pydantic-ai ``ModelMessage`` lists or JSON);
-* :mod:`~firefly_orm.conversation.ops`: the transactions and operations
+* :mod:`~firefly_orm.conversation._ops`: the transactions and operations
   (adding a turn is one unit of work; the summarizer runs outside it);
-* :mod:`~firefly_orm.conversation.transfer`: export and import (and the
+* :mod:`~firefly_orm.conversation._transfer`: export and import (and the
   planner-statistics refresh after a large import);
-* :mod:`~firefly_orm.conversation.repair`: checking a conversation's head
+* :mod:`~firefly_orm.conversation._repair`: checking a conversation's head
   against its stored turns and rebuilding it from them (:class:`Inconsistency`);
-* :mod:`~firefly_orm.conversation.memory`: the :class:`ConversationMemory` class.
+* :mod:`~firefly_orm.conversation._memory`: the :class:`ConversationMemory` class.
 """
 
 # Besides ``__all__``, the names importable from here before the package split
 # stay importable (``X as X`` marks them re-exported): the storage layout, the
 # raw-message codec, and the private row builders that bench/ours.py uses.
-from firefly_orm.conversation.codec import decode_raw_messages as decode_raw_messages
-from firefly_orm.conversation.codec import encode_raw_messages as encode_raw_messages
-from firefly_orm.conversation.memory import ConversationMemory
-from firefly_orm.conversation.model import (
+from firefly_orm.conversation._codec import decode_raw_messages as decode_raw_messages
+from firefly_orm.conversation._codec import encode_raw_messages as encode_raw_messages
+from firefly_orm.conversation._memory import ConversationMemory
+from firefly_orm.conversation._model import (
     SUMMARY_TURN_ID,
     SUMMARY_TURN_PROMPT,
     AsyncSummarizer,
     ConversationTurn,
     Summarizer,
 )
-from firefly_orm.conversation.plan import (
+from firefly_orm.conversation._plan import (
     AppendPlan,
     HeadState,
     Limits,
@@ -41,19 +41,19 @@ from firefly_orm.conversation.plan import (
     plan_append,
     summary_input,
 )
-from firefly_orm.conversation.plan import OldestTurns as OldestTurns
-from firefly_orm.conversation.policies import SummarizeEvent, TrimEvent
-from firefly_orm.conversation.repair import Inconsistency
-from firefly_orm.conversation.rows import HEAD_KEY as HEAD_KEY
-from firefly_orm.conversation.rows import INDEX_NAMESPACE as INDEX_NAMESPACE
-from firefly_orm.conversation.rows import MAX_TURN_ID as MAX_TURN_ID
-from firefly_orm.conversation.rows import TURN_KEY_PREFIX as TURN_KEY_PREFIX
-from firefly_orm.conversation.rows import archive_namespace as archive_namespace
-from firefly_orm.conversation.rows import conversation_namespace as conversation_namespace
-from firefly_orm.conversation.rows import head_entry as _head_entry  # noqa: F401
-from firefly_orm.conversation.rows import index_entry as _index_entry  # noqa: F401
-from firefly_orm.conversation.rows import turn_entry as _turn_entry  # noqa: F401
-from firefly_orm.conversation.rows import turn_key as turn_key
+from firefly_orm.conversation._plan import OldestTurns as OldestTurns
+from firefly_orm.conversation._policies import SummarizeEvent, TrimEvent
+from firefly_orm.conversation._repair import Inconsistency
+from firefly_orm.conversation._rows import HEAD_KEY as HEAD_KEY
+from firefly_orm.conversation._rows import INDEX_NAMESPACE as INDEX_NAMESPACE
+from firefly_orm.conversation._rows import MAX_TURN_ID as MAX_TURN_ID
+from firefly_orm.conversation._rows import TURN_KEY_PREFIX as TURN_KEY_PREFIX
+from firefly_orm.conversation._rows import archive_namespace as archive_namespace
+from firefly_orm.conversation._rows import conversation_namespace as conversation_namespace
+from firefly_orm.conversation._rows import head_entry as _head_entry  # noqa: F401
+from firefly_orm.conversation._rows import index_entry as _index_entry  # noqa: F401
+from firefly_orm.conversation._rows import turn_entry as _turn_entry  # noqa: F401
+from firefly_orm.conversation._rows import turn_key as turn_key
 
 __all__ = [
     "AppendPlan",

@@ -1,8 +1,8 @@
 """The add-turn machine's parts: what adding a turn obeys, hands in and gets back; the general path.
 
-:func:`~firefly_orm.conversation.ops.add_turn` (the operation) and
-:func:`~firefly_orm.conversation.ops.append_turn` (its transaction, which first
-tries the store's one-statement append) are in :mod:`~firefly_orm.conversation.ops`;
+:func:`~firefly_orm.conversation._ops.add_turn` (the operation) and
+:func:`~firefly_orm.conversation._ops.append_turn` (its transaction, which first
+tries the store's one-statement append) are in :mod:`~firefly_orm.conversation._ops`;
 this module holds what they run on:
 
 * the inputs and results: :class:`Policy` (limits, archiving, promotion, and
@@ -14,13 +14,13 @@ this module holds what they run on:
   :func:`summarize`);
 * the general path (:func:`append_general`): the head read ``for_update``, the
   owner check, an idempotency key's replay or marker
-  (:mod:`~firefly_orm.conversation.idempotency`), the plan
-  (:func:`~firefly_orm.conversation.plan.plan_append` over the oldest turns,
+  (:mod:`~firefly_orm.conversation._idempotency`), the plan
+  (:func:`~firefly_orm.conversation._plan.plan_append` over the oldest turns,
   read by :class:`OldestTurnsReader`), the eviction (archived or deleted), the
   summary, the promoted items and the head saved back at the version read
   (:func:`save_head`).
 
-Internal: import these names from :mod:`firefly_orm.conversation.ops`, which
+Internal: import these names from :mod:`firefly_orm.conversation._ops`, which
 re-exports them.
 """
 
@@ -32,18 +32,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from firefly_orm.bridges.steps import CallOut, Operation, is_coroutine_callable
-from firefly_orm.conversation.idempotency import marker_entry, replayed_turn
-from firefly_orm.conversation.model import AsyncSummarizer, ConversationTurn, Summarizer
-from firefly_orm.conversation.plan import (
+from firefly_orm._layout import NO_MESSAGE_CAP, within_caps
+from firefly_orm.bridges._steps import CallOut, Operation, is_coroutine_callable
+from firefly_orm.conversation._idempotency import marker_entry, replayed_turn
+from firefly_orm.conversation._model import AsyncSummarizer, ConversationTurn, Summarizer
+from firefly_orm.conversation._plan import (
     AppendPlan,
     HeadState,
     Limits,
     plan_append,
     summary_input,
 )
-from firefly_orm.conversation.policies import PromotionPolicy
-from firefly_orm.conversation.rows import (
+from firefly_orm.conversation._policies import PromotionPolicy
+from firefly_orm.conversation._rows import (
     HEAD_KEY,
     INDEX_NAMESPACE,
     MAX_TURN_ID,
@@ -61,7 +62,6 @@ from firefly_orm.conversation.rows import (
 )
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.layout import NO_MESSAGE_CAP, within_caps
 from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
@@ -115,21 +115,21 @@ class AppendHints:
 def no_eviction_needed(total_tokens: int, total_messages: int, limits: Limits) -> bool:
     """Whether a conversation at these totals (the new turn in) stays within ``limits``.
 
-    The planner's trigger (:func:`~firefly_orm.conversation.plan.plan_append`)
+    The planner's trigger (:func:`~firefly_orm.conversation._plan.plan_append`)
     in reverse: tokens evict above both ``max_tokens`` and the threshold.
     """
     return all(within_caps(total_tokens, total_messages, *eviction_caps(limits)))
 
 
 def eviction_caps(limits: Limits) -> tuple[int, int]:
-    """The token and message caps of :func:`~firefly_orm.layout.within_caps` for ``limits``."""
+    """The token and message caps of :func:`~firefly_orm._layout.within_caps` for ``limits``."""
     messages = NO_MESSAGE_CAP if limits.max_messages is None else limits.max_messages
     return max(limits.max_tokens, limits.summarize_threshold), messages
 
 
 @dataclass(frozen=True)
 class Policy:
-    """What adding a turn obeys: the limits (:class:`~firefly_orm.conversation.plan.Limits`),
+    """What adding a turn obeys: the limits (:class:`~firefly_orm.conversation._plan.Limits`),
     whether evicted turns are archived, and whether they are promoted to long-term memory.
 
     ``hints``: the totals recently written conversations were left with
@@ -159,7 +159,7 @@ class EncodedTurn:
     ``message_tokens``: one token estimate per raw message (``None`` without
     them); ``user_id``: the owner a new conversation gets (an existing one must
     belong to that user); ``idempotency_key`` / ``fingerprint``: see
-    :mod:`firefly_orm.conversation.idempotency`.
+    :mod:`firefly_orm.conversation._idempotency`.
     """
 
     turn: ConversationTurn
@@ -322,7 +322,7 @@ def append_general(
     has_summarizer: bool,
     prepared: PreparedSummary | None,
 ) -> Appended:
-    """:func:`~firefly_orm.conversation.ops.append_turn`'s general path: read the head
+    """:func:`~firefly_orm.conversation._ops.append_turn`'s general path: read the head
     ``for_update``, plan, insert the turn, evict (archive), write the summary, the
     idempotency marker, the promoted items and the head; return what was done.
 

@@ -1,10 +1,10 @@
 """How :class:`~firefly_orm.conversation.ConversationMemory` changes and checks stored turns.
 
 :class:`ConversationChanges` holds the operation methods besides adding a
-turn: editing and deleting one turn (:mod:`~firefly_orm.conversation.edits`),
+turn: editing and deleting one turn (:mod:`~firefly_orm.conversation._edits`),
 erasing a user, clearing, export and import
-(:mod:`~firefly_orm.conversation.transfer`), verify and repair
-(:mod:`~firefly_orm.conversation.repair`).  Each validates its arguments and
+(:mod:`~firefly_orm.conversation._transfer`), verify and repair
+(:mod:`~firefly_orm.conversation._repair`).  Each validates its arguments and
 runs the operation of that module;
 :class:`~firefly_orm.conversation.ConversationMemory` derives the public forms.
 """
@@ -14,29 +14,29 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from firefly_orm.bridges.steps import MemoryLayer, Operation, Transaction
-from firefly_orm.conversation import ops
-from firefly_orm.conversation.codec import encode_raw_messages
-from firefly_orm.conversation.edits import (
+from firefly_orm.bridges._steps import MemoryLayer, Operation, Transaction
+from firefly_orm.conversation import _ops as ops
+from firefly_orm.conversation._codec import encode_raw_messages
+from firefly_orm.conversation._edits import (
     KEEP,
     TurnEdit,
     delete_turn,
     erase_user_entries,
     update_turn,
 )
-from firefly_orm.conversation.model import (
+from firefly_orm.conversation._model import (
     ConversationTurn,
     check_conversation_id,
     check_int,
     check_metadata,
     check_text,
 )
-from firefly_orm.conversation.repair import (
+from firefly_orm.conversation._repair import (
     Inconsistency,
     repair_conversation,
     verify_conversation,
 )
-from firefly_orm.conversation.transfer import (
+from firefly_orm.conversation._transfer import (
     import_conversations,
     parse_import,
     parse_imports,
@@ -167,7 +167,7 @@ class ConversationChanges(MemoryLayer):
         item or a failed write leaves every conversation as it was.
         ``conversation_id`` needs exactly one item; two items with the same id
         are refused.  Once committed, an import of at least
-        :data:`~firefly_orm.conversation.transfer.ANALYZE_AFTER_ROWS` turns asks
+        :data:`~firefly_orm.conversation._transfer.ANALYZE_AFTER_ROWS` turns asks
         a SQL store to refresh its planner statistics (PostgreSQL ``ANALYZE``,
         see :meth:`SQLAlchemyStore.analyze <firefly_orm.sql.SQLAlchemyStore.analyze>`);
         that step never fails the import (a failure is logged as a warning).
@@ -193,7 +193,7 @@ class ConversationChanges(MemoryLayer):
         write in progress can show up (:meth:`repair` re-checks it safely).
 
         Returns:
-            One :class:`~firefly_orm.conversation.repair.Inconsistency` per
+            One :class:`~firefly_orm.conversation._repair.Inconsistency` per
             difference (``field``, ``found``, ``expected``); empty when the
             conversation is consistent.
 

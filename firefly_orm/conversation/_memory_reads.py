@@ -2,7 +2,7 @@
 
 :class:`ConversationReads` holds the operation methods (``_get_context``,
 ``_get_turns``...) that validate a read's arguments and run one of
-:mod:`firefly_orm.conversation.reads` (or :mod:`~firefly_orm.conversation.ops`)
+:mod:`firefly_orm.conversation._reads` (or :mod:`~firefly_orm.conversation._ops`)
 in a read transaction; :class:`~firefly_orm.conversation.ConversationMemory`
 derives their public ``get_*`` / ``async_get_*`` forms.
 """
@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from firefly_orm.bridges.steps import MemoryLayer, Operation, Transaction
-from firefly_orm.conversation import ops
-from firefly_orm.conversation.model import ConversationTurn, check_conversation_id, check_int
-from firefly_orm.conversation.plan import HeadState, Limits
-from firefly_orm.conversation.reads import (
+from firefly_orm.bridges._steps import MemoryLayer, Operation, Transaction
+from firefly_orm.conversation import _ops as ops
+from firefly_orm.conversation._model import ConversationTurn, check_conversation_id, check_int
+from firefly_orm.conversation._plan import HeadState, Limits
+from firefly_orm.conversation._reads import (
     read_context,
     read_history,
     read_recent,
     read_recent_messages,
     read_user_conversations,
 )
-from firefly_orm.conversation.rows import archive_namespace, conversation_namespace
+from firefly_orm.conversation._rows import archive_namespace, conversation_namespace
 from firefly_orm.entry import validate_user_id
 from firefly_orm.tokens import TokenEstimator
 

@@ -11,7 +11,7 @@ The rules an entry obeys (checked by :func:`validate_entry`): importance in
 version within the column's range (:data:`MAX_ENTRY_VERSION`), timezone-aware
 datetimes (naive ones are *rejected*), no NUL characters in namespace or key, and
 a bounded ``search_text`` (:data:`MAX_SEARCH_TEXT_LENGTH`) with a well-formed
-``search_language`` (see :mod:`firefly_orm.search`).
+``search_language`` (see :mod:`firefly_orm._search`).
 
 They are checked twice:
 

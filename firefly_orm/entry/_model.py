@@ -155,7 +155,7 @@ class MemoryEntry(_Base, table=True):
         search_text: The text full-text search indexes for this entry (at most
             :data:`MAX_SEARCH_TEXT_LENGTH` characters, no NUL); ``None`` (the
             default): the entry is never a search result.  See
-            :mod:`firefly_orm.search`.
+            :mod:`firefly_orm._search`.
         search_language: The PostgreSQL text-search configuration that
             indexes ``search_text`` (``"english"``, ``"german"``, ...: stemming
             and stop words of that language); ``None`` means

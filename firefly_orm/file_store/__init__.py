@@ -76,6 +76,7 @@ from typing import Unpack
 
 import filelock
 
+from firefly_orm._search import SearchHit, SearchRequest
 from firefly_orm.bridges.twins import AsyncTwins
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key
 from firefly_orm.errors import StoreError
@@ -89,7 +90,6 @@ from firefly_orm.file_store._commit import (
 )
 from firefly_orm.file_store._log import DATA_FILE, Edit, namespace_file_name
 from firefly_orm.protocols import ListOptions, SearchOptions
-from firefly_orm.search import SearchHit, SearchRequest
 from firefly_orm.uow import (
     StagedChanges,
     StagedUnitOfWork,
@@ -443,7 +443,7 @@ class FileStore(AsyncTwins):
     ) -> list[SearchHit]:
         """The committed matches of ``query`` in ``namespace`` (copies), best first.
 
-        The tokenised match of :mod:`firefly_orm.search`, answered from the
+        The tokenised match of :mod:`firefly_orm._search`, answered from the
         namespace's in-memory inverted index of ``search_text`` words (kept up
         to date like the rest of the parsed file): only entries holding one of
         the query's words are visited.

@@ -11,7 +11,7 @@ without sorting or scanning the namespace:
   newest first: one binary search, then the entries of the window (plus any
   expired ones skipped on the way);
 * a full-text search: the entries holding one of the query's words, through an
-  inverted index of ``search_text`` words (:class:`~firefly_orm.search.TermIndex`).
+  inverted index of ``search_text`` words (:class:`~firefly_orm._search.TermIndex`).
 
 The order is the store-wide order of :func:`~firefly_orm.uow.select_entries`, and
 the key-prefix range is ``[prefix, key_prefix_upper_bound(prefix))``, which holds
@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from firefly_orm._search import SearchHit, SearchRequest, TermIndex
 from firefly_orm.entry import MemoryEntry, key_prefix_upper_bound
-from firefly_orm.search import SearchHit, SearchRequest, TermIndex
 
 __all__ = ["EntryIndex"]
 

@@ -27,15 +27,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from firefly_orm.bridges.steps import CallOut, Operation
-from firefly_orm.conversation.model import ConversationTurn
+from firefly_orm.bridges._steps import CallOut, Operation
+from firefly_orm.conversation._model import ConversationTurn
 from firefly_orm.entry import MAX_SEARCH_TEXT_LENGTH, MemoryEntry
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.long_term.model import SEMANTIC
+from firefly_orm.long_term._model import SEMANTIC
 from firefly_orm.protocols import UnitOfWork
 
 if TYPE_CHECKING:
-    from firefly_orm.long_term.memory import LongTermMemory
+    from firefly_orm.long_term._memory import LongTermMemory
 
 __all__ = [
     "DEFAULT_IMPORTANCE_THRESHOLD",
@@ -204,7 +204,7 @@ class Promotion:
         The long-term memory's ``long_term_limit`` applies in the same unit of
         work (a promoted item ranking lowest may be evicted at once).
         """
-        from firefly_orm.long_term.ops import store_items
+        from firefly_orm.long_term._ops import store_items
 
         entries = self.entries(conversation_id, owner, turns, scores)
         if not entries:

@@ -33,8 +33,8 @@ from typing_extensions import TypedDict
 
 from firefly_orm.entry import validate_user_id
 from firefly_orm.errors import EntryValidationError, MissingExtraError
-from firefly_orm.long_term.memory import LongTermMemory
-from firefly_orm.long_term.model import Recalled
+from firefly_orm.long_term._memory import LongTermMemory
+from firefly_orm.long_term._model import Recalled
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers only
     from pydantic_ai.toolsets import FunctionToolset

@@ -173,7 +173,7 @@ def our_revisions() -> set[str]:
 
 
 # --------------------------------------------------------------------------- poolers
-# Here, not in firefly_orm.sql.presets (which re-exports them): the migration
+# Here, not in firefly_orm.sql._presets (which re-exports them): the migration
 # engine needs them too, and firefly_orm.sql imports this package, not the reverse.
 
 #: The URL query parameter declaring a connection pooler (``?pooler=transaction``);

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from firefly_orm._search import is_search_index_object
 from firefly_orm.entry import TABLE_NAME
 from firefly_orm.migrate._config import VERSION_TABLE, validate_schema_name
-from firefly_orm.search import is_search_index_object
 
 __all__ = [
     "NameFilter",

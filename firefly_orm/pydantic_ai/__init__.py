@@ -88,10 +88,10 @@ except ImportError as exc:
     raise MissingExtraError("firefly_orm.pydantic_ai", "pydantic-ai", "pydantic_ai") from exc
 
 from firefly_orm.assemble import ContextShares
-from firefly_orm.bridges import steps
-from firefly_orm.bridges.steps import Operation, Transaction
-from firefly_orm.conversation.model import ConversationTurn, check_conversation_id, check_int
-from firefly_orm.conversation.rows import HEAD_KEY, conversation_namespace
+from firefly_orm.bridges import _steps as steps
+from firefly_orm.bridges._steps import Operation, Transaction
+from firefly_orm.conversation._model import ConversationTurn, check_conversation_id, check_int
+from firefly_orm.conversation._rows import HEAD_KEY, conversation_namespace
 from firefly_orm.entry import validate_user_id
 from firefly_orm.long_term import LongTermMemory
 from firefly_orm.manager import MemoryManager

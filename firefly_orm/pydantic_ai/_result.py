@@ -19,7 +19,7 @@ from pydantic_ai.messages import UserContent
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.usage import RunUsage
 
-from firefly_orm.conversation.model import ConversationTurn
+from firefly_orm.conversation._model import ConversationTurn
 from firefly_orm.manager import MemoryManager
 
 __all__ = ["MemoryDeps", "MemoryRunResult", "prompt_text", "response_text", "usage_metadata"]

@@ -11,20 +11,20 @@ in worker threads instead).  A Session is used only to join a caller's transacti
 
 Where things are:
 
-* :mod:`~firefly_orm.sql.statements`: the table, the statements (built once)
+* :mod:`~firefly_orm.sql._statements`: the table, the statements (built once)
   and the row <-> entry mapping.
-* :mod:`~firefly_orm.sql.ops`: each operation, written once over a
+* :mod:`~firefly_orm.sql._ops`: each operation, written once over a
   Session/Connection, and the unit-of-work repository.
-* :mod:`~firefly_orm.sql.uow`: the sync and async units of work.
-* :mod:`~firefly_orm.sql.runners`: where an operation gets its transaction
+* :mod:`~firefly_orm.sql._uow`: the sync and async units of work.
+* :mod:`~firefly_orm.sql._runners`: where an operation gets its transaction
   (the store's engines, or a SAVEPOINT of a caller's session).
-* :mod:`~firefly_orm.sql.engines`: the store's engines and their disposal.
-* :mod:`~firefly_orm.sql.replica`: where reads go with a read replica
+* :mod:`~firefly_orm.sql._engines`: the store's engines and their disposal.
+* :mod:`~firefly_orm.sql._replica`: where reads go with a read replica
   (read-your-writes window, ``consistent_reads``).
 * :mod:`~firefly_orm.sql._operations`: the store's operations (validation, then
   a runner), shared by the store and its session-bound view.
-* :mod:`~firefly_orm.sql.store`: the store (lifecycle, migrations, errors).
-* :mod:`~firefly_orm.sql.presets`: :class:`SQLiteStore`, :class:`PostgreSQLStore`.
+* :mod:`~firefly_orm.sql._store`: the store (lifecycle, migrations, errors).
+* :mod:`~firefly_orm.sql._presets`: :class:`SQLiteStore`, :class:`PostgreSQLStore`.
 
 The schema name is applied per store with ``schema_translate_map``; the table
 definition has no schema, so stores with different schemas share one process.
@@ -36,13 +36,13 @@ Ownership: engines the store builds from a URL are disposed by
 
 from __future__ import annotations
 
-from firefly_orm.sql.engines import enable_sqlite_savepoints
-from firefly_orm.sql.ops import SQLEntryRepository as SQLEntryRepository
-from firefly_orm.sql.presets import PostgreSQLStore, SQLiteStore
-from firefly_orm.sql.statements import TABLE as TABLE
-from firefly_orm.sql.store import SessionBoundStore, SQLAlchemyStore
-from firefly_orm.sql.uow import AsyncSQLUnitOfWork as AsyncSQLUnitOfWork
-from firefly_orm.sql.uow import SQLUnitOfWork as SQLUnitOfWork
+from firefly_orm.sql._engines import enable_sqlite_savepoints
+from firefly_orm.sql._ops import SQLEntryRepository as SQLEntryRepository
+from firefly_orm.sql._presets import PostgreSQLStore, SQLiteStore
+from firefly_orm.sql._statements import TABLE as TABLE
+from firefly_orm.sql._store import SessionBoundStore, SQLAlchemyStore
+from firefly_orm.sql._uow import AsyncSQLUnitOfWork as AsyncSQLUnitOfWork
+from firefly_orm.sql._uow import SQLUnitOfWork as SQLUnitOfWork
 
 # SQLEntryRepository, TABLE and the unit-of-work classes stay importable from
 # here (``X as X`` re-exports), as before; ``__all__`` lists the public API.

@@ -3,8 +3,8 @@
 :class:`StoreOperations` is the base of :class:`~firefly_orm.sql.SQLAlchemyStore`
 (its own transactions) and :class:`~firefly_orm.sql.SessionBoundStore`
 (SAVEPOINTs of a caller's session); the two differ only in their runner
-(:mod:`firefly_orm.sql.runners`).  The operations themselves, one statement
-each, are in :mod:`firefly_orm.sql.ops`.
+(:mod:`firefly_orm.sql._runners`).  The operations themselves, one statement
+each, are in :mod:`firefly_orm.sql._ops`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from sqlalchemy.orm import Session
 
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key, validate_namespace
 from firefly_orm.protocols import UnitOfWork
-from firefly_orm.sql import ops
-from firefly_orm.sql.replica import consistent_reads
-from firefly_orm.sql.runners import Runner
-from firefly_orm.sql.uow import AsyncSQLUnitOfWork, SQLUnitOfWork
+from firefly_orm.sql import _ops as ops
+from firefly_orm.sql._replica import consistent_reads
+from firefly_orm.sql._runners import Runner
+from firefly_orm.sql._uow import AsyncSQLUnitOfWork, SQLUnitOfWork
 
 __all__ = ["StoreOperations"]
 
@@ -42,7 +42,7 @@ class StoreOperations:
     def locks_rows(self) -> bool:
         """True on PostgreSQL: ``for_update`` reads lock one row, not the database.
 
-        (See :func:`firefly_orm.bridges.steps.locks_rows`.)
+        (See :func:`firefly_orm.bridges._steps.locks_rows`.)
         """
         return self._runner.engines.dialect_name == "postgresql"
 

@@ -79,7 +79,7 @@ To opt out of a test that does not apply to your backend, override it in the
 subclass with a method decorated ``@pytest.mark.skip(reason=...)``.
 """
 
-from firefly_orm.testing.contract import StoreContract
-from firefly_orm.testing.drivers import MODES, NAMESPACE_PREFIX, StoreDriver, UnitOfWorkDriver
+from firefly_orm.testing._contract import StoreContract
+from firefly_orm.testing._drivers import MODES, NAMESPACE_PREFIX, StoreDriver, UnitOfWorkDriver
 
 __all__ = ["MODES", "NAMESPACE_PREFIX", "StoreContract", "StoreDriver", "UnitOfWorkDriver"]

@@ -74,7 +74,7 @@ DB_BACKENDS = ("sqlite", "postgres", "mongo")
 MODES = ("sync", "async")
 
 LOGIN = "https://shop.example/login"
-STEPS = "firefly_orm.bridges.steps"
+STEPS = "firefly_orm.bridges._steps"
 
 
 # --------------------------------------------------------------------------- helpers

@@ -35,7 +35,7 @@ from examples.support_agent.agent import (
     build_memory,
     build_support,
 )
-from firefly_orm.bridges import steps
+from firefly_orm.bridges import _steps as steps
 from firefly_orm.conversation import ConversationTurn
 from firefly_orm.manager import MemoryManager
 from firefly_orm.store import InMemoryStore

@@ -770,7 +770,7 @@ def audit_conversations(
     summarized: bool = True,
 ) -> Audit:
     """Check what ``store`` holds for ``conversation_ids`` against ``ledger``."""
-    from firefly_orm.conversation.rows import HEAD_KEY, conversation_namespace, head_from_entry
+    from firefly_orm.conversation._rows import HEAD_KEY, conversation_namespace, head_from_entry
 
     audit = Audit()
     memory = conversation_memory(store, max_tokens)

@@ -10,7 +10,7 @@
 * :func:`reserve_port`: a port for a server that is stopped and started again on it.
   It lies below the kernel's ephemeral range, so no client connection of any process
   takes it as its local port while the server is down (what the ports of
-  ``firefly_orm.testing.secantus.free_port`` risk), and it is locked for this
+  ``firefly_orm.testing._secantus.free_port`` risk), and it is locked for this
   process, so two pytest-xdist workers never pick the same one.
 """
 
@@ -306,7 +306,7 @@ TRANSACTION_LIFETIME = 1.0
 class MongoServer:
     """A SecantusDB server of the suite's own (``harness.py mongo-server``), restartable.
 
-    Unlike :func:`firefly_orm.testing.secantus.secantus_server` it keeps its port
+    Unlike :func:`firefly_orm.testing._secantus.secantus_server` it keeps its port
     and data directory across :meth:`stop` / :meth:`start`, and open transactions
     of killed clients expire after :data:`TRANSACTION_LIFETIME` seconds.
     """
@@ -327,7 +327,7 @@ class MongoServer:
 
     def start(self, timeout: float = 60.0) -> None:
         """Start the server; return once it answers a ping (else RuntimeError)."""
-        from firefly_orm.testing.secantus import answers_ping
+        from firefly_orm.testing._secantus import answers_ping
 
         log = open(self.storage.with_suffix(".log"), "ab")  # noqa: SIM115 - the child keeps it
         with log:

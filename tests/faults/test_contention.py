@@ -14,7 +14,7 @@ evicting turn is a summary thrown away after a lost race) / latency / wall time.
 
 How: a writer whose summary went stale (it lost a race) locks the head and calls
 the summarizer while holding the lock, on stores whose ``for_update`` locks one
-row (:func:`firefly_orm.bridges.steps.locks_rows`: PostgreSQL).  The smaller tests
+row (:func:`firefly_orm.bridges._steps.locks_rows`: PostgreSQL).  The smaller tests
 below pin that down deterministically: the second summary is made under the
 head's lock, a summarizer failing there writes nothing and releases the lock,
 and SQLite / staged stores never hold a transaction open during a summary.
@@ -175,7 +175,7 @@ def _head_is_locked(spec: StoreSpec, conversation_id: str) -> bool:
     """Whether another connection finds the conversation's head row locked (NOWAIT)."""
     import sqlalchemy as sa
 
-    from firefly_orm.conversation.rows import HEAD_KEY, conversation_namespace
+    from firefly_orm.conversation._rows import HEAD_KEY, conversation_namespace
 
     engine = sa.create_engine(spec.location, poolclass=sa.pool.NullPool)
     table = sa.table("memory_entries", sa.column("namespace"), sa.column("key"), schema=spec.name)
@@ -308,7 +308,7 @@ def test_a_summarizer_failing_under_the_head_lock_writes_nothing_and_unlocks(
 
 def test_only_stores_with_row_locks_hold_a_transaction_during_a_summary(tmp_path: Path) -> None:
     """SQLite's write lock covers the whole database, staged stores lock nothing."""
-    from firefly_orm.bridges.steps import locks_rows
+    from firefly_orm.bridges._steps import locks_rows
     from firefly_orm.file_store import FileStore
     from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
     from firefly_orm.store import InMemoryStore

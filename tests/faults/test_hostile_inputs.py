@@ -1,7 +1,7 @@
 """Hostile inputs on every store: refused with the documented error, nothing written, not poisoned.
 
 The contract suite checks ``save`` with the sample bad entries
-(:data:`firefly_orm.testing.samples.BAD_ENTRIES`); ``tests/unit/test_hostile_values.py``
+(:data:`firefly_orm.testing._samples.BAD_ENTRIES`); ``tests/unit/test_hostile_values.py``
 checks the rules without a database.  Here a table of hostile values goes through
 the three doors an application uses (``store.save``, ``ConversationMemory.add_turn``,
 ``WorkingMemory.set``), in every slot (content, metadata, raw messages, value;
@@ -37,7 +37,7 @@ from firefly_orm import MemoryEntry
 from firefly_orm.conversation import ConversationMemory
 from firefly_orm.entry import MAX_ENTRY_VERSION, MAX_JSON_DEPTH, MAX_USER_ID_LENGTH
 from firefly_orm.errors import EntryValidationError, FireflyOrmError
-from firefly_orm.testing.samples import nested_list
+from firefly_orm.testing._samples import nested_list
 from firefly_orm.working import WorkingMemory
 
 REFUSED, ACCEPTED, EITHER = "refused", "accepted", "either"

@@ -42,12 +42,12 @@ from faults.mongo_fault_child import fault_memory, fault_store, run_to_file, tur
 from pymongo import MongoClient
 from pymongo.collection import Collection
 
-from firefly_orm.conversation.rows import HEAD_KEY, conversation_namespace, head_from_entry
+from firefly_orm.conversation._rows import HEAD_KEY, conversation_namespace, head_from_entry
 from firefly_orm.entry import MemoryEntry, derived_entry_id, utcnow
 from firefly_orm.errors import ConcurrencyError
 from firefly_orm.mongo import MongoDBStore
-from firefly_orm.mongo.journal import Journal, lock_id
-from firefly_orm.mongo.owner import current_owner, owner_state
+from firefly_orm.mongo._journal import Journal, lock_id
+from firefly_orm.mongo._owner import current_owner, owner_state
 
 pytestmark = pytest.mark.mongo
 
@@ -401,7 +401,7 @@ def test_commit_cut_before_its_conditional_writes_is_dropped_when_its_preconditi
     standalone: MongoDBStore, raw: Collection[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A journal whose precondition no longer holds is never rolled forward."""
-    import firefly_orm.mongo.commit as commit_module
+    import firefly_orm.mongo._commit as commit_module
 
     for namespace in ("a", "b"):
         standalone.save(namespace, head(namespace, "old"))
@@ -420,7 +420,7 @@ def test_commit_cut_between_its_conditional_writes_is_undone_on_a_conflict(
     standalone: MongoDBStore, raw: Collection[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One conditional write made, the next one now conflicting: the first is undone."""
-    import firefly_orm.mongo.commit as commit_module
+    import firefly_orm.mongo._commit as commit_module
 
     for namespace in ("a", "b"):
         standalone.save(namespace, head(namespace, "old"))
@@ -438,7 +438,7 @@ def test_commit_cut_between_its_conditional_writes_is_undone_on_a_conflict(
 def test_commit_cut_between_its_conditional_writes_is_completed_without_a_conflict(
     standalone: MongoDBStore, raw: Collection[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import firefly_orm.mongo.commit as commit_module
+    import firefly_orm.mongo._commit as commit_module
 
     for namespace in ("a", "b"):
         standalone.save(namespace, head(namespace, "old"))
@@ -458,7 +458,7 @@ def test_commit_cut_between_its_conditional_writes_is_completed_without_a_confli
 def test_a_live_conflict_on_a_later_conditional_write_undoes_the_earlier_ones(
     standalone: MongoDBStore, raw: Collection[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import firefly_orm.mongo.commit as commit_module
+    import firefly_orm.mongo._commit as commit_module
 
     for namespace in ("a", "b"):
         standalone.save(namespace, head(namespace, "old"))

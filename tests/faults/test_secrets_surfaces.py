@@ -42,7 +42,7 @@ import pytest
 from cli_runner import run_cli as run_in_process
 from cli_runner import run_installed
 
-from firefly_orm.testing.secantus import free_port
+from firefly_orm.testing._secantus import free_port
 
 #: Needs percent-encoding in a userinfo ('@', '/', '%').
 USER_PW = "uS3rQ@pw/%x"

@@ -34,8 +34,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from firefly_orm.conversation.codec import encode_raw_messages
-from firefly_orm.conversation.messages import estimate_turn
+from firefly_orm.conversation._codec import encode_raw_messages
+from firefly_orm.conversation._messages import estimate_turn
 from firefly_orm.manager import MemoryManager
 from firefly_orm.tokens import TokenEstimator
 

@@ -39,7 +39,7 @@ from dbutil import plan_nodes as _plan_nodes
 from sqlalchemy.orm import Session
 
 from firefly_orm.conversation import ConversationMemory
-from firefly_orm.conversation.transfer import ANALYZE_AFTER_ROWS
+from firefly_orm.conversation._transfer import ANALYZE_AFTER_ROWS
 from firefly_orm.sql import PostgreSQLStore, SQLiteStore
 
 postgres = pytest.mark.postgres

@@ -1,7 +1,7 @@
 """``firefly-orm artifacts export|import`` against SQLite and PostgreSQL.
 
 The commands move an artifact workspace to and from a directory in Flyte's
-layout (:mod:`firefly_orm.artifacts.flyte`): the directory the command writes
+layout (:mod:`firefly_orm.artifacts._flyte`): the directory the command writes
 is the one the library writes, an import reads it back losslessly, and every
 refusal is one line on stderr with the documented exit status and nothing
 written.  The commands run in this process (``cli_runner.run_cli``: what the
@@ -21,7 +21,7 @@ from cli_runner import run_cli as run
 from dbutil import drop_schema
 
 from firefly_orm.artifacts import Artifacts, ArtifactWorkspace, WorkspaceSnapshot
-from firefly_orm.artifacts.flyte import SIDECAR_PATH, export_directory
+from firefly_orm.artifacts._flyte import SIDECAR_PATH, export_directory
 from firefly_orm.sql import SQLAlchemyStore
 
 EXIT_NOT_FOUND, EXIT_USAGE = 1, 2

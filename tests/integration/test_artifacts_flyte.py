@@ -33,7 +33,7 @@ from firefly_orm.artifacts import (
     WorkspaceExistsError,
     WorkspaceSnapshot,
 )
-from firefly_orm.artifacts.flyte import (
+from firefly_orm.artifacts._flyte import (
     AUDIT_LOG_PATH,
     SIDECAR_PATH,
     DirectoryLayoutError,
@@ -44,7 +44,7 @@ from firefly_orm.artifacts.flyte import (
     read_directory,
     write_directory,
 )
-from firefly_orm.artifacts.flyte import _export as flyte_module
+from firefly_orm.artifacts._flyte import _export as flyte_module
 from firefly_orm.errors import EntryValidationError, NotFoundError
 from firefly_orm.sql import SQLiteStore
 

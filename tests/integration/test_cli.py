@@ -1046,7 +1046,7 @@ def test_large_import_refreshes_planner_statistics_once_committed(
     """The import's writes are joined into one transaction (no store of their own
     to analyze), so the command refreshes the statistics after the commit: at
     ``ANALYZE_AFTER_ROWS`` rows written (turns plus items), not below."""
-    from firefly_orm.conversation.transfer import ANALYZE_AFTER_ROWS
+    from firefly_orm.conversation._transfer import ANALYZE_AFTER_ROWS
 
     def analyze_count(schema: str) -> int:
         with postgres_admin_engine.connect() as conn:

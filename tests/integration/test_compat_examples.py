@@ -174,8 +174,8 @@ async def test_lifecycle_never_runs_the_blocking_forms_on_the_loop(
     new_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Inside an event loop the three lifecycle calls run the async forms only."""
-    from firefly_orm.mongo.store import MongoDBStore as OurMongo
-    from firefly_orm.sql.store import SQLAlchemyStore
+    from firefly_orm.mongo._store import MongoDBStore as OurMongo
+    from firefly_orm.sql._store import SQLAlchemyStore
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a blocking lifecycle form ran on the event loop")

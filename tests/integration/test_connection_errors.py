@@ -28,7 +28,7 @@ from pg_servers import unavailable
 
 from firefly_orm.errors import DatabaseConnectionError
 from firefly_orm.sql import PostgreSQLStore
-from firefly_orm.testing.secantus import free_port
+from firefly_orm.testing._secantus import free_port
 
 SECRET = "s3cr3t-pw"
 #: Seconds a store waits for a server that never answers.

@@ -37,9 +37,7 @@ from dbutil import describe_plan, drop_schema, plan_nodes
 from sqlalchemy.orm import Session
 
 from firefly_orm import migrate
-from firefly_orm.entry import MAX_SEARCH_TEXT_LENGTH, MemoryEntry, utcnow
-from firefly_orm.errors import StoreError
-from firefly_orm.search import (
+from firefly_orm._search import (
     PG_SEARCH_FUNCTION,
     PG_SEARCH_INDEX,
     PG_SEARCH_VECTOR,
@@ -48,6 +46,8 @@ from firefly_orm.search import (
     SearchRequest,
     match_entries,
 )
+from firefly_orm.entry import MAX_SEARCH_TEXT_LENGTH, MemoryEntry, utcnow
+from firefly_orm.errors import StoreError
 from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
 
 PLAN_ROWS = 10_000

@@ -34,9 +34,9 @@ from dbutil import drop_schema
 from sqlmodel import SQLModel
 
 from firefly_orm import migrate
+from firefly_orm._search import SQLITE_FTS_TABLES
 from firefly_orm.entry import TABLE_NAME, MemoryEntry, metadata
 from firefly_orm.errors import EntryValidationError, MigrationRequiredError
-from firefly_orm.search import SQLITE_FTS_TABLES
 from firefly_orm.sql import SQLAlchemyStore
 
 HOST_APP = Path(__file__).resolve().parents[1] / "host_app"

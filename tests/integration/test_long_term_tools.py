@@ -45,7 +45,7 @@ from pydantic_ai.toolsets import FunctionToolset
 from firefly_orm.entry import MAX_SEARCH_TEXT_LENGTH
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import LongTermMemory, tools
-from firefly_orm.long_term.model import MAX_TAGS
+from firefly_orm.long_term._model import MAX_TAGS
 from firefly_orm.long_term.tools import (
     DEFAULT_MAX_RESULTS,
     long_term_toolset,

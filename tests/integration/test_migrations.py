@@ -19,9 +19,9 @@ from dbutil import drop_schema
 from store_backends import DEFAULT_SCHEMA_GROUP
 
 from firefly_orm import migrate
+from firefly_orm._search import SQLITE_FTS_TABLES, is_search_index_object
 from firefly_orm.entry import TABLE_NAME, metadata
 from firefly_orm.errors import EntryValidationError, MigrationRequiredError
-from firefly_orm.search import SQLITE_FTS_TABLES, is_search_index_object
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -111,7 +111,7 @@ def test_data_survives_every_upgrade_step(sqlite_url: str) -> None:
     """A database created at the first revision keeps its rows through each upgrade."""
     from firefly_orm.entry import MemoryEntry
     from firefly_orm.sql import SQLAlchemyStore
-    from firefly_orm.sql.statements import TABLE, entry_values
+    from firefly_orm.sql._statements import TABLE, entry_values
 
     revisions = _all_revisions()
     migrate.upgrade(sqlite_url, revision=revisions[0])
@@ -575,7 +575,7 @@ def _fts_integrity_check(url: str) -> None:
 def _write_old_row(url: str, key: str) -> None:
     """A row written by a release at the revision before full-text search (its columns only)."""
     from firefly_orm.entry import MemoryEntry
-    from firefly_orm.sql.statements import TABLE, entry_values
+    from firefly_orm.sql._statements import TABLE, entry_values
 
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:

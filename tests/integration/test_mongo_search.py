@@ -1,8 +1,8 @@
 """Full-text search on MongoDB: stored words, the index lookup, the order, recovery, upgrades.
 
 The contract suite (``tests/contract``, and ``TestStoreContractWithoutTransactions``
-in ``test_mongo_store.py``) checks the rules of :mod:`firefly_orm.search`; this
-module checks how MongoDB serves them (:mod:`firefly_orm.mongo.queries`):
+in ``test_mongo_store.py``) checks the rules of :mod:`firefly_orm._search`; this
+module checks how MongoDB serves them (:mod:`firefly_orm.mongo._queries`):
 
 * every entry with ``search_text`` stores its words (``search_words``) in the
   same document, unset with the text;
@@ -10,7 +10,7 @@ module checks how MongoDB serves them (:mod:`firefly_orm.mongo.queries`):
   the server, walks ``ix_namespace_search_words`` (no collection scan) and
   examines only the documents holding a query word; and only the best
   ``limit`` documents come back to the client (counted by
-  :class:`~firefly_orm.testing.mongo_reads.DocumentsRead`);
+  :class:`~firefly_orm.testing._mongo_reads.DocumentsRead`);
 * a random workload: results, order and scores equal the tokenised match of
   the in-process stores, in both commit modes;
 * user text is never query syntax (``$text`` would AND quoted phrases and
@@ -31,13 +31,13 @@ from typing import Any
 import pytest
 from pymongo import AsyncMongoClient, MongoClient, monitoring
 
-from firefly_orm.bridges.loop_thread import shared_loop
+from firefly_orm._search import SearchHit, SearchRequest, match_entries, query_terms
+from firefly_orm.bridges._loop_thread import shared_loop
 from firefly_orm.entry import MemoryEntry, derived_entry_id, utcnow
 from firefly_orm.mongo import MongoDBStore, document_to_entry, entry_to_document
-from firefly_orm.mongo.document import SEARCH_INDEX, SEARCH_WORDS
-from firefly_orm.mongo.journal import Journal
-from firefly_orm.search import SearchHit, SearchRequest, match_entries, query_terms
-from firefly_orm.testing.mongo_reads import DocumentsRead
+from firefly_orm.mongo._document import SEARCH_INDEX, SEARCH_WORDS
+from firefly_orm.mongo._journal import Journal
+from firefly_orm.testing._mongo_reads import DocumentsRead
 
 pytestmark = pytest.mark.mongo
 
@@ -371,7 +371,7 @@ def test_entries_expiring_within_the_reading_millisecond_are_not_found(
     mongo_test_url: str, db_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """BSON dates hold milliseconds; the microseconds still decide, and the window widens."""
-    import firefly_orm.mongo.queries as queries_module
+    import firefly_orm.mongo._queries as queries_module
 
     now = datetime(2030, 1, 1, 0, 0, 0, 500, tzinfo=UTC)
     monkeypatch.setattr(queries_module, "utcnow", lambda: now)
@@ -453,7 +453,7 @@ def test_a_search_undoes_a_commit_cut_short_with_its_words(
     raw_client: RawClient,
     db_name: str,
 ) -> None:
-    import firefly_orm.mongo.commit as commit_module
+    import firefly_orm.mongo._commit as commit_module
 
     _crash_in(monkeypatch, commit_module, "_conditional_write", 1)  # head "a" written only
     with pytest.raises(Crash):

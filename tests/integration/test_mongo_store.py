@@ -26,7 +26,7 @@ from firefly_orm.mongo import (
     entry_to_document,
 )
 from firefly_orm.testing import StoreContract
-from firefly_orm.testing.mongo_reads import DocumentsRead
+from firefly_orm.testing._mongo_reads import DocumentsRead
 from firefly_orm.uow import UnitOfWork
 
 pytestmark = pytest.mark.mongo
@@ -532,7 +532,7 @@ def test_two_stores_with_different_collections(
 def test_stores_share_the_loop_thread_and_close_only_their_client(
     mongo_test_url: str, db_name: str
 ) -> None:
-    from firefly_orm.bridges.loop_thread import shared_loop
+    from firefly_orm.bridges._loop_thread import shared_loop
 
     first = MongoDBStore(mongo_test_url, database=db_name, collection="first")
     second = MongoDBStore(mongo_test_url, database=db_name, collection="second")
@@ -658,7 +658,7 @@ def test_uow_conditional_write_catches_a_change_after_the_check(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A writer that slips in between the precondition read and the write is caught."""
-    import firefly_orm.mongo.commit as mongo_module
+    import firefly_orm.mongo._commit as mongo_module
 
     uow_store.save("conv", _head(content="v1"))
     original = mongo_module._conditional_write
@@ -783,7 +783,7 @@ def test_entries_expiring_within_the_reading_millisecond(
     store: MongoDBStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """BSON dates hold milliseconds; the microseconds still decide what is live."""
-    import firefly_orm.mongo.queries as queries_module
+    import firefly_orm.mongo._queries as queries_module
 
     now = datetime(2030, 1, 1, 0, 0, 0, 500, tzinfo=UTC)
     monkeypatch.setattr(queries_module, "utcnow", lambda: now)
@@ -829,7 +829,7 @@ def test_key_prefix_range_bounds(
 def counted_store(
     mongo_test_url: str, db_name: str
 ) -> Iterator[tuple[MongoDBStore, DocumentsRead]]:
-    from firefly_orm.bridges.loop_thread import shared_loop
+    from firefly_orm.bridges._loop_thread import shared_loop
 
     counter = DocumentsRead()
 

@@ -47,9 +47,9 @@ from pydantic_ai.models.test import TestModel
 
 import firefly_orm.pydantic_ai as integration
 from firefly_orm.assemble import LONG_TERM_CONTEXT_PREFIX
-from firefly_orm.bridges import steps
+from firefly_orm.bridges import _steps as steps
 from firefly_orm.conversation import ConversationTurn
-from firefly_orm.conversation.context import SUMMARY_CONTEXT_PREFIX
+from firefly_orm.conversation._context import SUMMARY_CONTEXT_PREFIX
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.manager import MemoryManager
 from firefly_orm.pydantic_ai import (

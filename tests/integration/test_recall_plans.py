@@ -34,12 +34,12 @@ import sqlalchemy as sa
 from dbutil import describe_plan, drop_schema, plan_nodes
 from pymongo import AsyncMongoClient, MongoClient, monitoring
 
-from firefly_orm.bridges.loop_thread import shared_loop
+from firefly_orm._search import PG_SEARCH_INDEX, SQLITE_FTS_TABLE, query_terms, text_terms
+from firefly_orm.bridges._loop_thread import shared_loop
 from firefly_orm.errors import MissingEngineError
 from firefly_orm.long_term import LongTermMemory, Recalled
 from firefly_orm.mongo import MongoDBStore
-from firefly_orm.mongo.document import SEARCH_INDEX
-from firefly_orm.search import PG_SEARCH_INDEX, SQLITE_FTS_TABLE, query_terms, text_terms
+from firefly_orm.mongo._document import SEARCH_INDEX
 from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
 
 NS = "recall-plans"

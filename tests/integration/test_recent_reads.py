@@ -20,7 +20,7 @@ from dbutil import describe_plan, plan_nodes
 from store_backends import OpenedBackend, backend_params, open_backend
 
 from firefly_orm.conversation import ConversationMemory
-from firefly_orm.sql.ops import SQLEntryRepository
+from firefly_orm.sql._ops import SQLEntryRepository
 
 INDEX = "ix_memory_entries_namespace_key"
 CONVERSATIONS = 20

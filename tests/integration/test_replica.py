@@ -35,7 +35,7 @@ from modes import call
 from pg_servers import ServerUnavailable, create_standby, unavailable
 
 from firefly_orm.conversation import ConversationMemory
-from firefly_orm.conversation.rows import TURN_KEY_PREFIX, conversation_namespace
+from firefly_orm.conversation._rows import TURN_KEY_PREFIX, conversation_namespace
 from firefly_orm.sql import PostgreSQLStore
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

@@ -349,7 +349,7 @@ def test_one_statement_append_writes_what_the_general_path_writes(
     sql_env: OpenedBackend, wire_for: Callable[[Any], Wire], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Same rows, head content and versions, turn ids, summaries: with and without it."""
-    from firefly_orm.conversation import ops
+    from firefly_orm.conversation import _ops as ops
 
     store = sql_env.store
     summaries: list[str] = []
@@ -449,10 +449,10 @@ def pg_store(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 def _request(namespace: str, turn: int) -> Any:
     """A one-statement append of a small turn to the conversation in ``namespace``."""
-    from firefly_orm.conversation.model import ConversationTurn
-    from firefly_orm.conversation.rows import HEAD_KEY, turn_entry
+    from firefly_orm.conversation._model import ConversationTurn
+    from firefly_orm.conversation._rows import HEAD_KEY, turn_entry
     from firefly_orm.entry import derived_entry_id
-    from firefly_orm.sql.ops import TurnAppend
+    from firefly_orm.sql._ops import TurnAppend
 
     row = turn_entry(
         namespace, ConversationTurn(turn_id=turn, user_prompt="q", assistant_response="a"), None

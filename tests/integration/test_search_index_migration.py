@@ -37,8 +37,7 @@ import sqlalchemy as sa
 from dbutil import drop_schema
 
 from firefly_orm import migrate
-from firefly_orm.entry import MemoryEntry
-from firefly_orm.search import (
+from firefly_orm._search import (
     PG_SEARCH_FUNCTION,
     PG_SEARCH_INDEX,
     PG_SEARCH_TRIGGER_FUNCTION,
@@ -47,7 +46,8 @@ from firefly_orm.search import (
     SQLITE_FTS_TABLE,
     SearchRequest,
 )
-from firefly_orm.sql import ops
+from firefly_orm.entry import MemoryEntry
+from firefly_orm.sql import _ops as ops
 
 REPO = Path(__file__).resolve().parents[2]
 BEFORE = "0006_full_text_search"

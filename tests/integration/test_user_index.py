@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from dbutil import describe_plan, drop_schema, plan_nodes
 
 from firefly_orm.conversation import INDEX_NAMESPACE, ConversationMemory
-from firefly_orm.conversation.rows import index_entry
+from firefly_orm.conversation._rows import index_entry
 from firefly_orm.entry import utcnow
 from firefly_orm.sql import PostgreSQLStore, SQLiteStore
 

@@ -36,10 +36,12 @@ from firefly_orm.artifacts import (
     WorkspaceExistsError,
     WorkspaceSnapshot,
     json_text,
-    ops,
     transcript_from_json,
 )
-from firefly_orm.artifacts.model import REGISTRY_NAMESPACE, Body
+from firefly_orm.artifacts import (
+    _ops as ops,
+)
+from firefly_orm.artifacts._model import REGISTRY_NAMESPACE, Body
 from firefly_orm.conversation import ConversationMemory
 from firefly_orm.errors import ConcurrencyError, EntryValidationError, NotFoundError
 from firefly_orm.uow import StagedUnitOfWork

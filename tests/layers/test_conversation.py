@@ -892,7 +892,7 @@ async def test_async_concurrent_tasks_lose_no_turn(conv_env: OpenedBackend) -> N
 def test_works_without_pydantic_ai(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    import firefly_orm.conversation.codec as conversation
+    import firefly_orm.conversation._codec as conversation
 
     store = InMemoryStore()
     with_pai = ConversationMemory(store=store)

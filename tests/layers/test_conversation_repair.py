@@ -26,7 +26,7 @@ from firefly_orm.conversation import (
     conversation_namespace,
     turn_key,
 )
-from firefly_orm.conversation.repair import repair_head
+from firefly_orm.conversation._repair import repair_head
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.errors import (
     ConcurrencyError,

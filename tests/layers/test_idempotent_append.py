@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from modes import call
 
-from firefly_orm.bridges import steps
-from firefly_orm.conversation import ConversationMemory, TrimEvent, idempotency
+from firefly_orm.bridges import _steps as steps
+from firefly_orm.conversation import ConversationMemory, TrimEvent
+from firefly_orm.conversation import _idempotency as idempotency
 from firefly_orm.errors import DatabaseConnectionError, EntryValidationError
 
 

@@ -26,7 +26,8 @@ from store_backends import OpenedBackend
 
 from firefly_orm.entry import MemoryEntry, MemoryScope, utcnow
 from firefly_orm.errors import EntryValidationError, StoreError
-from firefly_orm.long_term import LongTermMemory, MemoryItem, Recalled, memory, store_items
+from firefly_orm.long_term import LongTermMemory, MemoryItem, Recalled, store_items
+from firefly_orm.long_term import _memory as memory
 from firefly_orm.store import InMemoryStore
 from firefly_orm.uow import (
     StagedChanges,

@@ -2,7 +2,7 @@
 
 ``tests/unit/test_typing.py`` runs mypy --strict, pyright and ty over this file
 and expects no error.  The public methods are derived from operations
-(``add_turn = sync_method(_add_turn)``, :mod:`firefly_orm.bridges.steps`); a
+(``add_turn = sync_method(_add_turn)``, :mod:`firefly_orm.bridges._steps`); a
 checker that does not bind them as methods reads ``manager.add_turn(cid, ...)``
 as a call of an unbound function and reports the ``self`` it thinks is missing
 ("Expected MemoryManager, found str", "No argument provided for ...").  Each

@@ -28,7 +28,7 @@ from firefly_orm.artifacts import (
     check_path,
     json_text,
 )
-from firefly_orm.artifacts.model import Body, check_expected_sha, check_prefix
+from firefly_orm.artifacts._model import Body, check_expected_sha, check_prefix
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.store import InMemoryStore
 

@@ -29,7 +29,7 @@ from firefly_orm.artifacts import (
     WorkspaceSnapshot,
     json_text,
 )
-from firefly_orm.artifacts.flyte import DirectoryLayoutError, read_directory, write_directory
+from firefly_orm.artifacts._flyte import DirectoryLayoutError, read_directory, write_directory
 
 SEGMENT = st.text(
     st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="/\\"),

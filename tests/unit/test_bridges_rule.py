@@ -71,9 +71,9 @@ def test_the_bridges_use_them() -> None:
         path.name: offences(path.read_text(encoding="utf-8"))
         for path in sorted(BRIDGES.glob("*.py"))
     }
-    assert any("to_thread" in o for o in inside["threads.py"])
-    assert any("asyncio.run" in o for o in inside["threads.py"])
-    assert any("run_coroutine_threadsafe" in o for o in inside["loop_thread.py"])
+    assert any("to_thread" in o for o in inside["_threads.py"])
+    assert any("asyncio.run" in o for o in inside["_threads.py"])
+    assert any("run_coroutine_threadsafe" in o for o in inside["_loop_thread.py"])
 
 
 @pytest.mark.parametrize(

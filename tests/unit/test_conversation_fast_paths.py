@@ -1,9 +1,9 @@
 """The read and write fast paths of conversations give what the general rules give.
 
 History, last-N and context reads take
-:func:`~firefly_orm.conversation.context.newest_whole_turns` (only what each turn
+:func:`~firefly_orm.conversation._context.newest_whole_turns` (only what each turn
 row recorded at write time) before the general window rule
-(:func:`~firefly_orm.conversation.context.place_window`, which inspects every
+(:func:`~firefly_orm.conversation._context.place_window`, which inspects every
 message); turn rows store their per-message token estimates only where a window
 may start inside the turn; entries are copied and turned into column values
 without the mapped attributes' descriptors.  Each is checked against the slow
@@ -25,17 +25,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy.orm import Session
 
-from firefly_orm.conversation.codec import encode_raw_messages
-from firefly_orm.conversation.context import (
+from firefly_orm.conversation._codec import encode_raw_messages
+from firefly_orm.conversation._context import (
     ContextWindow,
     checked_turns,
     newest_whole_turns,
     pinned_part,
     place_window,
 )
-from firefly_orm.conversation.messages import estimate_turn, inspect_encoded
-from firefly_orm.conversation.model import ConversationTurn
-from firefly_orm.conversation.rows import (
+from firefly_orm.conversation._messages import estimate_turn, inspect_encoded
+from firefly_orm.conversation._model import ConversationTurn
+from firefly_orm.conversation._rows import (
     conversation_namespace,
     head_entry,
     stored_message_tokens,
@@ -44,7 +44,7 @@ from firefly_orm.conversation.rows import (
 from firefly_orm.entry import MemoryEntry, metadata, utcnow
 from firefly_orm.errors import StoreCorruptedError
 from firefly_orm.sql import PostgreSQLStore, SQLiteStore
-from firefly_orm.sql.statements import entry_values, insert_values
+from firefly_orm.sql._statements import entry_values, insert_values
 from firefly_orm.tokens import TokenEstimator
 
 NAMESPACE = conversation_namespace("fast-paths")

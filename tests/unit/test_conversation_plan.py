@@ -14,7 +14,7 @@ from firefly_orm.conversation import (
     plan_append,
     summary_input,
 )
-from firefly_orm.conversation.plan import Limits
+from firefly_orm.conversation._plan import Limits
 
 
 def turn(turn_id: int, tokens: int) -> ConversationTurn:

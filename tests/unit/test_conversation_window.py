@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic_ai import messages as pai
 
-from firefly_orm.conversation.codec import encode_raw_messages
-from firefly_orm.conversation.messages import MessageInfo, inspect_encoded
-from firefly_orm.conversation.window import Slot, closed_prefix, window_start
+from firefly_orm.conversation._codec import encode_raw_messages
+from firefly_orm.conversation._messages import MessageInfo, inspect_encoded
+from firefly_orm.conversation._window import Slot, closed_prefix, window_start
 
 # --------------------------------------------------------------------------- generators
 

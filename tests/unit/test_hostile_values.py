@@ -21,8 +21,8 @@ from firefly_orm.entry import (
 )
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.migrate import validate_schema_name
-from firefly_orm.mongo.document import entry_to_document, validate_collection_name
-from firefly_orm.testing.samples import nested_list
+from firefly_orm.mongo._document import entry_to_document, validate_collection_name
+from firefly_orm.testing._samples import nested_list
 
 
 def _nested_dict(depth: int) -> Any:

@@ -16,8 +16,8 @@ from sqlalchemy.engine import make_url
 
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.sql import PostgreSQLStore, SQLiteStore
-from firefly_orm.sql.engines import Engines
-from firefly_orm.sql.replica import ReadRouter, consistent_reads
+from firefly_orm.sql._engines import Engines
+from firefly_orm.sql._replica import ReadRouter, consistent_reads
 
 
 def _url(query: str = "") -> str:

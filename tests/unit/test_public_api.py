@@ -229,9 +229,9 @@ NEW_MODULES = (
     "firefly_orm.protocols",
     "firefly_orm.envnames",
     "firefly_orm.bridges",
-    "firefly_orm.bridges.loop_thread",
+    "firefly_orm.bridges._loop_thread",
     "firefly_orm.bridges.twins",
-    "firefly_orm.bridges.steps",
+    "firefly_orm.bridges._steps",
 )
 
 

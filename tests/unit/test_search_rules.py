@@ -1,4 +1,4 @@
-"""Full-text search rules shared by every store (firefly_orm.search), without a database.
+"""Full-text search rules shared by every store (firefly_orm._search), without a database.
 
 Query words, the quoting handed to SQLite/PostgreSQL, argument validation, the
 tokenised match and its inverted index, the entry fields, the staged overlay and
@@ -15,16 +15,7 @@ from typing import Any
 
 import pytest
 
-from firefly_orm.entry import (
-    MAX_SEARCH_TEXT_LENGTH,
-    MemoryEntry,
-    utcnow,
-    validate_entry,
-)
-from firefly_orm.errors import EntryValidationError, StoreError
-from firefly_orm.file_store import FileStore
-from firefly_orm.file_store import _commit as file_commit
-from firefly_orm.search import (
+from firefly_orm._search import (
     MAX_QUERY_TERMS,
     MAX_TERM_LENGTH,
     SearchHit,
@@ -37,6 +28,15 @@ from firefly_orm.search import (
     text_terms,
     websearch_query,
 )
+from firefly_orm.entry import (
+    MAX_SEARCH_TEXT_LENGTH,
+    MemoryEntry,
+    utcnow,
+    validate_entry,
+)
+from firefly_orm.errors import EntryValidationError, StoreError
+from firefly_orm.file_store import FileStore
+from firefly_orm.file_store import _commit as file_commit
 from firefly_orm.store import InMemoryStore
 from firefly_orm.uow import BestEffortUnitOfWork, StagedUnitOfWork, supports_search
 

@@ -1,4 +1,4 @@
-"""The step driver shared by the memory layers (firefly_orm.bridges.steps)."""
+"""The step driver shared by the memory layers (firefly_orm.bridges._steps)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from fakes import ThreadRecordingStore
 
-from firefly_orm.bridges.steps import (
+from firefly_orm.bridges._steps import (
     CallOut,
     MemoryLayer,
     Operation,

@@ -10,7 +10,7 @@ from firefly_orm.bridges.twins import AsyncTwins, SyncBackedAsyncUnitOfWork
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.protocols import AsyncMemoryStore, UnitOfWork
 from firefly_orm.store import InMemoryStore
-from firefly_orm.testing.samples import in_past
+from firefly_orm.testing._samples import in_past
 from firefly_orm.uow import BestEffortUnitOfWork, async_unit_of_work_for
 
 NS = "twins:test"

@@ -20,7 +20,7 @@ does nothing is upstream's too: calling it inside a running loop without
 ``await`` (Python then warns that the coroutine was never awaited).
 
 :func:`lifecycle_call` is a bridge between sync and async code, so it lives with
-the others (:mod:`firefly_orm.bridges.loop_thread`) and is re-exported here.
+the others (:mod:`firefly_orm.bridges._loop_thread`) and is re-exported here.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from firefly_orm.bridges.loop_thread import lifecycle_call
+from firefly_orm.bridges._loop_thread import lifecycle_call
 from firefly_orm.errors import DatabaseConnectionError
 
 __all__ = ["CONNECT_FAILURE_PREFIX", "failed_to_connect", "lifecycle_call"]

@@ -6,7 +6,7 @@ from collections.abc import Coroutine
 from typing import Any, Self
 
 from firefly_orm.compat.firefly.memory._lifecycle import failed_to_connect, lifecycle_call
-from firefly_orm.mongo.store import MongoDBStore as _MongoDBStore
+from firefly_orm.mongo._store import MongoDBStore as _MongoDBStore
 
 __all__ = ["MongoDBStore"]
 

@@ -6,9 +6,9 @@ from collections.abc import Coroutine
 from typing import Any, ClassVar
 
 from firefly_orm.compat.firefly.memory._lifecycle import failed_to_connect, lifecycle_call
-from firefly_orm.sql.presets import PostgreSQLStore as _PostgreSQLStore
-from firefly_orm.sql.presets import SQLiteStore as _SQLiteStore
-from firefly_orm.sql.store import SQLAlchemyStore
+from firefly_orm.sql._presets import PostgreSQLStore as _PostgreSQLStore
+from firefly_orm.sql._presets import SQLiteStore as _SQLiteStore
+from firefly_orm.sql._store import SQLAlchemyStore
 
 __all__ = ["PostgreSQLStore", "SQLiteStore", "UpstreamSQLLifecycle"]
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from firefly_orm.compat.firefly.memory import _sql
 from firefly_orm.manager import MemoryManager as _MemoryManager
-from firefly_orm.sql.presets import PostgreSQLStore as _PostgreSQLStore
-from firefly_orm.sql.presets import SQLiteStore as _SQLiteStore
+from firefly_orm.sql._presets import PostgreSQLStore as _PostgreSQLStore
+from firefly_orm.sql._presets import SQLiteStore as _SQLiteStore
 from firefly_orm.store import MemoryStore
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def _compatible_class(kind: type) -> type | None:
         return _sql.SQLiteStore
     if kind is _PostgreSQLStore:
         return _sql.PostgreSQLStore
-    mongo = sys.modules.get("firefly_orm.mongo.store")  # loaded iff a MongoDBStore exists
+    mongo = sys.modules.get("firefly_orm.mongo._store")  # loaded iff a MongoDBStore exists
     if mongo is not None and kind is mongo.MongoDBStore:
         from firefly_orm.compat.firefly.memory._mongo import MongoDBStore
 

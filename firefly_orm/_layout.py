@@ -1,0 +1,107 @@
+"""How memory rows are laid out in a store: the facts both the layers and the stores need.
+
+One home for the row layout (core floor: this module imports nothing of the
+package).  A layer builds and reads its rows with these names; a store that
+writes a layer's rows in its own dialect (the SQL one-statement append) spells
+them from here too, so a store never imports a layer.
+
+A conversation (see :mod:`firefly_orm.conversation._rows` for the row codecs):
+
+* namespace ``conversation:<id>`` (:func:`conversation_namespace`): the head
+  (key :data:`HEAD_KEY`, content keyed by the ``HEAD_*`` names below) and one row
+  per turn (key :func:`turn_key`, ``turn:`` and the turn id as
+  :data:`TURN_ID_DIGITS` digits; content holds :data:`TURN_ID_FIELD`);
+* namespace ``conversation-archive:<id>`` (:func:`archive_namespace`): evicted
+  turns kept with ``keep_evicted=True``;
+* namespace :data:`INDEX_NAMESPACE`: one row per conversation (key = the id).
+
+The eviction rule (:func:`within_caps`) is written once, over numbers or SQL
+expressions alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ARCHIVE_NAMESPACE_PREFIX",
+    "CONVERSATION_NAMESPACE_PREFIX",
+    "HEAD_CONVERSATION_ID",
+    "HEAD_COUNTERS",
+    "HEAD_KEY",
+    "HEAD_NEXT_TURN_ID",
+    "HEAD_SUMMARY",
+    "HEAD_TOTAL_MESSAGES",
+    "HEAD_TOTAL_TOKENS",
+    "HEAD_TURN_COUNT",
+    "INDEX_NAMESPACE",
+    "MAX_TURN_ID",
+    "NO_MESSAGE_CAP",
+    "SUMMARY_TURN_ID",
+    "TURN_ID_DIGITS",
+    "TURN_ID_FIELD",
+    "TURN_KEY_PREFIX",
+    "archive_namespace",
+    "conversation_namespace",
+    "turn_key",
+    "within_caps",
+]
+
+#: Namespace prefix of a conversation's head and turns (``conversation:<id>``).
+CONVERSATION_NAMESPACE_PREFIX = "conversation:"
+#: Namespace prefix of a conversation's archived (evicted) turns.
+ARCHIVE_NAMESPACE_PREFIX = "conversation-archive:"
+#: Namespace holding one index row per conversation.
+INDEX_NAMESPACE = "conversation-index"
+#: Key of a conversation's head row.
+HEAD_KEY = "head"
+#: Key prefix of turn rows (followed by the turn id as :data:`TURN_ID_DIGITS` digits).
+TURN_KEY_PREFIX = "turn:"
+#: How many digits a turn key holds (zero-padded, so keys sort by turn id).
+TURN_ID_DIGITS = 12
+#: Largest turn id (the key holds :data:`TURN_ID_DIGITS` digits).
+MAX_TURN_ID = 10**TURN_ID_DIGITS - 1
+#: ``turn_id`` of the pseudo-turn that carries a conversation's summary (never stored as a row).
+SUMMARY_TURN_ID = -1
+
+#: The head's ``content`` keys (heads written by earlier releases have no total_messages).
+HEAD_CONVERSATION_ID = "conversation_id"
+HEAD_NEXT_TURN_ID = "next_turn_id"
+HEAD_TOTAL_TOKENS = "total_tokens"
+HEAD_TURN_COUNT = "turn_count"
+HEAD_SUMMARY = "summary"
+HEAD_TOTAL_MESSAGES = "total_messages"
+#: The head's numbers (non-negative integers); a turn takes ``next_turn_id`` and bumps each.
+HEAD_COUNTERS = (HEAD_NEXT_TURN_ID, HEAD_TOTAL_TOKENS, HEAD_TURN_COUNT, HEAD_TOTAL_MESSAGES)
+#: The turn id's key in a turn row's ``content``.
+TURN_ID_FIELD = "turn_id"
+#: The message cap of a conversation without a message limit (never reached).
+NO_MESSAGE_CAP = 2**62
+
+
+def conversation_namespace(conversation_id: str) -> str:
+    """Namespace of a conversation's head and turns."""
+    return f"{CONVERSATION_NAMESPACE_PREFIX}{conversation_id}"
+
+
+def archive_namespace(conversation_id: str) -> str:
+    """Namespace of a conversation's archived (evicted) turns."""
+    return f"{ARCHIVE_NAMESPACE_PREFIX}{conversation_id}"
+
+
+def turn_key(turn_id: int) -> str:
+    """Key of the row of turn ``turn_id`` (zero-padded so keys sort by id)."""
+    return f"{TURN_KEY_PREFIX}{turn_id:0{TURN_ID_DIGITS}d}"
+
+
+def within_caps(
+    total_tokens: Any, total_messages: Any, token_cap: Any, message_cap: Any
+) -> tuple[Any, Any]:
+    """The eviction rule: a conversation at these totals (its new turn in) needs no eviction
+    when both hold.
+
+    ``token_cap`` is ``max(max_tokens, summarize_threshold)`` (tokens evict above
+    both), ``message_cap`` the message limit (:data:`NO_MESSAGE_CAP`: none).  Works on
+    numbers (``all(...)``) and on SQL expressions (``and_(*...)``) alike.
+    """
+    return (total_tokens <= token_cap, total_messages <= message_cap)

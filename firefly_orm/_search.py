@@ -1,0 +1,383 @@
+"""Full-text search over ``MemoryEntry.search_text``: the rules every store shares.
+
+``uow.entries.search(namespace, query, limit=10, user_id=None, key_prefix=None,
+min_importance=None, language=None)`` returns :class:`SearchHit` ``(entry,
+score)`` pairs: the live entries of ``namespace`` whose ``search_text`` matches
+``query``, best first.
+
+The query is text, never syntax
+    It is split into words (:func:`query_terms`): maximal runs of letters and
+    digits (``str.isalnum``, plus combining diacritical marks), lower-cased.
+    Everything else separates words and is otherwise ignored: quotes,
+    ``- * ^ : ( ) & | !``, column filters such as ``col:term`` (two words,
+    ``col`` and ``term``), NUL characters.  ``OR``, ``AND``, ``NOT`` and
+    ``NEAR`` are searched as the words they are.  Each store receives only
+    these words, quoted (SQLite FTS5: ``"w1" OR "w2"``; PostgreSQL:
+    ``websearch_to_tsquery(language, '"w1" or "w2"')``), so no user text ever
+    reaches a query parser.  The first :data:`MAX_QUERY_TERMS` distinct words
+    are used; words longer than :data:`MAX_TERM_LENGTH` characters are dropped.
+    A query without words (empty, blank, only punctuation) finds nothing: ``[]``.
+
+Matching and order
+    An entry matches when its ``search_text`` contains at least one of the
+    words (the words are OR-ed; entries with more of them score higher).
+    Results are ordered by score (descending), then ``importance``, then
+    ``created_at`` and ``entry_id`` (newest first), and cut to ``limit``
+    (``None``: every match).  ``user_id``, ``key_prefix`` and
+    ``min_importance`` (inclusive) filter before the cut.
+
+Scores (higher is better; compare them only within one result list)
+    * SQLite: ``-bm25()`` of an FTS5 external-content table
+      (``unicode61 remove_diacritics 0`` tokens), kept in sync by triggers.
+    * PostgreSQL: ``ts_rank()`` against a ``tsvector`` column set by a trigger
+      (migration 0007) with a GIN index; each entry is indexed with its
+      ``search_language`` (stemming and stop words of that configuration) and
+      the query is parsed with the ``language`` argument (default
+      :data:`~firefly_orm.entry.DEFAULT_SEARCH_LANGUAGE`);
+      PostgreSQL's parser keeps e-mail addresses, URLs and numbers such as
+      ``1.5`` as single words.
+    * :class:`~firefly_orm.store.InMemoryStore`, :class:`~firefly_orm.FileStore`,
+      plain five-method stores, and the not yet committed writes of a staged
+      unit of work: a simple tokenised match, score = the share of the query's
+      words found among the entry's words (0 < score <= 1); no stemming, no
+      stop words, ``language`` ignored.
+
+Cost
+    SQLite reads the FTS5 table first (``CROSS JOIN``), then one row per match
+    by rowid; PostgreSQL's planner picks the GIN index (or, for a selective
+    ``user_id``/``key_prefix`` filter, that filter's B-tree index).  Either way
+    the work follows the rows holding a query word, not the size of the table.
+    MongoDB stores each entry's words (``search_words``) and runs one
+    aggregation on the multikey ``(namespace, search_words)`` index, scored
+    like the in-process stores (the test server, SecantusDB, has no ``$text``).
+    The in-process stores keep an inverted index per namespace (words to
+    entries); a plain five-method store loads the namespace.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypedDict
+
+from firefly_orm.entry import (
+    DEFAULT_SEARCH_LANGUAGE,
+    MemoryEntry,
+    validate_namespace,
+    validate_search_language,
+    validate_user_id,
+)
+from firefly_orm.errors import EntryValidationError
+
+__all__ = [
+    "MAX_QUERY_TERMS",
+    "MAX_TERM_LENGTH",
+    "PG_SEARCH_FUNCTION",
+    "PG_SEARCH_INDEX",
+    "PG_SEARCH_TRIGGER_FUNCTION",
+    "PG_SEARCH_VECTOR",
+    "SQLITE_FTS_CONTENT_VIEW",
+    "SQLITE_FTS_TABLE",
+    "SQLITE_FTS_TABLES",
+    "SearchHit",
+    "SearchOptions",
+    "SearchRequest",
+    "TermIndex",
+    "best_hits",
+    "fts5_query",
+    "is_search_index_object",
+    "match_entries",
+    "query_terms",
+    "text_terms",
+    "websearch_query",
+]
+
+#: The most distinct words of a query that are searched (the first ones).
+MAX_QUERY_TERMS = 32
+#: Longer words are dropped from queries (no store could match them consistently:
+#: PostgreSQL does not index words over 2047 bytes).
+MAX_TERM_LENGTH = 100
+
+#: SQLite: the FTS5 external-content table over ``memory_entries.search_text``
+#: (only rows whose ``search_text`` is not NULL, since migration 0007).
+SQLITE_FTS_TABLE = "memory_entries_fts"
+#: SQLite: that table and the shadow tables FTS5 keeps for it.
+SQLITE_FTS_TABLES = frozenset(
+    {SQLITE_FTS_TABLE, *(f"{SQLITE_FTS_TABLE}_{s}" for s in ("data", "idx", "docsize", "config"))}
+)
+#: SQLite: the view of the rows with ``search_text`` that is the FTS5 table's content.
+SQLITE_FTS_CONTENT_VIEW = "memory_entries_searchable"
+#: PostgreSQL: the ``tsvector`` column (not in the SQLAlchemy model), filled by triggers.
+PG_SEARCH_VECTOR = "search_vector"
+#: PostgreSQL: the GIN index on :data:`PG_SEARCH_VECTOR`.
+PG_SEARCH_INDEX = "ix_memory_entries_search"
+#: PostgreSQL: ``(language text, text text) -> tsvector``, the vector of a row's text.
+PG_SEARCH_FUNCTION = "firefly_orm_search_vector"
+#: PostgreSQL: the trigger function that sets :data:`PG_SEARCH_VECTOR` with
+#: :data:`PG_SEARCH_FUNCTION` (rows without ``search_text`` never call it).
+PG_SEARCH_TRIGGER_FUNCTION = "firefly_orm_search_vector_fill"
+
+# A word: letters and digits, with combining diacritical marks kept inside
+# (as SQLite's unicode61 tokenizer keeps them).
+_WORD = re.compile(r"(?:[^\W_]|[\u0300-\u036f])+")
+
+
+def is_search_index_object(name: str | None, type_: str) -> bool:
+    """Whether a reflected database object is part of the search index (not in the model).
+
+    The SQLite FTS5 tables, and PostgreSQL's ``tsvector`` column and
+    its GIN index; Alembic comparisons leave them out
+    (:func:`firefly_orm.migrate.include_name`).
+    """
+    if type_ == "table":
+        return name in SQLITE_FTS_TABLES
+    if type_ == "column":
+        return name == PG_SEARCH_VECTOR
+    if type_ == "index":
+        return name == PG_SEARCH_INDEX
+    return False
+
+
+# --------------------------------------------------------------------------- words
+
+
+def query_terms(query: str) -> tuple[str, ...]:
+    """The distinct words searched for ``query`` (see the module docstring), in query order.
+
+    Raises:
+        EntryValidationError: ``query`` is not a string.
+    """
+    if not isinstance(query, str):
+        raise EntryValidationError("query", f"must be a string, got {type(query).__name__}")
+    terms: dict[str, None] = {}
+    for match in _WORD.finditer(query):
+        word = match.group().lower()
+        if len(word) <= MAX_TERM_LENGTH:
+            terms[word] = None
+            if len(terms) == MAX_QUERY_TERMS:
+                break
+    return tuple(terms)
+
+
+def text_terms(text: str | None) -> frozenset[str]:
+    """The distinct words of an entry's ``search_text`` (longer words than any query's dropped)."""
+    if not text:
+        return frozenset()
+    return frozenset(w for w in _WORD.findall(text.lower()) if len(w) <= MAX_TERM_LENGTH)
+
+
+def fts5_query(terms: Iterable[str]) -> str:
+    """An FTS5 ``MATCH`` expression: each word a quoted string, OR-ed."""
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def websearch_query(terms: Iterable[str]) -> str:
+    """Text for ``websearch_to_tsquery``: each word quoted (so ``or`` stays a word), OR-ed."""
+    return " or ".join('"' + term.replace('"', " ") + '"' for term in terms)
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class SearchOptions(TypedDict, total=False):
+    """The options of a full-text search (:meth:`~firefly_orm.protocols.EntryRepository.search`).
+
+    The rules (query words, matching, order, scores per store) are in
+    :mod:`firefly_orm._search`.
+
+    Attributes:
+        limit: At most this many results, the best ones (default 10; ``None``:
+            every match; ``0``: none).
+        user_id: Only entries of this user (``None``, the default: every entry).
+        key_prefix: Only entries whose key starts with it (``None``: any entry,
+            with or without a key).
+        min_importance: Only entries with at least this importance (``None``: any).
+        language: The PostgreSQL text-search configuration the query is parsed
+            with (default ``"simple"``); use the ``search_language`` the
+            entries were written with.  Other stores ignore it.
+    """
+
+    limit: int | None
+    user_id: str | None
+    key_prefix: str | None
+    min_importance: float | None
+    language: str | None
+
+
+class SearchHit(NamedTuple):
+    """One search result: the entry and its relevance (higher is better)."""
+
+    entry: MemoryEntry
+    score: float
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A validated search: what every store's ``search`` / ``read_search`` works from."""
+
+    namespace: str
+    terms: tuple[str, ...]
+    limit: int | None
+    user_id: str | None
+    key_prefix: str | None
+    min_importance: float | None
+    language: str
+
+    @classmethod
+    def build(
+        cls,
+        namespace: str,
+        query: str,
+        *,
+        limit: int | None = 10,
+        user_id: str | None = None,
+        key_prefix: str | None = None,
+        min_importance: float | None = None,
+        language: str | None = None,
+    ) -> SearchRequest:
+        """Validate the arguments of a search (raise :class:`EntryValidationError`)."""
+        validate_namespace(namespace)
+        terms = query_terms(query)
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise EntryValidationError("limit", f"must be an integer or None, got {limit!r}")
+        if limit is not None and limit < 0:
+            raise EntryValidationError("limit", f"must not be negative, got {limit}")
+        if user_id is not None:
+            validate_user_id(user_id)
+        if key_prefix is not None and (not isinstance(key_prefix, str) or "\x00" in key_prefix):
+            raise EntryValidationError("key_prefix", "must be a string without NUL characters")
+        if min_importance is not None and (
+            isinstance(min_importance, bool)
+            or not isinstance(min_importance, int | float)
+            or math.isnan(min_importance)
+        ):
+            raise EntryValidationError(
+                "min_importance", f"must be a number or None, got {min_importance!r}"
+            )
+        if language is not None:
+            validate_search_language(language, field="language")
+        return cls(
+            namespace=namespace,
+            terms=terms,
+            limit=limit,
+            user_id=user_id,
+            key_prefix=key_prefix,
+            min_importance=None if min_importance is None else float(min_importance),
+            language=language or DEFAULT_SEARCH_LANGUAGE,
+        )
+
+    @property
+    def finds_nothing(self) -> bool:
+        """True when the answer is ``[]`` without asking the store (no words, or limit 0)."""
+        return not self.terms or self.limit == 0
+
+    def accepts(self, entry: MemoryEntry) -> bool:
+        """Whether ``entry`` passes the filters: live, user, key prefix, importance."""
+        if self.user_id is not None and entry.user_id != self.user_id:
+            return False
+        if self.key_prefix is not None and (
+            entry.key is None or not entry.key.startswith(self.key_prefix)
+        ):
+            return False
+        if self.min_importance is not None and entry.importance < self.min_importance:
+            return False
+        return not entry.is_expired
+
+    def options(self, *, limit: int | None) -> SearchOptions:
+        """The keyword arguments that repeat this search with another ``limit``."""
+        return {
+            "limit": limit,
+            "user_id": self.user_id,
+            "key_prefix": self.key_prefix,
+            "min_importance": self.min_importance,
+            "language": self.language,
+        }
+
+
+def _rank(hit: SearchHit) -> tuple[float, float, Any, str]:
+    entry = hit.entry
+    return (hit.score, entry.importance, entry.created_at, entry.entry_id)
+
+
+def best_hits(hits: Iterable[SearchHit], limit: int | None) -> list[SearchHit]:
+    """``hits`` best first (score, importance, created_at, entry_id: all descending), cut."""
+    if limit is None:
+        return sorted(hits, key=_rank, reverse=True)
+    return heapq.nlargest(limit, hits, key=_rank)
+
+
+def _score(matched: int, request: SearchRequest) -> float:
+    return matched / len(request.terms)
+
+
+def match_entries(entries: Iterable[MemoryEntry], request: SearchRequest) -> list[SearchHit]:
+    """The tokenised match over ``entries`` (each tokenised now), best first, cut to the limit.
+
+    The entries are not copied.
+    """
+    wanted = set(request.terms)
+    hits: list[SearchHit] = []
+    for entry in entries:
+        if entry.search_text is None or not request.accepts(entry):
+            continue
+        matched = len(wanted & text_terms(entry.search_text))
+        if matched:
+            hits.append(SearchHit(entry, _score(matched, request)))
+    return best_hits(hits, request.limit)
+
+
+class TermIndex:
+    """An inverted index ``word -> entry ids`` of the entries of one namespace.
+
+    The in-process stores keep one per namespace, so a search visits only the
+    entries that contain one of the query's words.
+    """
+
+    def __init__(self) -> None:
+        self._postings: dict[str, set[str]] = {}
+        self._terms: dict[str, frozenset[str]] = {}
+
+    def __len__(self) -> int:
+        return len(self._terms)
+
+    def add(self, entry_id: str, text: str | None) -> None:
+        """Index ``text`` for ``entry_id`` (replacing what was indexed for it)."""
+        self.remove(entry_id)
+        terms = text_terms(text)
+        if not terms:
+            return
+        self._terms[entry_id] = terms
+        for term in terms:
+            self._postings.setdefault(term, set()).add(entry_id)
+
+    def remove(self, entry_id: str) -> None:
+        """Forget ``entry_id`` (no error if it was not indexed)."""
+        terms = self._terms.pop(entry_id, None)
+        if terms is None:
+            return
+        for term in terms:
+            ids = self._postings[term]
+            ids.discard(entry_id)
+            if not ids:
+                del self._postings[term]
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._postings.clear()
+        self._terms.clear()
+
+    def hits(self, entries: Mapping[str, MemoryEntry], request: SearchRequest) -> list[SearchHit]:
+        """The matches among ``entries`` (id -> entry), best first, cut (entries not copied)."""
+        counts: dict[str, int] = {}
+        for term in request.terms:
+            for entry_id in self._postings.get(term, ()):
+                counts[entry_id] = counts.get(entry_id, 0) + 1
+        found: list[SearchHit] = []
+        for entry_id, matched in counts.items():
+            entry = entries.get(entry_id)
+            if entry is not None and request.accepts(entry):
+                found.append(SearchHit(entry, _score(matched, request)))
+        return best_hits(found, request.limit)

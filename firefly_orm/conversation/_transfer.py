@@ -1,0 +1,233 @@
+"""Export and import of a conversation as a JSON-ready dict.
+
+Shape: ``{"conversation_id", "turns": [{"turn_id", "user_prompt",
+"assistant_response", "token_estimate", "metadata", "timestamp"
+[, "raw_messages"]}, ...], "summary", "total_tokens"}``; ``raw_messages``
+holds the portable JSON form of :mod:`firefly_orm.conversation._codec`.
+
+An import that writes at least :data:`ANALYZE_AFTER_ROWS` turns asks the
+store to refresh its planner statistics once the import is committed
+(:func:`refresh_statistics`, for stores with the optional
+:class:`~firefly_orm.protocols.StoreMaintenance` capability: the SQL stores).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeAlias
+
+from firefly_orm._maintenance import ANALYZE_AFTER_ROWS, refresh_statistics
+from firefly_orm.bridges._steps import Operation, Transaction, retrying
+from firefly_orm.conversation._codec import check_encoded, encode_raw_messages
+from firefly_orm.conversation._model import (
+    ConversationTurn,
+    check_conversation_id,
+    check_metadata,
+    check_text,
+)
+from firefly_orm.conversation._ops import EncodedTurn, replace_conversation
+from firefly_orm.conversation._rows import (
+    HEAD_KEY,
+    MAX_TURN_ID,
+    TURN_KEY_PREFIX,
+    conversation_namespace,
+    head_from_entry,
+    stored_raw,
+    turn_from_entry,
+)
+from firefly_orm.entry import utcnow
+from firefly_orm.errors import EntryValidationError
+from firefly_orm.protocols import UnitOfWork
+
+__all__ = [
+    "ANALYZE_AFTER_ROWS",
+    "ParsedImport",
+    "import_conversations",
+    "parse_import",
+    "parse_imports",
+    "read_export",
+    "refresh_statistics",
+    "replace_conversations",
+]
+
+logger = logging.getLogger("firefly_orm")
+
+#: One validated conversation to import: its id, its turns and its summary.
+ParsedImport: TypeAlias = tuple[str, list[EncodedTurn], str | None]
+
+
+def read_export(uow: UnitOfWork, conversation_id: str) -> dict[str, Any]:
+    """Transaction: the export dict of ``conversation_id`` (no turns when it is unknown)."""
+    namespace = conversation_namespace(conversation_id)
+    head = head_from_entry(uow.entries.get_by_key(namespace, HEAD_KEY))
+    rows = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX)
+    turns: list[dict[str, Any]] = []
+    for row in rows:
+        turn = turn_from_entry(row, with_raw=False)
+        item: dict[str, Any] = {
+            "turn_id": turn.turn_id,
+            "user_prompt": turn.user_prompt,
+            "assistant_response": turn.assistant_response,
+            "token_estimate": turn.token_estimate,
+            "metadata": turn.metadata,
+            "timestamp": turn.timestamp.isoformat(),
+        }
+        raw = stored_raw(row)
+        if raw:
+            item["raw_messages"] = json.loads(json.dumps(raw))
+        turns.append(item)
+    return {
+        "conversation_id": conversation_id,
+        "turns": turns,
+        "summary": head.summary,
+        "total_tokens": sum(t["token_estimate"] for t in turns),
+    }
+
+
+def parse_import(
+    data: Any, conversation_id: Any, estimate: Callable[[str, str], int]
+) -> tuple[str, list[EncodedTurn], str | None]:
+    """Validate an export dict: the conversation id, its turns and its summary.
+
+    The id is ``conversation_id`` if given, else ``data["conversation_id"]``,
+    else a new one.  Missing turn fields default; ``turn_id`` defaults to the
+    position, and ids that are not strictly increasing non-negative integers
+    are renumbered 0, 1, ... (a warning is logged).  A ``token_estimate <= 0``
+    is re-estimated with ``estimate(user_prompt, assistant_response)``.
+    """
+    if not isinstance(data, Mapping):
+        raise EntryValidationError("data", f"must be a dict, got {type(data).__name__}")
+    cid = check_conversation_id(conversation_id or data.get("conversation_id") or uuid.uuid4().hex)
+    summary = data.get("summary")
+    if summary is not None and not isinstance(summary, str):
+        raise EntryValidationError("summary", "must be a str or None")
+    raw_turns = data.get("turns") or []
+    if not isinstance(raw_turns, list | tuple):
+        raise EntryValidationError("turns", "must be a list")
+    turns = [_parse_turn(position, item, estimate) for position, item in enumerate(raw_turns)]
+    ids = [t.turn.turn_id for t in turns]
+    valid = all(0 <= i <= MAX_TURN_ID for i in ids) and all(
+        a < b for a, b in itertools.pairwise(ids)
+    )
+    if not valid:
+        logger.warning(
+            "import of conversation %r: turn ids %s are not strictly increasing "
+            "non-negative integers; renumbering them 0..%d",
+            cid,
+            ids[:10],
+            len(ids) - 1,
+        )
+        turns = [
+            EncodedTurn(t.turn.model_copy(update={"turn_id": n}), t.encoded_raw)
+            for n, t in enumerate(turns)
+        ]
+    return cid, turns, summary
+
+
+def parse_imports(
+    items: Sequence[Any], conversation_id: Any, estimate: Callable[[str, str], int]
+) -> list[ParsedImport]:
+    """Validate several export dicts with :func:`parse_import`, all before any is written.
+
+    ``conversation_id`` (the id to import under) applies only when there is
+    exactly one item.  Two items with the same id are refused (the second would
+    silently replace the first).
+
+    Raises:
+        EntryValidationError: The first invalid item, named by its position and
+            id (``"conversations[1]: conversation 'x': turns: must be a list"``);
+            structures nested too deeply for Python count as invalid.
+    """
+    if conversation_id and len(items) != 1:
+        raise EntryValidationError(
+            "conversation_id",
+            f"an id to import under needs exactly one conversation, got {len(items)}",
+        )
+    parsed: list[ParsedImport] = []
+    seen: dict[str, int] = {}
+    for position, item in enumerate(items):
+        label = conversation_id or (
+            item.get("conversation_id") if isinstance(item, Mapping) else None
+        )
+        where = f"conversations[{position}]"
+        what = f"conversation {label!r}" if isinstance(label, str) else "conversation"
+        try:
+            cid, turns, summary = parse_import(item, conversation_id, estimate)
+        except RecursionError:
+            raise EntryValidationError(where, f"{what}: nested too deeply") from None
+        except (EntryValidationError, TypeError, ValueError) as exc:
+            raise EntryValidationError(where, f"{what}: {exc}") from None
+        if cid in seen:
+            raise EntryValidationError(
+                where, f"{what}: same conversation id as conversations[{seen[cid]}]"
+            )
+        seen[cid] = position
+        parsed.append((cid, turns, summary))
+    return parsed
+
+
+def import_conversations(conversations: Sequence[ParsedImport]) -> Operation[list[str]]:
+    """Replace every conversation of ``conversations`` in ONE unit of work; return their ids.
+
+    All or nothing: when any write fails, no conversation is changed.  Once it
+    is committed, a large import refreshes the store's planner statistics
+    (:func:`refresh_statistics`).
+    """
+    yield from retrying(Transaction.write(replace_conversations, conversations))
+    yield from refresh_statistics(sum(len(turns) for _cid, turns, _summary in conversations))
+    return [cid for cid, _turns, _summary in conversations]
+
+
+def replace_conversations(uow: UnitOfWork, conversations: Sequence[ParsedImport]) -> None:
+    """Transaction: :func:`~firefly_orm.conversation._ops.replace_conversation` for each one."""
+    for cid, turns, summary in conversations:
+        replace_conversation(uow, cid, turns, summary)
+
+
+def _parse_turn(position: int, item: Any, estimate: Callable[[str, str], int]) -> EncodedTurn:
+    if not isinstance(item, Mapping):
+        raise EntryValidationError("turns", f"turn {position} must be a dict")
+    prompt = check_text("user_prompt", item.get("user_prompt") or "")
+    response = check_text("assistant_response", item.get("assistant_response") or "")
+    turn_id = item.get("turn_id", position)
+    token_estimate = item.get("token_estimate") or 0
+    if isinstance(token_estimate, bool) or not isinstance(token_estimate, int):
+        raise EntryValidationError("token_estimate", "must be an integer")
+    if token_estimate <= 0:
+        token_estimate = estimate(prompt, response)
+    raw = item.get("raw_messages")
+    try:
+        encoded = check_encoded(raw) if isinstance(raw, Mapping) else encode_raw_messages(raw)
+    except TypeError as exc:
+        raise EntryValidationError("raw_messages", str(exc)) from None
+    turn = ConversationTurn(
+        turn_id=turn_id if isinstance(turn_id, int) and not isinstance(turn_id, bool) else -1,
+        user_prompt=prompt,
+        assistant_response=response,
+        raw_messages=[],
+        timestamp=_parse_timestamp(item.get("timestamp")),
+        token_estimate=token_estimate,
+        metadata=check_metadata(item.get("metadata")),
+    )
+    return EncodedTurn(turn, encoded)
+
+
+def _parse_timestamp(timestamp: Any) -> datetime:
+    try:
+        when = (
+            datetime.fromisoformat(timestamp)
+            if isinstance(timestamp, str)
+            else timestamp
+            if isinstance(timestamp, datetime)
+            else utcnow()
+        )
+    except ValueError:
+        raise EntryValidationError("timestamp", f"bad timestamp {timestamp!r}") from None
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise EntryValidationError("timestamp", "must be timezone-aware")
+    return when

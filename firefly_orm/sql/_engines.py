@@ -1,0 +1,629 @@
+"""The engines of one store: sync and async, for reads and for writes, and their disposal.
+
+:class:`Engines` builds each engine on first use (or wraps the caller's),
+applies the store's schema with ``schema_translate_map`` and caches the
+variants the store runs on:
+
+* ``"default"``: :attr:`SQLAlchemyStore.engine` / ``async_engine`` themselves;
+  read-only units of work and the schema check.
+* ``"write"``: write transactions; on SQLite they start with
+  ``BEGIN IMMEDIATE`` (the write lock up front instead of failing to upgrade a
+  read lock later).  On PostgreSQL at ``READ COMMITTED`` a store's write unit
+  of work starts on the ``"single"`` connection instead and begins its
+  transaction at the first statement that needs one
+  (:meth:`Engines.deferred_write_level`), so a one-statement ``add_turn`` is
+  one round trip.
+* ``"single"``: operations that are one statement (the store's ``save``,
+  ``load``, ``load_by_key``, ``delete``...): no ``BEGIN``/``COMMIT`` at all,
+  the statement is atomic on its own.  SQLite: no ``BEGIN`` (the driver is in
+  autocommit; a write statement takes the write lock as it starts, waiting
+  ``busy_timeout`` like ``BEGIN IMMEDIATE``).  PostgreSQL: the connection in
+  autocommit, when transactions run at ``READ COMMITTED`` (the default): one
+  round trip instead of three, and no ``ROLLBACK``, which would make psycopg
+  drop its prepared statements.
+* ``"read"``: read-only units of work.  SQLite: a ``BEGIN`` (one snapshot for
+  all their statements).  PostgreSQL at ``READ COMMITTED``: autocommit, like
+  ``"single"``: there each statement of a transaction takes a snapshot of its
+  own anyway, so ``BEGIN``/``ROLLBACK`` would add two round trips and nothing
+  else.  At a stricter isolation level (the caller's engine, or the server's
+  ``default_transaction_isolation``) both modes keep their transaction.
+
+Engines built from a URL are the store's and are disposed by
+:meth:`Engines.close`; engines the caller passes in are never disposed.
+
+No hidden pools: an engine is built only from a URL the caller gave (``url``
+or ``async_url``), never from the URL of a caller's engine.  A store given only
+a sync ``engine`` runs its async work on that engine, in worker threads
+(:class:`ThreadedEngine`, returned by :meth:`Engines.async_target`); a store
+given only an ``async_engine`` has no sync engine, and its sync work raises
+:class:`~firefly_orm.errors.MissingEngineError` naming ``engine=``.  (The
+other way round is not possible: a caller's async pool is bound to the
+caller's event loop, and sync code would have to drive it from another one.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Generator
+from contextlib import asynccontextmanager
+from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar, cast
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Dialect, Engine, RootTransaction
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from firefly_orm.bridges._threads import call_blocking, finish_from_sync
+from firefly_orm.entry._json import load_json
+from firefly_orm.errors import MissingEngineError, MissingExtraError, redact_url, url_secrets
+
+__all__ = [
+    "Engines",
+    "Mode",
+    "ThreadedConnection",
+    "ThreadedEngine",
+    "enable_sqlite_savepoints",
+    "is_memory_sqlite",
+]
+
+logger = logging.getLogger("firefly_orm")
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+#: Which variant of an engine: see the module docstring.
+Mode = Literal["default", "read", "single", "write"]
+
+_WRITE_OPTION = "firefly_orm_write"
+#: On SQLite: run this connection's statements in autocommit (no BEGIN).  Used
+#: only for single-statement operations, which SQLite makes atomic by themselves.
+_NO_BEGIN_OPTION = "firefly_orm_no_begin"
+#: PostgreSQL: the execution options of a connection without transactions.
+_AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
+#: ``Engines.deferred_write_level`` not worked out yet.
+_UNKNOWN = object()
+#: Isolation levels at which a PostgreSQL transaction gives each statement a
+#: snapshot of its own (READ UNCOMMITTED is READ COMMITTED there): a statement
+#: in autocommit sees what it would see inside one.
+_PER_STATEMENT_SNAPSHOTS = frozenset({"READ COMMITTED", "READ UNCOMMITTED", "AUTOCOMMIT"})
+
+
+def enable_sqlite_savepoints(engine: Engine | AsyncEngine) -> None:
+    """Let SQLAlchemy control transactions on a SQLite engine (pysqlite or aiosqlite).
+
+    The sqlite3 driver's own transaction handling breaks SAVEPOINTs; this applies
+    SQLAlchemy's documented recipe (driver autocommit off, ``BEGIN`` emitted by
+    SQLAlchemy).  Call it on *your* SQLite engine before joining our units of
+    work to your session (``store.unit_of_work(session=...)``).  Stores do it
+    themselves for the engines they create.
+    """
+    sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
+
+    @event.listens_for(sync_engine, "connect")
+    def _driver_autocommit(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        options = conn.get_execution_options()
+        if options.get(_NO_BEGIN_OPTION, False):
+            return
+        write = options.get(_WRITE_OPTION, False)
+        # Straight to the DBAPI cursor: the statement needs no SQLAlchemy
+        # execution context, and this runs once per transaction.
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        finally:
+            cursor.close()
+
+
+def _install_sqlite_hooks(sync_engine: Engine) -> None:
+    """WAL + busy_timeout + synchronous=FULL per connection; SQLAlchemy-controlled BEGIN."""
+    is_memory = sync_engine.url.database in (None, "", ":memory:")
+
+    @event.listens_for(sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            if not is_memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA busy_timeout=30000")
+            cursor.execute("PRAGMA synchronous=FULL")
+        finally:
+            cursor.close()
+
+    enable_sqlite_savepoints(sync_engine)
+
+
+def is_memory_sqlite(url: URL) -> bool:
+    """Whether ``url`` names an in-memory SQLite database (one per connection)."""
+    database = url.database or ""
+    return database in ("", ":memory:") or url.query.get("mode") == "memory"
+
+
+def _mode_options(mode: Mode, engine: Engine | AsyncEngine) -> dict[str, Any] | None:
+    """The execution options of ``mode`` over ``engine`` (the default variant).
+
+    ``{}``: the default engine itself serves ``mode``.  ``None``: not known yet
+    (a PostgreSQL engine learns the server's isolation level on its first
+    connection; until then the default engine serves, in a transaction).
+    """
+    if mode == "write":
+        return {_WRITE_OPTION: True}
+    dialect = engine.dialect.name
+    if mode == "default" or dialect not in ("sqlite", "postgresql"):
+        return {}
+    if dialect == "sqlite":
+        return {_NO_BEGIN_OPTION: True} if mode == "single" else {}
+    level = _isolation_level(engine)
+    if level is None:
+        return None
+    return dict(_AUTOCOMMIT) if level in _PER_STATEMENT_SNAPSHOTS else {}
+
+
+def _isolation_level(engine: Engine | AsyncEngine) -> str | None:
+    """The isolation level ``engine``'s transactions run at (``None``: not known yet).
+
+    The engine's own ``isolation_level`` option, else the server's default,
+    which the dialect learns on the first connection.
+    """
+    level = engine.get_execution_options().get("isolation_level")
+    if level is None:
+        level = getattr(engine.dialect, "default_isolation_level", None)
+    return cast(str | None, level)
+
+
+def in_transaction(
+    engine: Engine,
+    fn: Callable[Concatenate[Connection, P], T],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """``fn(connection, *args, **kwargs)`` on a connection of ``engine``, in its transaction.
+
+    Committed when ``fn`` returns, rolled back when it raises.  On the
+    ``"single"`` variants there is no transaction to end: the statement was
+    its own (a ``COMMIT`` at ``REPEATABLE READ`` and above, which, unlike a
+    ``ROLLBACK``, keeps psycopg's prepared statements).
+    """
+    with engine.begin() as conn:
+        return fn(conn, *args, **kwargs)
+
+
+def _async_url_for(url: URL) -> URL:
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    if backend == "sqlite":
+        return url.set(drivername="sqlite+aiosqlite")
+    if backend == "postgresql":
+        if driver in ("psycopg", "asyncpg", "psycopg_async"):
+            return url
+        return url.set(drivername="postgresql+psycopg")
+    return url
+
+
+def _no_defaults(url: URL) -> dict[str, Any]:
+    return {}
+
+
+async def _dispose(engines: list[AsyncEngine]) -> None:
+    for engine in engines:
+        await engine.dispose()
+
+
+# --------------------------------------------------------------------------- a sync engine, async
+
+
+class ThreadedEngine:
+    """The async face of a caller's sync :class:`Engine`: its work runs in worker threads.
+
+    A store given only ``engine=`` runs its ``async_*`` methods, async units of
+    work and ``async_initialize`` on this instead of building a second, async
+    connection pool from the engine's URL: each call checks a connection out of
+    *your* pool and runs the same sync work on it in a worker thread
+    (:func:`~firefly_orm.bridges._threads.call_blocking`), so the event loop is
+    never blocked.  It offers the part of :class:`AsyncEngine` the store uses:
+    :meth:`connect` and :meth:`begin`.
+
+    Args:
+        engine: The sync engine (with the store's execution options applied).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.sync_engine = engine
+
+    @property
+    def dialect(self) -> Dialect:
+        """The sync engine's dialect."""
+        return self.sync_engine.dialect
+
+    async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)``, sync work on :attr:`sync_engine`, in ONE worker-thread call.
+
+        For work that checks a connection out, runs and ends its transaction
+        itself (:func:`in_transaction`, a whole unit of work): one hand-off to
+        a thread per operation instead of one per step.  Cancelling the
+        awaiting task does not stop the thread: the work finishes (or fails)
+        there, and only its outcome is lost.
+        """
+        return await call_blocking(fn, *args, **kwargs)
+
+    def connect(self) -> ThreadedConnection:
+        """A connection: ``await`` it, or use it with ``async with``."""
+        return ThreadedConnection(self.sync_engine)
+
+    @asynccontextmanager
+    async def begin(self) -> AsyncIterator[ThreadedConnection]:
+        """A connection in a transaction, committed at the end (rolled back on error)."""
+        async with self.connect() as conn:
+            tx = await conn.begin()
+            try:
+                yield conn
+            except BaseException:
+                await tx.rollback()
+                raise
+            await tx.commit()
+
+
+class ThreadedConnection:
+    """A sync :class:`Connection` driven from async code, one worker-thread call at a time.
+
+    ``await engine.connect()`` (or ``async with``) checks the connection out;
+    :meth:`run_sync` runs ``fn(connection, *args)``; :meth:`begin` starts a
+    transaction.  Calls on one connection never overlap, not even after the
+    awaiting task was cancelled (the thread finishes first; the next call waits
+    for it).
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._conn: Connection | None = None
+        self._busy = threading.Lock()
+        self._abandoned = False
+
+    async def _call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        def locked() -> T:
+            with self._busy:
+                return fn(*args, **kwargs)
+
+        return await call_blocking(locked)
+
+    def _checkout(self) -> None:
+        conn = self._engine.connect()
+        with self._busy:
+            if not self._abandoned:
+                self._conn = conn
+                return
+        conn.close()  # its task was cancelled meanwhile: back to the pool
+
+    async def start(self) -> Self:
+        """Check a connection out of the engine's pool (in a worker thread)."""
+        if self._conn is None:
+            try:
+                await call_blocking(self._checkout)
+            except asyncio.CancelledError:
+                with self._busy:  # held only for an instant by the checkout thread
+                    self._abandoned = True
+                await self.close()  # checked out just before the flag was seen
+                raise
+        return self
+
+    def __await__(self) -> Generator[Any, None, Self]:
+        return self.start().__await__()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _connection(self) -> Connection:
+        if self._conn is None:
+            raise RuntimeError("this connection is not open (await it or use 'async with')")
+        return self._conn
+
+    async def begin(self) -> ThreadedTransaction:
+        """Begin a transaction on the connection (``BEGIN IMMEDIATE`` waits in the thread)."""
+        conn = self._connection()
+        return ThreadedTransaction(self, await self._call(conn.begin))
+
+    async def run_sync(
+        self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """Run ``fn(connection, *args, **kwargs)`` in a worker thread; return its result."""
+        return await self._call(functools.partial(fn, self._connection(), *args, **kwargs))
+
+    async def close(self) -> None:
+        """Return the connection to the pool (rolling back what is left open)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._call(conn.close)
+
+
+class ThreadedTransaction:
+    """The transaction of a :class:`ThreadedConnection` (commit/rollback in its thread calls)."""
+
+    def __init__(self, conn: ThreadedConnection, tx: RootTransaction) -> None:
+        self._conn = conn
+        self._tx = tx
+
+    @property
+    def is_active(self) -> bool:
+        """Whether the transaction is still open."""
+        return self._tx.is_active
+
+    async def commit(self) -> None:
+        """Commit."""
+        await self._conn._call(self._tx.commit)
+
+    async def rollback(self) -> None:
+        """Roll back, unless a commit whose task was cancelled has ended it meanwhile."""
+        await self._conn._call(self._rollback_if_active)
+
+    def _rollback_if_active(self) -> None:
+        if self._tx.is_active:
+            self._tx.rollback()
+
+
+#: What the store's async work runs on: a native async engine, or a caller's sync one.
+AsyncTarget = AsyncEngine | ThreadedEngine
+
+
+class Engines:
+    """The sync and async engines of one store, each variant built once.
+
+    Args:
+        url: URL of the engines to build (normalised); ``None`` with a given engine.
+        engine: The caller's sync engine (never disposed here).
+        async_engine: The caller's async engine (never disposed here).
+        async_url: URL of the async engine when it differs from ``url``.
+        schema: Schema our table is mapped to (``None``: the default one).
+        engine_kwargs: Extra ``create_engine`` arguments; they win over ``defaults``.
+        defaults: Per-backend ``create_engine`` arguments for a URL (the presets').
+        async_in_threads: For engines built from ``url`` (no ``async_url``):
+            run async work on the sync engine in worker threads
+            (:class:`ThreadedEngine`) instead of building a native async one.
+    """
+
+    def __init__(
+        self,
+        url: URL | None,
+        *,
+        engine: Engine | None = None,
+        async_engine: AsyncEngine | None = None,
+        async_url: URL | None = None,
+        schema: str | None = None,
+        engine_kwargs: dict[str, Any] | None = None,
+        defaults: Callable[[URL], dict[str, Any]] | None = None,
+        async_in_threads: bool = False,
+    ) -> None:
+        self.url = url
+        self._url_async_in_threads = async_in_threads
+        self.async_url = async_url
+        self.schema = schema
+        self._given: dict[bool, Engine | AsyncEngine | None] = {False: engine, True: async_engine}
+        self._engine_kwargs = dict(engine_kwargs or {})
+        self._defaults = defaults or _no_defaults
+        self._cache: dict[tuple[bool, Mode], Engine | AsyncTarget] = {}
+        self._deferred_levels: dict[bool, object] = {}
+        self._owned: list[Engine | AsyncEngine] = []
+        self._lock = threading.RLock()
+
+    # ------------------------------------------------------------------ what we connect to
+    def _given_engine(self) -> Engine | AsyncEngine | None:
+        sync = self._given[False]
+        return sync if sync is not None else self._given[True]
+
+    def _configured_url(self) -> URL:
+        if self.url is not None:
+            return self.url
+        given = self._given_engine()
+        assert given is not None
+        return given.url
+
+    @property
+    def dialect_name(self) -> str:
+        """``"sqlite"``, ``"postgresql"``, ... (from the given engine or the URL)."""
+        given = self._given_engine()
+        if given is not None:
+            return given.dialect.name
+        return self._configured_url().get_backend_name()
+
+    def display_url(self) -> str:
+        """The URL we connect to, secrets hidden (for messages and reprs)."""
+        return redact_url(self._configured_url())
+
+    def secrets(self) -> tuple[str, ...]:
+        """The secrets in the URL we connect to (to scrub them from driver messages)."""
+        return url_secrets(self._configured_url())
+
+    # ------------------------------------------------------------------ engines
+    def sync_engine(self, mode: Mode = "default") -> Engine:
+        """The sync engine for ``mode`` (built on first use)."""
+        engine = self._cache.get((False, mode))
+        return cast(Engine, engine if engine is not None else self._build(False, mode))
+
+    def async_target(self, mode: Mode = "default") -> AsyncTarget:
+        """What async work for ``mode`` runs on (built on first use).
+
+        The native async engine; or, for a store given only a sync engine, a
+        :class:`ThreadedEngine` over that engine's ``mode`` variant.
+        """
+        engine = self._cache.get((True, mode))
+        return cast(AsyncTarget, engine if engine is not None else self._build(True, mode))
+
+    def async_engine(self, mode: Mode = "default") -> AsyncEngine:
+        """The native async engine for ``mode`` (built on first use).
+
+        Raises:
+            MissingEngineError: Only a sync engine was given (async work runs on
+                it in worker threads; there is no async engine).
+        """
+        engine = self.async_target(mode)
+        if isinstance(engine, ThreadedEngine):
+            whose = "its own sync engine" if self.url is not None else "the sync engine (engine=)"
+            raise MissingEngineError(
+                f"this store runs its async_* methods on {whose} in worker threads, one "
+                "per operation, and has no AsyncEngine; pass async_url= (or async_engine=) "
+                "for a native async one"
+            )
+        return engine
+
+    def deferred_write_level(self, is_async: bool = False) -> str | None:
+        """The isolation level a write unit of work begins at when it needs a transaction.
+
+        ``None``: write units of work begin at once (SQLite, a threaded async
+        target, or a PostgreSQL engine whose ``"single"`` variant is not in
+        autocommit: a stricter isolation level, or not known yet).  Otherwise
+        (PostgreSQL at ``READ COMMITTED``) they start on the ``"single"``
+        connection, and a one-statement write run first commits on its own
+        (see :class:`~firefly_orm.sql._uow.SQLUnitOfWork`).
+        """
+        known = self._deferred_levels.get(is_async, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return cast(str | None, known)
+        if self.dialect_name != "postgresql" or (is_async and self.async_in_threads):
+            self._deferred_levels[is_async] = None
+            return None
+        single = self.async_target("single") if is_async else self.sync_engine("single")
+        if (is_async, "single") not in self._cache:
+            return None  # the server's level is not known before the first connection
+        level: str | None = None
+        if _isolation_level(cast(Engine | AsyncEngine, single)) == "AUTOCOMMIT":
+            default = self.async_target("default") if is_async else self.sync_engine("default")
+            level = _isolation_level(cast(Engine | AsyncEngine, default))
+            if level == "AUTOCOMMIT":  # the caller's engine is itself in autocommit
+                level = None
+        self._deferred_levels[is_async] = level
+        return level
+
+    @property
+    def async_in_threads(self) -> bool:
+        """Whether async work runs on the sync engine in worker threads (:class:`ThreadedEngine`).
+
+        True for a store given only a sync ``engine=``, and for one built from
+        a URL whose preset chose threads (no ``async_url=``); never with an
+        ``async_engine=`` or ``async_url=``.
+        """
+        if self._given[True] is not None or self.async_url is not None:
+            return False
+        if self.url is None:
+            return self._given[False] is not None
+        return self._url_async_in_threads
+
+    def _build(self, is_async: bool, mode: Mode) -> Engine | AsyncTarget:
+        with self._lock:
+            engine = self._cache.get((is_async, mode))
+            if engine is not None:
+                return engine
+            if is_async and self.async_in_threads:
+                engine = ThreadedEngine(self.sync_engine(mode))
+                known = (False, mode) in self._cache
+                if mode == "default":
+                    logger.debug(
+                        "async work on %s runs on the sync engine, in worker threads",
+                        self.display_url(),
+                    )
+            elif mode == "default":
+                engine, known = self._translated(self._base(is_async)), True
+            else:
+                default = cast(Engine | AsyncEngine, self._build(is_async, "default"))
+                options = _mode_options(mode, default)
+                known = options is not None
+                engine = default.execution_options(**options) if options else default
+            if known:
+                self._cache[is_async, mode] = engine
+            return engine
+
+    def _base(self, is_async: bool) -> Engine | AsyncEngine:
+        given = self._given[is_async]
+        if given is not None:
+            return given
+        if not is_async and self.url is None:
+            raise MissingEngineError(
+                "this store was given only an async engine (async_engine=), so it has no sync "
+                "engine for sync methods and builds no second connection pool from your "
+                "engine's URL: use the async_* methods, or pass engine= (a sync engine on the "
+                "same database) as well"
+            )
+        created = self._create(self._url_for(is_async), is_async)
+        if created.dialect.name == "sqlite":
+            _install_sqlite_hooks(
+                created.sync_engine if isinstance(created, AsyncEngine) else created
+            )
+        self._owned.append(created)
+        return created
+
+    def _url_for(self, is_async: bool) -> URL:
+        """The URL to build an engine from: only ever one the caller gave."""
+        if is_async:
+            return _async_url_for(self.async_url or self._configured_url())
+        assert self.url is not None
+        return self.url
+
+    def _translated(self, engine: Engine | AsyncEngine) -> Engine | AsyncEngine:
+        if self.schema is None:
+            return engine
+        return engine.execution_options(schema_translate_map={None: self.schema})
+
+    def _create(self, url: URL, is_async: bool) -> Engine | AsyncEngine:
+        # The caller's engine_kwargs win over the preset's defaults.
+        defaults = self._defaults(url)
+        if url.get_backend_name() == "postgresql":
+            # psycopg decodes JSONB with this (the faster parse of the same values).
+            defaults = {"json_deserializer": load_json, **defaults}
+        kwargs = {**defaults, **self._engine_kwargs}
+        if "connect_args" in defaults or "connect_args" in self._engine_kwargs:
+            kwargs["connect_args"] = {
+                **defaults.get("connect_args", {}),
+                **self._engine_kwargs.get("connect_args", {}),
+            }
+        try:
+            if is_async:
+                return create_async_engine(url, **kwargs)
+            return sa.create_engine(url, **kwargs)
+        except ImportError as exc:
+            backend = url.get_backend_name()
+            raise MissingExtraError(
+                f"{backend} with driver {url.get_driver_name()}",
+                "postgres" if backend == "postgresql" else "sqlite",
+                exc.name,
+            ) from exc
+
+    # ------------------------------------------------------------------ disposal
+    def _release(self) -> list[Engine | AsyncEngine]:
+        """Forget every cached engine; return the owned ones (to dispose)."""
+        with self._lock:
+            owned, self._owned = self._owned, []
+            self._cache.clear()
+        return owned
+
+    def close(self) -> None:
+        """Dispose the engines built here; the next use builds new ones.
+
+        Async engines need an event loop to close their connections: without a
+        running loop one is run for it; inside one, their disposal is scheduled
+        on it (prefer ``await`` :meth:`aclose` there).  Both through
+        :func:`~firefly_orm.bridges._threads.finish_from_sync`, which says why
+        a short private loop is the right one.
+        """
+        owned = self._release()
+        pending = [engine for engine in owned if isinstance(engine, AsyncEngine)]
+        for engine in owned:
+            if isinstance(engine, Engine):
+                engine.dispose()
+        if not pending:
+            return
+        finish_from_sync(_dispose(pending))
+
+    async def aclose(self) -> None:
+        """Async form of :meth:`close` (awaits the async engines' disposal)."""
+        owned = self._release()
+        for engine in owned:
+            if isinstance(engine, Engine):
+                engine.dispose()
+        await _dispose([engine for engine in owned if isinstance(engine, AsyncEngine)])

@@ -1,0 +1,346 @@
+"""Runners: where a store's operations and units of work get their transaction.
+
+A store hands every operation (a function of :mod:`firefly_orm.sql._ops`) to
+its runner, which initialises the store on first use, maps errors and runs
+the function on a transaction:
+
+* :class:`EngineRunner` (a store's own): the store's operations are one
+  statement each, and run on the ``"single"`` engines (see
+  :mod:`firefly_orm.sql._engines`): no ``BEGIN``/``COMMIT`` on SQLite, nor on
+  PostgreSQL at ``READ COMMITTED``; units of work get a Connection
+  transaction (``BEGIN IMMEDIATE`` on SQLite for writes; read-only ones
+  without ``BEGIN``/``ROLLBACK`` on PostgreSQL at ``READ COMMITTED``).  Reads
+  and read-only units of work run on the engines its
+  :class:`~firefly_orm.sql._replica.ReadRouter` chooses (a read replica's,
+  unless this process wrote a moment ago).  Where async work runs on a sync
+  engine in worker threads (:class:`~firefly_orm.sql._engines.ThreadedEngine`),
+  an operation, or a whole unit of work run by :meth:`Runner.arun_in_unit_of_work`,
+  is one hand-off to a thread.
+* :class:`SessionRunner` (a store bound to a caller's session, and
+  ``unit_of_work(session=...)``): a SAVEPOINT of the caller's Session or
+  AsyncSession, so the caller's commit or rollback decides.  The caller's
+  pending objects are flushed first, and their errors reach the caller
+  unchanged (see :mod:`firefly_orm.sql._uow`); so do the errors of the
+  caller's own statements in the body of a unit of work: only our calls'
+  errors are mapped (:attr:`Runner.maps_body`).
+
+Both give sync and async units of work; the async side awaits the same
+functions through ``run_sync`` (or runs the sync path in a worker thread).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from firefly_orm.protocols import UnitOfWork
+from firefly_orm.sql._engines import Engines, ThreadedEngine, in_transaction
+from firefly_orm.sql._replica import ReadRouter
+from firefly_orm.sql._uow import AsyncSQLUnitOfWork, ErrorMapper, SQLUnitOfWork, run_ours
+
+__all__ = ["EngineRunner", "Runner", "SessionRunner"]
+
+
+T = TypeVar("T")
+
+
+class Runner(ABC):
+    """Runs operations and opens units of work for one store (see the module docstring).
+
+    Args:
+        engines: The store's engines (and the schema to map in a caller's session).
+        errors: Turns driver errors into :mod:`firefly_orm.errors` exceptions.
+        ensure: Initialises the store on first use (sync).
+        async_ensure: The same, awaited.
+        router: Where reads go (a replica, or ``engines``); ``None``: always ``engines``.
+    """
+
+    def __init__(
+        self,
+        engines: Engines,
+        errors: ErrorMapper,
+        ensure: Callable[[], None],
+        async_ensure: Callable[[], Awaitable[None]],
+        router: ReadRouter | None = None,
+    ) -> None:
+        self.engines = engines
+        self.errors = errors
+        self.ensure = ensure
+        self.async_ensure = async_ensure
+        self.router = router if router is not None else ReadRouter(engines)
+
+    def join(self, session: Session | AsyncSession) -> SessionRunner:
+        """A runner for the same store whose transactions are SAVEPOINTs of ``session``."""
+        return SessionRunner(session, self)
+
+    @abstractmethod
+    def call(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        """Run ``fn(target, *args)`` in a transaction (``what`` names it in errors)."""
+
+    @abstractmethod
+    async def acall(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        """Await ``fn(target, *args)`` through ``run_sync`` (see :meth:`call`)."""
+
+    @abstractmethod
+    def _new_uow(self, read_only: bool, consistent: bool) -> SQLUnitOfWork:
+        """A unit of work of this runner's kind (not entered yet)."""
+
+    @abstractmethod
+    def _new_async_uow(self, read_only: bool, consistent: bool) -> AsyncSQLUnitOfWork:
+        """Async form of :meth:`_new_uow`."""
+
+    #: Whether the errors of a unit of work's body are mapped too.  ``False``
+    #: in a caller's session, where the body is the caller's code and its own
+    #: statements' errors are the caller's; ours are mapped where they run (the
+    #: repository calls, ``run_sync``, and the unit of work's begin, commit and
+    #: rollback: :class:`~firefly_orm.sql._uow.SQLUnitOfWork`).
+    maps_body = True
+
+    @contextmanager
+    def unit_of_work(
+        self, *, read_only: bool = False, consistent: bool = False, what: str = "unit of work"
+    ) -> Iterator[SQLUnitOfWork]:
+        """A unit of work, entered (the store initialised first).
+
+        ``consistent``: a read-only one runs on the primary even with a replica.
+        """
+        self.ensure()
+        uow = self._new_uow(read_only, consistent)
+        try:
+            with self._body_errors(what, uow.engines), uow:
+                yield uow
+        finally:
+            if not read_only:
+                self.router.wrote()
+
+    @asynccontextmanager
+    async def async_unit_of_work(
+        self, *, read_only: bool = False, consistent: bool = False, what: str = "unit of work"
+    ) -> AsyncIterator[AsyncSQLUnitOfWork]:
+        """Async form of :meth:`unit_of_work`."""
+        await self.async_ensure()
+        uow = self._new_async_uow(read_only, consistent)
+        try:
+            with self._body_errors(what, uow.engines):
+                async with uow:
+                    yield uow
+        finally:
+            if not read_only:
+                self.router.wrote()
+
+    def _body_errors(self, what: str, engines: Engines) -> AbstractContextManager[None]:
+        """What maps the errors of a unit of work as a whole (see :attr:`maps_body`)."""
+        return self.errors(what, engines) if self.maps_body else nullcontext()
+
+    def run_in_unit_of_work(
+        self,
+        work: Callable[[UnitOfWork], T],
+        *,
+        read_only: bool = False,
+        commit: bool = False,
+        what: str = "unit of work",
+    ) -> T:
+        """``work(uow)`` in one unit of work, committed after it when ``commit``."""
+        with self.unit_of_work(read_only=read_only, what=what) as uow:
+            result = work(uow)
+            if commit:
+                uow.commit()
+        return result
+
+    async def arun_in_unit_of_work(
+        self,
+        work: Callable[[UnitOfWork], T],
+        *,
+        read_only: bool = False,
+        commit: bool = False,
+        what: str = "unit of work",
+    ) -> T:
+        """Async form of :meth:`run_in_unit_of_work` (``work`` stays sync: ``run_sync``)."""
+        async with self.async_unit_of_work(read_only=read_only, what=what) as uow:
+            result: T = await uow.run_sync(work)
+            if commit:
+                await uow.commit()
+        return result
+
+
+class EngineRunner(Runner):
+    """A store's own transactions, on its engines.
+
+    :meth:`call` runs one statement on the ``"single"`` engines: without
+    ``BEGIN``/``COMMIT`` on SQLite, and on PostgreSQL at ``READ COMMITTED``
+    (the statement is atomic on its own); writes on the primary, reads on the
+    engines the router chooses.  Units of work: a Connection transaction
+    (``BEGIN IMMEDIATE`` on SQLite for writes).  On a
+    :class:`~firefly_orm.sql._engines.ThreadedEngine` an operation, and a unit
+    of work run by :meth:`arun_in_unit_of_work`, is one worker-thread call.
+    """
+
+    def _engines_for(self, read_only: bool, consistent: bool = False) -> Engines:
+        return self.router.for_read(consistent=consistent) if read_only else self.engines
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        self.ensure()
+        engines = self.engines if write else self._engines_for(True)
+        try:
+            with self.errors(what, engines):
+                return in_transaction(engines.sync_engine("single"), fn, *args)
+        finally:
+            if write:
+                self.router.wrote()
+
+    async def acall(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        await self.async_ensure()
+        engines = self.engines if write else self._engines_for(True)
+        try:
+            with self.errors(what, engines):
+                target = engines.async_target("single")
+                if isinstance(target, ThreadedEngine):
+                    return await target.run(in_transaction, target.sync_engine, fn, *args)
+                async with target.begin() as conn:
+                    return await conn.run_sync(fn, *args)
+        finally:
+            if write:
+                self.router.wrote()
+
+    async def arun_in_unit_of_work(
+        self,
+        work: Callable[[UnitOfWork], T],
+        *,
+        read_only: bool = False,
+        commit: bool = False,
+        what: str = "unit of work",
+    ) -> T:
+        """Async form of :meth:`run_in_unit_of_work`: one worker-thread call on a ThreadedEngine."""
+        engines = self._engines_for(read_only)
+        target = engines.async_target("read" if read_only else "write")
+        if not isinstance(target, ThreadedEngine):
+            return await super().arun_in_unit_of_work(
+                work, read_only=read_only, commit=commit, what=what
+            )
+        await self.async_ensure()
+        return await target.run(self._unit_on, engines, work, read_only, commit, what)
+
+    def _unit_on(
+        self,
+        engines: Engines,
+        work: Callable[[UnitOfWork], T],
+        read_only: bool,
+        commit: bool,
+        what: str,
+    ) -> T:
+        """:meth:`run_in_unit_of_work` on ``engines`` (chosen before the thread hand-off)."""
+        uow = SQLUnitOfWork(engines, self.errors, read_only=read_only)
+        try:
+            with self.errors(what, engines), uow:
+                result = work(uow)
+                if commit:
+                    uow.commit()
+                return result
+        finally:
+            if not read_only:
+                self.router.wrote()
+
+    def _new_uow(self, read_only: bool, consistent: bool) -> SQLUnitOfWork:
+        engines = self._engines_for(read_only, consistent)
+        return SQLUnitOfWork(engines, self.errors, read_only=read_only)
+
+    def _new_async_uow(self, read_only: bool, consistent: bool) -> AsyncSQLUnitOfWork:
+        engines = self._engines_for(read_only, consistent)
+        return AsyncSQLUnitOfWork(engines, self.errors, read_only=read_only)
+
+
+class SessionRunner(Runner):
+    """Transactions that are SAVEPOINTs of a caller's Session (or AsyncSession).
+
+    Nothing is committed until the caller commits.  A sync ``Session`` serves
+    the sync methods, an ``AsyncSession`` the async ones; the other kind of
+    call raises :class:`TypeError` before anything runs, with a message that
+    says what to use instead.  ``read_only``
+    changes nothing: the caller's transaction is what it is.
+    """
+
+    maps_body = False
+
+    def __init__(self, session: Session | AsyncSession, store_runner: Runner) -> None:
+        super().__init__(
+            store_runner.engines,
+            store_runner.errors,
+            self._ensure_sync,
+            self._ensure_async,
+            store_runner.router,
+        )
+        self.session = session
+        self._store_ensure = store_runner.ensure
+        self._store_async_ensure = store_runner.async_ensure
+
+    def _ensure_sync(self) -> None:
+        """The session's kind is checked first, then the store initialised."""
+        if not isinstance(self.session, Session):
+            raise _wrong_session_kind(self.session, wanted_async=False)
+        self._store_ensure()
+
+    async def _ensure_async(self) -> None:
+        if not isinstance(self.session, AsyncSession):
+            raise _wrong_session_kind(self.session, wanted_async=True)
+        await self._store_async_ensure()
+
+    def call(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        with self.unit_of_work(what=what) as uow:
+            with self.errors(what, uow.engines):
+                result = run_ours(uow.target, fn, *args)
+            if write:
+                uow.commit()
+            return result
+
+    async def acall(self, what: str, fn: Callable[..., T], *args: Any, write: bool = False) -> T:
+        async with self.async_unit_of_work(what=what) as uow:
+            result: T = await uow.run_on_target(run_ours, fn, *args, what=what)
+            if write:
+                await uow.commit()
+            return result
+
+    def _new_uow(self, read_only: bool, consistent: bool) -> SQLUnitOfWork:
+        if not isinstance(self.session, Session):
+            raise _wrong_session_kind(self.session, wanted_async=False)
+        return SQLUnitOfWork(self.engines, self.errors, self.session)
+
+    def _new_async_uow(self, read_only: bool, consistent: bool) -> AsyncSQLUnitOfWork:
+        if not isinstance(self.session, AsyncSession):
+            raise _wrong_session_kind(self.session, wanted_async=True)
+        return AsyncSQLUnitOfWork(self.engines, self.errors, self.session)
+
+
+def _wrong_session_kind(session: object, *, wanted_async: bool) -> TypeError:
+    """The error for a call of the wrong kind on a store bound to a caller's session.
+
+    A sync ``Session`` cannot run the ``async_*`` methods (an ``async def``
+    route handing its sync session to the memory is the usual way there), and
+    an ``AsyncSession`` cannot run the sync ones.  The message names what
+    works instead: the session of the other kind, the other methods, or the
+    unbound store (the ``SQLAlchemyStore`` itself, on its own transactions).
+    """
+    kind = f"{type(session).__module__}.{type(session).__qualname__}"
+    if wanted_async:
+        return TypeError(
+            f"this store is bound to a sync Session ({kind}), which cannot run the "
+            "async_* methods or async_unit_of_work(). In async code (an `async def` "
+            "route): bind an AsyncSession instead (store.bind_session(async_session), "
+            "store.async_unit_of_work(session=async_session)) and await the async_* "
+            "methods, or await the async_* methods of the unbound store (the "
+            "SQLAlchemyStore itself, not store.bind_session(...): its own transaction, "
+            "not yours). To keep the sync Session, call the sync methods (add_turn, not "
+            "async_add_turn) from sync code (a plain `def` route)."
+        )
+    return TypeError(
+        f"this store is bound to an AsyncSession ({kind}), which cannot run the sync "
+        "methods or unit_of_work(): await the async_* methods instead (await "
+        "memory.async_add_turn(...), store.async_unit_of_work(session=async_session)). "
+        "In sync code (a plain `def` route): bind a sync Session "
+        "(store.bind_session(session)), or use the sync methods of the unbound store "
+        "(the SQLAlchemyStore itself: its own transaction, not yours)."
+    )
