@@ -40,7 +40,7 @@ LINT_PATHS := firefly_orm tests migrations docs/tooling docs_src scripts $(wildc
 lint: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
-	$(VENV)/bin/mypy --strict firefly_orm tests docs/tooling scripts $(wildcard examples)
+	$(VENV)/bin/mypy --strict firefly_orm tests docs/tooling docs_src scripts $(wildcard examples)
 
 format: install
 	$(VENV)/bin/ruff format $(LINT_PATHS)
