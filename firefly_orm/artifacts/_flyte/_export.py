@@ -34,6 +34,7 @@ from firefly_orm.artifacts._results import TranscriptMessage, WorkspaceSnapshot
 from firefly_orm.artifacts._rules import TRANSCRIPT_PATH, check_path
 from firefly_orm.bridges._steps import CallOut, Operation, arun, run
 from firefly_orm.conversation._codec import encode_raw_messages
+from firefly_orm.file_store._log import fsync_dir
 
 __all__ = ["async_export_directory", "export_directory", "write_directory"]
 
@@ -185,20 +186,6 @@ def _check_target(target: Path, overwrite: bool) -> bool:
     return True
 
 
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable where the platform allows it."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _write_file(root: Path, rel: str, out: _Out) -> None:
     target = root.joinpath(*rel.split("/"))
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -238,7 +225,7 @@ def _write_tree(tree: Mapping[str, _Out], target: Path, overwrite: bool) -> None
             shutil.rmtree(aside, ignore_errors=True)
         else:
             os.rename(staging, target)
-        _fsync_dir(parent)
+        fsync_dir(parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
