@@ -31,7 +31,13 @@ from pathlib import Path
 from typing import Any
 
 from firefly_orm.errors import StoreCorruptedError, StoreError
-from firefly_orm.file_store._log import DATA_FILE, fsync_dir, namespace_file_name, write_new_file
+from firefly_orm.file_store._log import (
+    DATA_FILE,
+    fsync_dir,
+    namespace_file_name,
+    open_to_read,
+    write_new_file,
+)
 
 __all__ = ["JOURNAL_DIR", "Journal", "Step", "pending", "read", "remove", "write"]
 
@@ -39,7 +45,6 @@ __all__ = ["JOURNAL_DIR", "Journal", "Step", "pending", "read", "remove", "write
 JOURNAL_DIR = ".journal"
 _FORMAT = "firefly_orm.file_journal"  # the on-disk format's name (the module's former path)
 _VERSION = 1
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 
 
 @dataclass(frozen=True)
@@ -141,12 +146,9 @@ def read(path: Path) -> Journal | None:
         StoreCorruptedError: It cannot be read or is not a valid journal (it is
             left in place: the namespace files it names need checking).
     """
-    try:
-        fd = os.open(path, _READ_FLAGS)
-    except FileNotFoundError:
+    fd = open_to_read(path, "the commit journal")
+    if fd is None:
         return None
-    except OSError as exc:
-        raise StoreCorruptedError(f"cannot read the commit journal {path}: {exc}") from exc
     try:
         with os.fdopen(fd, "rb") as handle:
             raw = handle.read()

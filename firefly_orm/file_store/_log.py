@@ -386,12 +386,9 @@ def read_state(
     Raises:
         StoreCorruptedError: The file is unreadable or corrupt (it is left as is).
     """
-    try:
-        fd = os.open(path, _READ_FLAGS)
-    except FileNotFoundError:
+    fd = open_to_read(path, "memory file")
+    if fd is None:
         return None
-    except OSError as exc:
-        raise StoreCorruptedError(f"cannot read memory file {path}: {exc}") from exc
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -579,6 +576,20 @@ def write_new_file(path: Path, content: bytes) -> tuple[int, int]:
         raise
     fsync_dir(path.parent)
     return info.st_dev, info.st_ino
+
+
+def open_to_read(path: Path, what: str) -> int | None:
+    """A read-only descriptor of ``path`` (a link is not followed), or ``None`` if it is gone.
+
+    Raises:
+        StoreCorruptedError: ``cannot read {what} {path}: ...`` (any other OS error).
+    """
+    try:
+        return os.open(path, _READ_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreCorruptedError(f"cannot read {what} {path}: {exc}") from exc
 
 
 def fsync_dir(directory: Path) -> None:
