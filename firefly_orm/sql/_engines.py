@@ -47,6 +47,7 @@ import asyncio
 import functools
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
 from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar, cast
@@ -121,17 +122,63 @@ def enable_sqlite_savepoints(engine: Engine | AsyncEngine) -> None:
             cursor.close()
 
 
+#: Milliseconds a store's SQLite connection waits for another connection's locks.
+SQLITE_BUSY_TIMEOUT_MS = 30000
+#: SQLite's primary result codes of a lock held by another connection.
+_SQLITE_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
+
+
+def _is_sqlite_busy(exc: Exception) -> bool:
+    """Whether ``exc`` (sqlite3's, or aiosqlite's, which is the same) is SQLite's busy/locked."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in _SQLITE_BUSY_CODES
+    return "locked" in str(exc).lower()
+
+
+def _switch_to_wal(cursor: Any, timeout_ms: int) -> None:
+    """``PRAGMA journal_mode=WAL``, retried with backoff for up to ``timeout_ms``.
+
+    SQLite does not wait in its busy handler for this switch: it reads the
+    file's header in a read transaction, then upgrades it to a write one to
+    mark the file as WAL, and a busy upgrade of a read transaction fails at
+    once (waiting could deadlock).  So while another connection holds the
+    write lock of a file still in rollback-journal mode (a fresh file being
+    migrated by ``alembic upgrade head``'s own engine, say) the switch reports
+    ``database is locked`` whatever ``busy_timeout`` says: we wait for that
+    lock here instead, as the busy handler would.  A file already in WAL mode
+    needs no lock (SQLite keeps the mode; the PRAGMA only reports it).
+    """
+    deadline = time.monotonic() + timeout_ms / 1000
+    delay, tries = 0.001, 0
+    while True:
+        tries += 1
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.fetchall()
+        except Exception as exc:
+            if not _is_sqlite_busy(exc) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+            continue
+        if tries > 1:
+            logger.debug("SQLite journal_mode=WAL switched after %d tries (lock held)", tries)
+        return
+
+
 def _install_sqlite_hooks(sync_engine: Engine) -> None:
-    """WAL + busy_timeout + synchronous=FULL per connection; SQLAlchemy-controlled BEGIN."""
+    """busy_timeout + WAL + synchronous=FULL per connection; SQLAlchemy-controlled BEGIN."""
     is_memory = sync_engine.url.database in (None, "", ":memory:")
 
     @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         cursor = dbapi_connection.cursor()
         try:
+            # The busy timeout first: the WAL switch waits for it too.
+            cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
             if not is_memory:
-                cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA busy_timeout=30000")
+                _switch_to_wal(cursor, SQLITE_BUSY_TIMEOUT_MS)
             cursor.execute("PRAGMA synchronous=FULL")
         finally:
             cursor.close()

@@ -43,6 +43,7 @@ from firefly_orm import cli, migrate
 from firefly_orm.entry import TABLE_NAME, MemoryEntry
 from firefly_orm.migrate import _lock as migration_lock
 from firefly_orm.sql import PostgreSQLStore, SQLiteStore
+from firefly_orm.sql._engines import _switch_to_wal
 
 EXE = Path(sys.executable).with_name("firefly-orm")
 ALEMBIC = Path(sys.executable).with_name("alembic")
@@ -53,14 +54,10 @@ PROCS = 4
 SQLITE_ROUNDS = 8
 PG_ROUNDS = 4
 #: The entry points a round mixes (``migration_crash.py``); upgrades all.
+#: On SQLite they include a store's initialize() racing ``alembic`` (env.py's own
+#: engine, rollback journal) on one fresh file: see
+#: test_store_initialize_waits_for_a_rollback_journal_migrator.
 RACE_ENTRIES = ("cli", "alembic-cli", "library", "store", "alembic")
-#: On SQLite a store's initialize() and ``alembic`` (env.py's own engine, rollback
-#: journal) never race on one fresh file: the store then fails at once (see
-#: test_store_initialize_waits_for_a_rollback_journal_migrator, a known bug).
-SQLITE_RACES = (
-    ("cli", "alembic-cli", "library", "store"),
-    ("cli", "alembic-cli", "library", "alembic"),
-)
 
 
 def _env() -> dict[str, str]:
@@ -199,9 +196,9 @@ class ConcurrentFigures:
         )
 
 
-def _round_entries(round_no: int, entries: tuple[str, ...] = RACE_ENTRIES) -> list[str]:
-    """The entry points of a forked round: every one of ``entries`` over the rounds."""
-    return [entries[(round_no + i) % len(entries)] for i in range(PROCS)]
+def _round_entries(round_no: int) -> list[str]:
+    """The entry points of a forked round: every one of :data:`RACE_ENTRIES` over the rounds."""
+    return [RACE_ENTRIES[(round_no + i) % len(RACE_ENTRIES)] for i in range(PROCS)]
 
 
 def _at_head_once(url: str, schema: str | None) -> bool:
@@ -217,7 +214,8 @@ def test_concurrent_sqlite_migrations(crasher: Crasher, tmp_path: Path) -> None:
     One round runs the installed console scripts (half ``firefly-orm migrate``,
     half ``alembic upgrade head``: our env.py connecting by itself); the other
     rounds fork their migrators from the fork server and release them at once,
-    mixing every entry point (:data:`SQLITE_RACES`).
+    mixing every entry point (:data:`RACE_ENTRIES`; most rounds have a store and
+    ``alembic`` together).
     """
     figures = ConcurrentFigures()
     url = f"sqlite:///{tmp_path / 'scripts.db'}"
@@ -231,7 +229,7 @@ def test_concurrent_sqlite_migrations(crasher: Crasher, tmp_path: Path) -> None:
     figures.not_at_head += not _at_head_once(url, None)
     for round_no in range(SQLITE_ROUNDS):
         url = f"sqlite:///{tmp_path / f'round{round_no}.db'}"
-        entries = _round_entries(round_no // 2, SQLITE_RACES[round_no % 2])
+        entries = _round_entries(round_no)
         figures.record_race(entries, crasher.race(entries, "upgrade", url, None))
         figures.not_at_head += not _at_head_once(url, None)
     figures.report("sqlite, console scripts once, then every entry point", 1 + SQLITE_ROUNDS)
@@ -255,15 +253,6 @@ def test_concurrent_postgres_migrations(crasher: Crasher, postgres_url: str) -> 
     figures.assert_clean()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: the PRAGMA journal_mode=WAL of SQLiteStore's connect hook fails "
-    "at once with 'database is locked' (SQLite does not wait in its busy handler for it, "
-    "whatever busy_timeout says) while another connection holds the write lock of a fresh "
-    "rollback-journal file: a store starting while `alembic upgrade head` (env.py's own "
-    "engine) migrates a fresh file fails instead of waiting for the migration lock; "
-    "found by the forked concurrent rounds above",
-)
 def test_store_initialize_waits_for_a_rollback_journal_migrator(tmp_path: Path) -> None:
     """A store's initialize() waits for another migrator's write lock on a fresh file."""
     path = tmp_path / "fresh.db"
@@ -282,6 +271,26 @@ def test_store_initialize_waits_for_a_rollback_journal_migrator(tmp_path: Path) 
         release.join()
         store.close()
         holder.close()
+
+
+def test_wal_switch_gives_up_after_its_timeout(tmp_path: Path) -> None:
+    """The WAL switch's wait is bounded: a lock never released fails with SQLite's error."""
+    path = tmp_path / "held.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    waiter = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        holder.execute("CREATE TABLE someone_elses (a)")
+        started = time.monotonic()
+        with pytest.raises(sqlite3.OperationalError, match="database is locked"):
+            _switch_to_wal(waiter.cursor(), 300)
+        assert 0.2 <= time.monotonic() - started < 3.0
+        holder.execute("COMMIT")
+        _switch_to_wal(waiter.cursor(), 300)  # released: it switches
+        assert waiter.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        holder.close()
+        waiter.close()
 
 
 def _one_line_error(err: str) -> str:
