@@ -399,6 +399,23 @@ def _derived_id_sql(key: Any) -> Any:
 
 
 @functools.cache
+def _head_update(guard: Any, free: Any, by_owner: bool) -> Any:
+    """``UPDATE`` of the live head ``:head_id`` of ``:ns`` (``:uid``'s when ``by_owner``)
+    while its version can still grow, ``guard`` holds and the new turn's key is ``free``.
+    """
+    update = sa.update(TABLE).where(
+        _C.entry_id == _P("head_id"),
+        _C.namespace == _P("ns"),
+        _LIVE,
+        _C.version < MAX_ENTRY_VERSION,
+        guard,
+        free,
+    )
+    if by_owner:
+        update = update.where(_C.user_id == _P("uid"))
+    return update
+
+
 def append_turn_statement(by_owner: bool) -> Any:
     """PostgreSQL: add a conversation turn in one statement, when no eviction is needed.
 
@@ -461,16 +478,7 @@ def append_turn_statement(by_owner: bool) -> Any:
         _sql_text(HEAD_TOTAL_MESSAGES),
         total_messages,
     )
-    update = sa.update(TABLE).where(
-        _C.entry_id == _P("head_id"),
-        _C.namespace == _P("ns"),
-        _LIVE,
-        _C.version < MAX_ENTRY_VERSION,
-        sa.case((plain, within), else_=sa.false()),
-        free,
-    )
-    if by_owner:
-        update = update.where(_C.user_id == _P("uid"))
+    update = _head_update(sa.case((plain, within), else_=sa.false()), free, by_owner)
     head = (
         update.values(content=new_content, version=_C.version + 1)
         .returning(
@@ -578,17 +586,9 @@ def bump_head_statement(by_owner: bool) -> Any:
         _json_path(HEAD_TOTAL_MESSAGES),
         total_messages,
     )
-    update = sa.update(TABLE).where(
-        _C.entry_id == _P("head_id"),
-        _C.namespace == _P("ns"),
-        _LIVE,
-        _C.version < MAX_ENTRY_VERSION,
-        # Only valid JSON reaches the JSON functions (they raise on anything else).
-        sa.case((sa.func.json_valid(_C.content) == 1, sa.and_(plain, within)), else_=sa.false()),
-        free,
-    )
-    if by_owner:
-        update = update.where(_C.user_id == _P("uid"))
+    # Only valid JSON reaches the JSON functions (they raise on anything else).
+    guard = sa.case((sa.func.json_valid(_C.content) == 1, sa.and_(plain, within)), else_=sa.false())
+    update = _head_update(guard, free, by_owner)
     return update.values(
         content=sa.type_coerce(new_content, sa.Text()), version=_C.version + 1
     ).returning(_C.content, _C.version, _C.user_id)
