@@ -204,11 +204,7 @@ def read_import_document(data: Any, override_id: str | None) -> ImportDocument:
         raise ValueError(f"expected a conversation object or a list, got {type(data).__name__}")
     for position, item in enumerate(items):
         where = f"conversations[{position}]"
-        if not isinstance(item, dict):
-            raise ValueError(f"{where}: must be a conversation object, got {type(item).__name__}")
-        unknown = sorted(set(item) - CONVERSATION_KEYS)
-        if unknown:
-            raise ValueError(f"{where}: unexpected key(s) {', '.join(map(repr, unknown))}")
+        _check_object(item, where, "a conversation object", CONVERSATION_KEYS)
         if not isinstance(item.get("turns"), list):
             raise ValueError(f'{where}: "turns" must be a list')
         if not override_id and not item.get("conversation_id"):
@@ -221,6 +217,15 @@ def conversations_in(data: Any, override_id: str | None) -> list[dict[str, Any]]
     return read_import_document(data, override_id).conversations
 
 
+def _check_object(value: Any, where: str, what: str, allowed: frozenset[str]) -> None:
+    """Raise ``ValueError`` unless ``value`` is a dict whose keys are all in ``allowed``."""
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: must be {what}, got {type(value).__name__}")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise ValueError(f"{where}: unexpected key(s) {', '.join(map(repr, unknown))}")
+
+
 def _long_term_sections(raw: Any) -> list[LongTermSection]:
     """The ``long_term`` section of a bundle, each namespace's shape checked."""
     if not isinstance(raw, list):
@@ -229,11 +234,7 @@ def _long_term_sections(raw: Any) -> list[LongTermSection]:
     seen: dict[str, int] = {}
     for position, section in enumerate(raw):
         where = f"long_term[{position}]"
-        if not isinstance(section, dict):
-            raise ValueError(f"{where}: must be an object, got {type(section).__name__}")
-        unknown = sorted(set(section) - LONG_TERM_KEYS)
-        if unknown:
-            raise ValueError(f"{where}: unexpected key(s) {', '.join(map(repr, unknown))}")
+        _check_object(section, where, "an object", LONG_TERM_KEYS)
         try:
             namespace = validate_namespace(section.get("namespace"))
             language = section.get("language")
