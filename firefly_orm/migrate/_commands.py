@@ -6,19 +6,26 @@ state they read (our version table, or a host's ``alembic_version`` holding our
 revisions); and the refusal to migrate over a ``memory_entries`` table that our
 migrations did not create (:func:`refuse_foreign_table`).  The transaction and
 lock every migration runs in are :mod:`firefly_orm.migrate._lock`'s.
+
+Upgrades and downgrades run Alembic's environment on our script directory
+read once per process (:func:`~firefly_orm.migrate._config.script_directory`),
+as ``alembic.command.upgrade`` / ``downgrade`` would on one they build anew
+(:func:`alembic_upgrade`, :func:`alembic_downgrade`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
 from alembic import command
+from alembic.config import Config
+from alembic.runtime.environment import EnvironmentContext
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine
 
 from firefly_orm.entry import TABLE_NAME, metadata
@@ -36,12 +43,14 @@ from firefly_orm.migrate._config import (
     BRANCH_LABEL,
     HOST_SCHEMA_OPTION,
     HOST_VERSION_TABLE,
+    RUNNING_COMMAND,
     VERSION_TABLE,
     head,
     make_config,
     normalize_url,
     our_revisions,
     pooler_connect_args,
+    script_directory,
     split_pooler_option,
     validate_schema_name,
 )
@@ -49,6 +58,8 @@ from firefly_orm.migrate._lock import migration_transaction
 
 __all__ = [
     "Target",
+    "alembic_downgrade",
+    "alembic_upgrade",
     "check",
     "current",
     "downgrade",
@@ -153,6 +164,41 @@ def _end(conn: Connection, caller_tx: bool, *, commit: bool) -> None:
         conn.rollback()
 
 
+def _run_env(config: Config, name: str, revision: str, steps: Callable[..., Any]) -> None:
+    """Run our env.py for the Alembic command ``name`` on the cached script directory.
+
+    The body of ``alembic.command.upgrade`` / ``downgrade`` (online): an
+    ``EnvironmentContext`` whose step function ``steps(script, rev)``
+    plans the revisions from the database's ``rev`` to ``revision``, then
+    env.py; only the ``ScriptDirectory`` is ours, read once per process,
+    instead of one built (every revision file read again) per call.  The
+    command's name goes to env.py in ``config.attributes``
+    (:data:`~firefly_orm.migrate._config.RUNNING_COMMAND`).
+    """
+    if ":" in revision:
+        raise CommandError("Range revision not allowed")
+    script = script_directory()
+
+    def step(rev: Any, _context: Any) -> Any:
+        return steps(script, rev)
+
+    config.attributes[RUNNING_COMMAND] = name
+    with EnvironmentContext(config, script, fn=step, as_sql=False, destination_rev=revision):
+        script.run_env()
+
+
+def alembic_upgrade(config: Config, revision: str) -> None:
+    """``alembic.command.upgrade(config, revision)`` on our cached script directory."""
+    _run_env(config, "upgrade", revision, lambda script, rev: script._upgrade_revs(revision, rev))
+
+
+def alembic_downgrade(config: Config, revision: str) -> None:
+    """``alembic.command.downgrade(config, revision)`` on our cached script directory."""
+    _run_env(
+        config, "downgrade", revision, lambda script, rev: script._downgrade_revs(revision, rev)
+    )
+
+
 def _run(target: Target, schema_name: str | None, fn: Any, *args: Any) -> None:
     """Run the Alembic command ``fn(config, *args)`` in one locked migration transaction."""
     with _connect(target) as (conn, _caller_tx):
@@ -202,7 +248,7 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
                 state = read_state(conn, schema)
                 if not _upgrade_needed(*state, schema, revision, conn.engine.url):
                     return
-                command.upgrade(make_config(conn, schema_name=schema), revision)
+                alembic_upgrade(make_config(conn, schema_name=schema), revision)
         except (sa.exc.ProgrammingError, sa.exc.OperationalError) as exc:
             if not _is_permission_error(exc):
                 raise
@@ -242,7 +288,7 @@ def downgrade(target: Target, revision: str, *, schema_name: str | None = None) 
 
     Runs in one transaction holding the migration lock, like :func:`upgrade`.
     """
-    _run(target, schema_name, command.downgrade, revision)
+    _run(target, schema_name, alembic_downgrade, revision)
 
 
 def stamp(target: Target, revision: str = "head", *, schema_name: str | None = None) -> None:
@@ -383,7 +429,7 @@ def check(target: Target, *, schema_name: str | None = None) -> list[str]:
 def _pending(at: str | None) -> list[str]:
     """Revisions from ``at`` to head, oldest first (refuses a revision we do not know)."""
     _refuse_unknown(at)
-    script = ScriptDirectory.from_config(make_config())
+    script = script_directory()
     return list(reversed([rev.revision for rev in script.iterate_revisions(head(), at)]))
 
 

@@ -1,16 +1,18 @@
 """What our migrations are called and where they live (internal; see :mod:`firefly_orm.migrate`).
 
 The leaf of the migration modules: the version table and branch names, the
-schema-name and URL checks, the Alembic script directory and the
-:class:`~alembic.config.Config` built in code, and :func:`revision_schema`,
-which our revision files call.  It imports no other migration module, so
-:mod:`firefly_orm.migrate._commands`, :mod:`firefly_orm.migrate._filters` and
-:mod:`firefly_orm.migrate._env` all build on it without an import cycle.
+schema-name and URL checks, the Alembic script directory (read once per
+process: :func:`script_directory`) and the :class:`~alembic.config.Config`
+built in code, and :func:`revision_schema`, which our revision files call.  It
+imports no other migration module, so :mod:`firefly_orm.migrate._commands`,
+:mod:`firefly_orm.migrate._filters` and :mod:`firefly_orm.migrate._env` all
+build on it without an import cycle.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -28,6 +30,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "HOST_SCHEMA_OPTION",
     "HOST_VERSION_TABLE",
+    "RUNNING_COMMAND",
     "VERSION_TABLE",
     "check_pooler",
     "head",
@@ -36,6 +39,7 @@ __all__ = [
     "pooler_connect_args",
     "our_revisions",
     "revision_schema",
+    "script_directory",
     "script_location",
     "split_pooler_option",
     "validate_schema_name",
@@ -50,6 +54,11 @@ HOST_VERSION_TABLE = "alembic_version"
 BRANCH_LABEL = "firefly_orm"
 #: ``-x`` argument / ``config.attributes`` key naming the schema for our tables in mode (b).
 HOST_SCHEMA_OPTION = "firefly_orm_schema"
+#: ``config.attributes`` key naming the Alembic command our code runs in our
+#: environment (``"upgrade"``, ``"downgrade"``): it runs on the cached script
+#: directory, so env.py cannot tell it from the step function Alembic's own
+#: commands pass (see :func:`firefly_orm.migrate._env.run_environment`).
+RUNNING_COMMAND = "firefly_orm_command"
 _SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
@@ -157,10 +166,39 @@ def normalize_url(url: str | URL) -> URL:
     return parsed
 
 
+#: Our script directories, revision map loaded, by script location (one per process).
+_scripts: dict[str, ScriptDirectory] = {}
+_scripts_lock = threading.Lock()
+
+
+def script_directory() -> ScriptDirectory:
+    """Our Alembic ``ScriptDirectory``, its revision files read once per process.
+
+    Built on first use from :func:`make_config` (what ``alembic.command``'s
+    ``ScriptDirectory.from_config`` would build) with the revision map loaded
+    (every revision file read and compiled), then kept for the process, one
+    per script location: the revision files are part of the installed
+    package.  :func:`head`, :func:`our_revisions` and the migrations our code
+    runs (:mod:`firefly_orm.migrate._commands`) all use it; a host's Alembic
+    builds its own (``run_with_host`` upgrades ours through this one).  A
+    forked process inherits it.
+    """
+    location = script_location()
+    script = _scripts.get(location)
+    if script is not None:
+        return script
+    with _scripts_lock:
+        script = _scripts.get(location)
+        if script is None:
+            script = ScriptDirectory.from_config(make_config())
+            script.get_heads()  # the revision map loaded now, once, under the lock
+            _scripts[location] = script
+    return script
+
+
 def head() -> str:
     """The head revision of our migrations."""
-    script = ScriptDirectory.from_config(make_config())
-    heads = script.get_heads()
+    heads = script_directory().get_heads()
     if len(heads) != 1:
         raise RuntimeError(f"firefly_orm migrations must have one head, found {heads}")
     return heads[0]
@@ -168,8 +206,7 @@ def head() -> str:
 
 def our_revisions() -> set[str]:
     """Every revision id of our migrations."""
-    script = ScriptDirectory.from_config(make_config())
-    return {rev.revision for rev in script.walk_revisions()}
+    return {rev.revision for rev in script_directory().walk_revisions()}
 
 
 # --------------------------------------------------------------------------- poolers

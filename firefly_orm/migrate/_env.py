@@ -32,6 +32,7 @@ from firefly_orm.migrate._commands import (
 )
 from firefly_orm.migrate._config import (
     DEFAULT_SCHEMA,
+    RUNNING_COMMAND,
     VERSION_TABLE,
     head,
     make_config,
@@ -198,10 +199,16 @@ def _alembic_command(context: Any) -> str | None:
     inside the command (``upgrade.<locals>.upgrade``,
     ``downgrade.<locals>.downgrade``, ``stamp.<locals>.do_stamp``,
     ``check.<locals>.retrieve_migrations``, ...), so the enclosing function's
-    name is the command's.  None when that cannot be told (another caller, or
+    name is the command's.  Our own upgrades and downgrades run on the cached
+    script directory with a step function of ours, and name their command in
+    ``config.attributes`` (:data:`~firefly_orm.migrate._config.RUNNING_COMMAND`),
+    which is read first.  None when that cannot be told (another caller, or
     an Alembic that does it differently): the caller then does nothing.
     """
     try:
+        named = context.config.attributes.get(RUNNING_COMMAND)
+        if isinstance(named, str):
+            return named
         fn = context.get_context().opts.get("fn")
     except (AttributeError, CommandError):  # not configured, or not an Alembic context
         return None

@@ -8,6 +8,8 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -89,6 +91,54 @@ def test_one_head_with_branch_label() -> None:
 def _all_revisions() -> list[str]:
     script = ScriptDirectory.from_config(migrate.make_config())
     return [rev.revision for rev in reversed(list(script.walk_revisions()))]
+
+
+def test_revision_files_are_read_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Store start-ups and migrations share one ScriptDirectory: each revision file read once.
+
+    A proxy for the start-up cost: two fresh stores migrate (each runs env.py),
+    a third starts at head, then a downgrade and an upgrade run; Alembic's
+    ``ScriptDirectory`` is built once for all of them and each revision file is
+    loaded once (env.py once per migration run).
+    """
+    import alembic.script.base as script_base
+    import alembic.util.pyfiles as pyfiles
+
+    from firefly_orm.migrate import _config
+    from firefly_orm.sql import SQLiteStore
+
+    monkeypatch.setattr(_config, "_scripts", {})  # a process that has read nothing yet
+    built: list[str] = []
+    loaded: list[str] = []
+    real_init, real_load = script_base.ScriptDirectory.__init__, pyfiles.load_module_py
+
+    def counting_init(self: script_base.ScriptDirectory, *args: Any, **kwargs: Any) -> None:
+        built.append(str(args[0] if args else kwargs["dir"]))
+        real_init(self, *args, **kwargs)
+
+    def counting_load(module_id: str, path: str | os.PathLike[str]) -> ModuleType:
+        loaded.append(Path(path).name)
+        return real_load(module_id, path)
+
+    monkeypatch.setattr(script_base.ScriptDirectory, "__init__", counting_init)
+    monkeypatch.setattr(pyfiles, "load_module_py", counting_load)
+    for name in ("one.db", "two.db", "one.db"):
+        store = SQLiteStore(tmp_path / name)
+        try:
+            store.initialize()
+        finally:
+            store.close()
+    url = f"sqlite:///{tmp_path / 'one.db'}"
+    migrate.downgrade(url, "base")
+    migrate.upgrade(url)
+    assert migrate.check(url) == [] and migrate.check(f"sqlite:///{tmp_path / 'two.db'}") == []
+
+    revision_files = sorted(p.name for p in Path(migrate.versions_location()).glob("*.py"))
+    assert built == [migrate.script_location()]
+    assert sorted(n for n in loaded if n != "env.py") == revision_files
+    assert loaded.count("env.py") == 4  # two fresh stores, the downgrade, the upgrade
 
 
 def test_sqlite_upgrade_downgrade_upgrade(sqlite_url: str) -> None:
