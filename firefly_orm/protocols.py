@@ -592,11 +592,28 @@ def declares(obj: object, protocol: type) -> bool:
     The capability check of the layers: as ``isinstance(obj, protocol)`` (a
     declared contract, not a probe for a name), answered from a per-class cache
     because a runtime protocol check costs about as much as the fast paths it
-    chooses.  Facts that are data (``locks_rows``, ``ttl_index``) are read from
-    the object after this says it declares them.
+    chooses; a class with ``__getattr__`` (a proxy) is checked per object.  Facts
+    that are data (``locks_rows``, ``ttl_index``) are read from the object after
+    this says it declares them.
     """
-    key = (type(obj), protocol)
+    cls = type(obj)
+    if _answers_dynamically(cls):
+        # A proxy (``__getattr__`` forwarding to another store) has the methods of
+        # what it wraps, which may differ from one instance to the next.
+        return isinstance(obj, protocol)
+    key = (cls, protocol)
     found = _DECLARED.get(key)
     if found is None:
         found = _DECLARED[key] = isinstance(obj, protocol)
+    return found
+
+
+_DYNAMIC: dict[type, bool] = {}
+
+
+def _answers_dynamically(cls: type) -> bool:
+    """Whether instances of ``cls`` may find attributes through ``__getattr__``."""
+    found = _DYNAMIC.get(cls)
+    if found is None:
+        found = _DYNAMIC[cls] = any("__getattr__" in vars(base) for base in cls.__mro__)
     return found
