@@ -75,10 +75,18 @@ _REQUIRED = pytest.StashKey[frozenset[str]]()
 #: put on every test collected under it, so ``-m unit`` works like ``tests/unit``.
 SUITES = ("unit", "contract", "layers", "integration", "faults", "examples")
 TESTS_DIR = Path(__file__).resolve().parent
-#: Suites whose tests run one after another in a single xdist worker: the fault
-#: suite kills servers and writers and measures what survives, so its tests do not
-#: compete with each other for the machine (the rest of the run still goes on beside).
-SERIAL_SUITES = frozenset({"faults"})
+#: The fault suite kills servers and writers and measures what survives, so its
+#: tests do not compete with each other for the machine: they run in two xdist
+#: workers, one test after another in each (the rest of the run goes on beside).
+#: The migration crash sweeps are one lane, the kill loops and restarts the other
+#: (about the same time each); a file not named here goes to the second.
+FAULT_LANES = {
+    "test_migration_faults.py": "faults-migrations",
+    "test_hostile_inputs.py": "faults-migrations",
+    "test_secrets_surfaces.py": "faults-migrations",
+    "test_commit_cut.py": "faults-migrations",
+}
+FAULT_LANE = "faults-kills"
 #: Fixtures that reach a database; tests/unit may not use them.
 DATABASE_FIXTURES = frozenset(
     {"postgres_url", "postgres_admin_engine", "mongo_url", "layer_backend", "pgbouncer_url"}
@@ -94,10 +102,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if suite in SUITES:
             item.add_marker(suite)
-        if suite in SERIAL_SUITES:
-            # pytest-xdist (--dist loadgroup): the whole suite runs in one worker, one
-            # test after another, while the other workers share out the rest.
-            item.add_marker(pytest.mark.xdist_group(suite))
+        if suite == "faults":
+            # pytest-xdist (--dist loadgroup): each lane runs in one worker.
+            item.add_marker(pytest.mark.xdist_group(FAULT_LANES.get(item.path.name, FAULT_LANE)))
         if suite == "unit":
             wanted = sorted(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
             if wanted or any(item.get_closest_marker(name) for name in DB_NAMES):
