@@ -179,6 +179,9 @@ def _race(requests: list[dict[str, Any]]) -> dict[str, Any]:
 
 def serve() -> None:
     """Answer requests from stdin until it closes."""
+    # Our revision files read once here (the process's cached ScriptDirectory),
+    # not again in every forked child: a server that imported the library.
+    migrate.head()
     for line in sys.stdin:
         request = json.loads(line)
         if "race" in request:
