@@ -398,7 +398,6 @@ def _derived_id_sql(key: Any) -> Any:
     return sa.func.left(sa.func.encode(sa.func.sha256(data), _sql_text("hex")), 32)
 
 
-@functools.cache
 def _head_update(guard: Any, free: Any, by_owner: bool) -> Any:
     """``UPDATE`` of the live head ``:head_id`` of ``:ns`` (``:uid``'s when ``by_owner``)
     while its version can still grow, ``guard`` holds and the new turn's key is ``free``.
@@ -416,6 +415,7 @@ def _head_update(guard: Any, free: Any, by_owner: bool) -> Any:
     return update
 
 
+@functools.cache
 def append_turn_statement(by_owner: bool) -> Any:
     """PostgreSQL: add a conversation turn in one statement, when no eviction is needed.
 
