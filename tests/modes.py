@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The two forms of every I/O method: ``name`` and ``async_name``.
-MODES = ("sync", "async")
+from firefly_orm.testing import MODES
+
+__all__ = ["MODES", "call"]
 
 
 async def call(mode: str, obj: Any, name: str, *args: Any, **kwargs: Any) -> Any:

@@ -243,7 +243,7 @@ class SchemaPool:
     def __init__(self) -> None:
         self._free: list[str] = []
         self._count = 0
-        self._shape: dict[str, Any] = {}
+        self._reference_shape: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
     def borrow(self) -> str:
@@ -276,18 +276,17 @@ class SchemaPool:
     def _reference(self, admin: sa.Engine) -> dict[str, Any]:
         """The shape of a schema our migrations just made (taken once per process)."""
         with self._lock:
-            if "shape" not in self._shape:
+            if self._reference_shape is None:
                 from firefly_orm import migrate
 
                 name = f"tp_ref_{os.getpid()}"
                 migrate.upgrade(admin, schema_name=name)
                 try:
                     with admin.connect() as conn:
-                        self._shape["shape"] = _schema_shape(conn, name)
+                        self._reference_shape = _schema_shape(conn, name)
                 finally:
                     drop_schema(admin, name)
-            shape: dict[str, Any] = self._shape["shape"]
-            return shape
+            return self._reference_shape
 
 
 def _schema_shape(conn: sa.Connection, schema: str) -> dict[str, Any]:
