@@ -241,9 +241,9 @@ def search(target: Target, request: SearchRequest) -> list[SearchHit]:
         "limit": request.limit,
     }
     if dialect == "postgresql":
-        params.update(q=websearch_query(request.terms), lang=request.language)
+        params.update(q=websearch_query(request.database_words), lang=request.language)
     elif dialect == "sqlite":
-        params["q"] = fts5_query(request.terms)
+        params["q"] = fts5_query(request.database_words)
     else:
         raise StoreError(f"full-text search is not available on {dialect}")
     mode = st.prefix_mode(request.key_prefix, params)
