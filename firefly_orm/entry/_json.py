@@ -5,28 +5,40 @@
   conversation raw messages, checked before anything is written.
 * The JSON wrapper: one encoding for values a database cannot hold as they are,
   shared by the PostgreSQL JSONB column and the MongoDB codec.
+* :func:`load_untrusted_json`: the one bounded reader of JSON text from
+  outside (export files, upstream sources, Flyte directories): nesting depth,
+  integer digits and size are limited *before* anything recursive runs, and
+  every refusal is one :class:`JSONInputError` line.
 
-Both are re-exported from :mod:`firefly_orm.entry`.
+The first two are re-exported from :mod:`firefly_orm.entry`.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import sys
+from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 from pydantic_core import from_json
 
-from firefly_orm.errors import EntryValidationError
+from firefly_orm.errors import EntryValidationError, FireflyOrmError
 
 __all__ = [
     "JSON_WRAPPER_KEY",
+    "MAX_INPUT_INT_DIGITS",
+    "MAX_INPUT_JSON_DEPTH",
     "MAX_JSON_DEPTH",
     "NUL_WRAPPER_KEY",
+    "JSONInputError",
     "check_json_structure",
     "decode_json_from_jsonb",
     "encode_json_for_jsonb",
     "is_json_wrapper",
     "load_json",
+    "load_untrusted_json",
     "unwrap_stored_json",
     "validate_json_value",
     "wrap_json_for_storage",
@@ -55,6 +67,161 @@ def load_json(text: str | bytes) -> Any:
         return from_json(text)
     except ValueError:
         return json.loads(text)
+
+
+# --------------------------------------------------------------------------- untrusted JSON text
+
+#: The deepest nesting :func:`load_untrusted_json` reads by default: well above
+#: anything storable (:data:`MAX_JSON_DEPTH` plus the few levels a file wraps
+#: a value in), well below what would exhaust the parser's stack.
+MAX_INPUT_JSON_DEPTH = 256
+#: The most digits an integer may have in :func:`load_untrusted_json` by
+#: default: Python's own default for ``sys.set_int_max_str_digits`` (converting
+#: longer digit strings takes time growing with the square of their length).
+MAX_INPUT_INT_DIGITS = 4300
+
+#: A JSON string token (escapes included); what lies between two is structure.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+class JSONInputError(FireflyOrmError, ValueError):
+    """A JSON text :func:`load_untrusted_json` refuses; the message is one line.
+
+    The message is a predicate, to follow the name of what was read
+    (``f"file notes.json {exc}"``): ``"is nested more than 256 levels deep
+    (line 1, column 257)"``, ``"holds an integer of 5000 digits (at most 4300
+    are read)"``, ``"is not valid JSON (Expecting value: line 1 column 1 (char 0))"``.
+    """
+
+
+def _depth_over(text: str, max_depth: int) -> bool:
+    """Whether ``text``'s brackets (outside strings) nest deeper than ``max_depth``.
+
+    Linear and iterative: strings are cut out and the brackets' running depth
+    summed, all in C loops; a text with fewer brackets than ``max_depth`` is
+    never scanned.
+    """
+    if text.count("[") + text.count("{") <= max_depth:
+        return False
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0) > max_depth
+
+
+def _where_too_deep(text: str, max_depth: int) -> str:
+    """``"line 3, column 7"`` of the bracket that goes past ``max_depth``, and the
+    top-level key it is under when the text is an object (``, under key 'a1'``)."""
+    depth = 0
+    key: str | None = None
+    top_is_object = False
+    for match in _STRING_OR_BRACKET.finditer(text):
+        token = match.group()
+        if token[0] == '"':
+            if depth == 1 and top_is_object:
+                key = token[1:-1]
+            continue
+        if depth == 0:
+            top_is_object = token == "{"
+        depth += _BRACKET_STEP[token]
+        if depth > max_depth:
+            start = match.start()
+            line = text.count("\n", 0, start) + 1
+            column = start - (text.rfind("\n", 0, start) + 1) + 1
+            under = "" if key is None else f", under key {_short(key)}"
+            return f"line {line}, column {column}{under}"
+    return "somewhere"  # pragma: no cover - only called once _depth_over said so
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def _int_reader(max_digits: int) -> Callable[[str], int]:
+    """``parse_int`` for :func:`json.loads`: refuses integers longer than ``max_digits``."""
+
+    def read(digits: str) -> int:
+        count = len(digits) - digits.startswith("-")
+        if max_digits and count > max_digits:
+            raise JSONInputError(
+                f"holds an integer of {count} digits (at most {max_digits} are read)"
+            )
+        try:
+            return int(digits)
+        except ValueError:  # the interpreter's own limit (sys.set_int_max_str_digits) is lower
+            raise JSONInputError(
+                f"holds an integer of {count} digits (at most "
+                f"{sys.get_int_max_str_digits()} are read by this interpreter)"
+            ) from None
+
+    return read
+
+
+def _refuse_constant(name: str) -> Any:
+    raise JSONInputError(f"holds {name}, which is not valid JSON")
+
+
+def load_untrusted_json(
+    data: str | bytes,
+    *,
+    max_depth: int = MAX_INPUT_JSON_DEPTH,
+    max_int_digits: int = MAX_INPUT_INT_DIGITS,
+    max_size: int | None = None,
+    object_pairs_hook: Callable[[list[tuple[str, Any]]], Any] | None = None,
+    allow_constants: bool = False,
+) -> Any:
+    """The value of a JSON text from outside the library, read within bounds.
+
+    Every reader of a file or column someone else wrote (export files,
+    upstream sources, Flyte directories) reads it through this function, so a
+    hostile text gets one clear error instead of a traceback or a hang:
+
+    * ``max_size``: the largest text read (bytes for ``bytes``, characters for
+      ``str``; ``None``: no limit);
+    * ``bytes`` must be UTF-8 (no byte-order mark);
+    * ``max_depth``: lists and objects nested deeper are refused before the
+      parser runs (checked iteratively, in linear time: a 100,000-deep
+      ``[[[...`` is refused at once, not a ``RecursionError``);
+    * ``max_int_digits``: integers with more digits are refused (the meaning
+      of ``sys.set_int_max_str_digits``; ``0``: no limit of ours, the
+      interpreter's still applies);
+    * ``NaN`` and ``Infinity`` are refused unless ``allow_constants``;
+    * ``object_pairs_hook`` as for :func:`json.loads`; a ``ValueError`` it
+      raises (a repeated key, say) is reported as invalid JSON.
+
+    Raises:
+        JSONInputError: The text is refused; its message says why, in one line.
+    """
+    if max_size is not None and len(data) > max_size:
+        unit = "bytes" if isinstance(data, bytes) else "characters"
+        raise JSONInputError(f"is larger than {max_size} {unit}")
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise JSONInputError(
+                f"is not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+            ) from None
+    else:
+        text = data
+    if _depth_over(text, max_depth):
+        raise JSONInputError(
+            f"is nested more than {max_depth} levels deep ({_where_too_deep(text, max_depth)})"
+        )
+    try:
+        return json.loads(
+            text,
+            parse_int=_int_reader(max_int_digits),
+            parse_constant=None if allow_constants else _refuse_constant,
+            object_pairs_hook=object_pairs_hook,
+        )
+    except JSONInputError:
+        raise
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise JSONInputError("is nested too deeply to be read") from None
+    except ValueError as exc:  # JSONDecodeError, or the hook's refusal
+        raise JSONInputError(f"is not valid JSON ({str(exc).splitlines()[0]})") from None
 
 
 # --------------------------------------------------------------------------- JSON wrapper
