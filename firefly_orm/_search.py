@@ -18,6 +18,16 @@ The query is text, never syntax
     are used; words longer than :data:`MAX_TERM_LENGTH` characters are dropped.
     A query without words (empty, blank, only punctuation) finds nothing: ``[]``.
 
+Case
+    Words are split from the original text, then each is lower-cased on its
+    own (:func:`fold_word`), in queries and in stored text alike.  The SQL
+    stores receive each word both as the query spelled it and lower-cased
+    (:attr:`SearchRequest.spellings`): the database folds the spelling with
+    the rules it indexed the stored text with, so a word always finds itself,
+    including the characters whose lower case changes length or differs
+    between Python and the database (``"İ"``: Python ``"i̇"``, SQLite's
+    ``unicode61`` ``"İ"``, PostgreSQL ``"i"`` under a libc locale).
+
 Matching and order
     An entry matches when its ``search_text`` contains at least one of the
     words (the words are OR-ed; entries with more of them score higher).
@@ -90,7 +100,9 @@ __all__ = [
     "fts5_query",
     "is_search_index_object",
     "match_entries",
+    "fold_word",
     "query_terms",
+    "query_words",
     "text_terms",
     "websearch_query",
 ]
@@ -144,8 +156,29 @@ def is_search_index_object(name: str | None, type_: str) -> bool:
 # --------------------------------------------------------------------------- words
 
 
-def query_terms(query: str) -> tuple[str, ...]:
-    """The distinct words searched for ``query`` (see the module docstring), in query order.
+def fold_word(word: str) -> str:
+    """The in-process form of one word: ``word.lower()``, the word on its own.
+
+    Words are split from the original text first and lower-cased one by one,
+    so a word folds the same wherever it stands: lower-casing a whole text
+    picks a Greek capital sigma's form from the characters around it
+    (``"ΑΣ.Α"`` gives ``σ``, ``"ΑΣ"`` alone ``ς``).  A dotted capital I
+    (``"İ"``) becomes ``"i̇"`` (``i`` and a combining dot above) on both sides.
+    """
+    return word.lower()
+
+
+def _words(text: str) -> Iterable[tuple[str, str]]:
+    """``(spelling, folded word)`` of each word of ``text`` kept for search, in text order."""
+    for match in _WORD.finditer(text):
+        spelling = match.group()
+        word = fold_word(spelling)
+        if len(word) <= MAX_TERM_LENGTH:
+            yield spelling, word
+
+
+def query_words(query: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(terms, spellings)`` of ``query``: see :func:`query_terms` and :attr:`SearchRequest.spellings`.
 
     Raises:
         EntryValidationError: ``query`` is not a string.
@@ -153,20 +186,32 @@ def query_terms(query: str) -> tuple[str, ...]:
     if not isinstance(query, str):
         raise EntryValidationError("query", f"must be a string, got {type(query).__name__}")
     terms: dict[str, None] = {}
-    for match in _WORD.finditer(query):
-        word = match.group().lower()
-        if len(word) <= MAX_TERM_LENGTH:
-            terms[word] = None
-            if len(terms) == MAX_QUERY_TERMS:
-                break
-    return tuple(terms)
+    spellings: dict[str, None] = {}
+    for spelling, word in _words(query):
+        if word in terms:
+            continue
+        terms[word] = None
+        spellings[spelling] = None
+        spellings[word] = None
+        if len(terms) == MAX_QUERY_TERMS:
+            break
+    return tuple(terms), tuple(spellings)
+
+
+def query_terms(query: str) -> tuple[str, ...]:
+    """The distinct words searched for ``query`` (see the module docstring), in query order.
+
+    Raises:
+        EntryValidationError: ``query`` is not a string.
+    """
+    return query_words(query)[0]
 
 
 def text_terms(text: str | None) -> frozenset[str]:
     """The distinct words of an entry's ``search_text`` (longer words than any query's dropped)."""
     if not text:
         return frozenset()
-    return frozenset(w for w in _WORD.findall(text.lower()) if len(w) <= MAX_TERM_LENGTH)
+    return frozenset(word for _, word in _words(text))
 
 
 def fts5_query(terms: Iterable[str]) -> str:
@@ -225,6 +270,13 @@ class SearchRequest:
     key_prefix: str | None
     min_importance: float | None
     language: str
+    #: The words as a database that folds case itself receives them: each
+    #: term's first spelling in the query and its folded form
+    #: (:func:`query_words`).  The database folds the spelling exactly as it
+    #: folded the stored text (SQLite's ``unicode61`` leaves ``"İ"`` as it is,
+    #: PostgreSQL's ``lower()`` follows the database's locale), so a word is
+    #: found by itself whatever either side makes of its capitals.
+    spellings: tuple[str, ...] = ()
 
     @classmethod
     def build(
@@ -240,7 +292,7 @@ class SearchRequest:
     ) -> SearchRequest:
         """Validate the arguments of a search (raise :class:`EntryValidationError`)."""
         validate_namespace(namespace)
-        terms = query_terms(query)
+        terms, spellings = query_words(query)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise EntryValidationError("limit", f"must be an integer or None, got {limit!r}")
         if limit is not None and limit < 0:
@@ -267,7 +319,13 @@ class SearchRequest:
             key_prefix=key_prefix,
             min_importance=None if min_importance is None else float(min_importance),
             language=language or DEFAULT_SEARCH_LANGUAGE,
+            spellings=spellings,
         )
+
+    @property
+    def database_words(self) -> tuple[str, ...]:
+        """The words a database's own text index is asked for (:attr:`spellings`)."""
+        return self.spellings or self.terms
 
     @property
     def finds_nothing(self) -> bool:
