@@ -22,7 +22,14 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from firefly_orm.envnames import ENV_PREFIX, MAX_TIMEOUT_SECONDS
@@ -121,6 +128,10 @@ class MemorySettings(BaseSettings):
         mongodb_database: MongoDB database name.
         mongodb_collection: MongoDB collection name.
         mongodb_pool_size: Maximum connections of the MongoDB client.
+        encryption_keys: The keys of field-level encryption, ``kid:base64key``
+            separated by commas, the current key first (read by
+            :meth:`firefly_orm.privacy.KeyRing.from_env`; stores are not
+            encrypted unless wrapped with :func:`firefly_orm.privacy.protect`).
     """
 
     model_config = SettingsConfigDict(
@@ -159,6 +170,7 @@ class MemorySettings(BaseSettings):
     mongodb_database: str = "firefly_memory"
     mongodb_collection: str = "entries"
     mongodb_pool_size: int = Field(default=10, ge=1)
+    encryption_keys: SecretStr | None = None
 
     @field_validator("backend", mode="before")
     @classmethod

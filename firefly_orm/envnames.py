@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 
 __all__ = [
+    "ENV_ENCRYPTION_KEYS",
     "ENV_POSTGRES_SCHEMA",
     "ENV_POSTGRES_URL",
     "ENV_PREFIX",
@@ -43,6 +44,9 @@ ENV_SQLITE_PATH = env_var("sqlite_path")
 ENV_POSTGRES_SCHEMA = env_var("postgres_schema")
 #: pydantic-ai model name of the LLM summarizer.
 ENV_SUMMARY_MODEL = env_var("summary_model")
+#: The keys of field-level encryption (``kid:base64key,...``, the current key first),
+#: read by :meth:`firefly_orm.privacy.KeyRing.from_env`.
+ENV_ENCRYPTION_KEYS = env_var("encryption_keys")
 
 
 #: The longest timeout accepted, in seconds (libpq's ``connect_timeout`` is a C ``int``).
