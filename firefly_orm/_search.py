@@ -162,7 +162,7 @@ def fold_word(word: str) -> str:
     Words are split from the original text first and lower-cased one by one,
     so a word folds the same wherever it stands: lower-casing a whole text
     picks a Greek capital sigma's form from the characters around it
-    (``"ΑΣ.Α"`` gives ``σ``, ``"ΑΣ"`` alone ``ς``).  A dotted capital I
+    (``"ΔΣ.Δ"`` gives a small sigma, ``"ΔΣ"`` alone ``ς``).  A dotted capital I
     (``"İ"``) becomes ``"i̇"`` (``i`` and a combining dot above) on both sides.
     """
     return word.lower()
@@ -178,7 +178,7 @@ def _words(text: str) -> Iterable[tuple[str, str]]:
 
 
 def query_words(query: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(terms, spellings)`` of ``query``: see :func:`query_terms` and :attr:`SearchRequest.spellings`.
+    """``(terms, spellings)`` of ``query``: :func:`query_terms`, :attr:`SearchRequest.spellings`.
 
     Raises:
         EntryValidationError: ``query`` is not a string.
