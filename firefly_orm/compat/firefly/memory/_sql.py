@@ -58,7 +58,7 @@ class UpstreamSQLLifecycle(SQLAlchemyStore):
         with failed_to_connect(self.upstream_database):
             SQLAlchemyStore.initialize(self)
 
-    async def async_initialize(self, *, migrate: bool = True) -> None:
+    async def async_initialize(self, *, migrate: bool | None = None) -> None:
         """Async form of the initialisation, upstream's message on failure."""
         with failed_to_connect(self.upstream_database):
             await super().async_initialize(migrate=migrate)
