@@ -471,9 +471,55 @@ def require_head(target: Target, *, schema_name: str | None = None) -> None:
         schema = _schema_for(conn, schema_name)
         at, managed_by = _read_state(conn, caller_tx, schema)
         url = conn.engine.url
-    pending = _pending(at)
+        pending = _pending(at)
+        elsewhere = _found_elsewhere(conn, caller_tx, schema) if pending and at is None else ""
     if pending:
         raise MigrationRequiredError(
             f"database not at head: {len(pending)} firefly_orm migration(s) pending "
-            f"({', '.join(pending)}); {migrate_advice(url, schema, managed_by)}"
+            f"({', '.join(pending)}){elsewhere}; {migrate_advice(url, schema, managed_by)}"
         )
+
+
+#: Our version tables in schemas other than ``:schema`` that this role may read.
+_OTHER_VERSION_TABLES = sa.text(
+    "SELECT n.nspname FROM pg_catalog.pg_class c "
+    "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE c.relname = :table AND c.relkind IN ('r', 'p') AND n.nspname <> :schema "
+    "AND has_table_privilege(c.oid, 'SELECT') ORDER BY n.nspname"
+)
+
+
+def _found_elsewhere(conn: Connection, caller_tx: bool, schema: str | None) -> str:
+    """Where else firefly_orm's tables are, as a sentence for :func:`require_head`'s error.
+
+    PostgreSQL only: a store looking in the wrong schema (built without
+    ``schema_name=`` while the app keeps our tables in ``firefly_memory``, say)
+    finds nothing in its own schema although our tables are migrated in another
+    one.  Lists every other schema holding our version table (readable by this
+    role), those at head first; ``""`` when there is none.  Reads only.
+    """
+    if conn.dialect.name != "postgresql":
+        return ""
+    try:
+        here = schema or conn.execute(sa.text("SELECT current_schema()")).scalar() or ""
+        found: list[tuple[str, str | None]] = []
+        for other in conn.execute(
+            _OTHER_VERSION_TABLES, {"table": VERSION_TABLE, "schema": here}
+        ).scalars():
+            table = sa.table(VERSION_TABLE, sa.column("version_num"), schema=other)
+            found.append((other, conn.execute(sa.select(table.c.version_num)).scalar()))
+    finally:
+        _end(conn, caller_tx, commit=False)
+    found = [(name, at) for name, at in found if at is not None]
+    if not found:
+        return ""
+    found.sort(key=lambda item: item[1] != head())
+    where = ", ".join(
+        f"{name!r} ({'at head' if at == head() else f'at {at}'})" for name, at in found
+    )
+    first = found[0][0]
+    return (
+        f". firefly_orm's tables were found in another schema: {where}, while this "
+        f"looks in {here!r}: check schema_name= (e.g. SQLAlchemyStore(..., "
+        f"schema_name={first!r}), `--schema {first}`); if you do mean {here!r}"
+    )

@@ -53,6 +53,8 @@ HOST_OFFLINE_FROM_OPTION = "firefly_orm_from"
 _WITHIN_HOST = "firefly_orm_within_host"
 #: The Alembic commands that upgrade our tables (see :func:`_alembic_command`).
 _UPGRADING_COMMANDS = frozenset({"upgrade"})
+#: The Alembic commands after which, at base, our leftovers go (:func:`_remove_leftovers`).
+_DOWNGRADING_COMMANDS = frozenset({"downgrade"})
 
 # --------------------------------------------------------------------------- env.py
 
@@ -126,9 +128,56 @@ def _run_migrations(context: Any, connection: Connection, schema: str | None) ->
         # (on SQLite it would otherwise commit after each revision).
         with context.begin_transaction():
             context.run_migrations()
+        if _alembic_command(context) in _DOWNGRADING_COMMANDS and not (
+            context.get_context().get_current_heads()
+        ):
+            _remove_leftovers(connection, schema)
     finally:
         if schema is not None:
             connection.execution_options(schema_translate_map=previous)
+
+
+#: Schemas never dropped, even when empty: every PostgreSQL database has them.
+_KEPT_SCHEMAS = frozenset({"public", "information_schema"})
+
+
+def _remove_leftovers(connection: Connection, schema: str | None) -> None:
+    """After a downgrade to base: our empty version table, then our schema if it is empty.
+
+    Runs in the migration's transaction, so the caller's commit (or the
+    migration's own) decides.  The version table goes only when it holds no
+    row.  The schema (never the connection's default one, nor ``public``) goes
+    only when nothing else is in it: ``DROP SCHEMA`` without ``CASCADE``
+    refuses a schema that holds any object (a table, a view, a function, a
+    type...), and then, or when this role may not drop it, the schema is kept
+    (rolled back to a SAVEPOINT) and the reason logged.
+    """
+    version = sa.Table(
+        VERSION_TABLE, sa.MetaData(), sa.Column("version_num", sa.String(32)), schema=schema
+    )
+    if sa.inspect(connection).has_table(VERSION_TABLE, schema=schema):
+        if connection.execute(sa.select(version.c.version_num).limit(1)).first() is not None:
+            return
+        version.drop(connection)
+        logger.info("firefly_orm: dropped the empty %s after the downgrade to base", VERSION_TABLE)
+    if schema is None or connection.dialect.name != "postgresql":
+        return
+    if schema in _KEPT_SCHEMAS or schema.startswith("pg_"):
+        return
+    if not sa.inspect(connection).has_schema(schema):
+        return
+    try:
+        with connection.begin_nested():
+            connection.execute(sa.schema.DropSchema(schema))  # RESTRICT: refuses a non-empty one
+    except sa.exc.DBAPIError as exc:
+        reason = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+        logger.info(
+            "firefly_orm: schema %s kept after the downgrade to base: %s",
+            schema,
+            reason[0] if reason else type(exc).__name__,
+        )
+        return
+    logger.info("firefly_orm: dropped schema %s, empty after the downgrade to base", schema)
 
 
 def run_environment(context: Any) -> None:

@@ -14,9 +14,7 @@ gives the same store behaviour with a runner that joins a caller's session
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Self
@@ -37,10 +35,21 @@ from firefly_orm.errors import (
     redact_url,
     scrub_secret,
 )
+from firefly_orm.migrate import normalize_url, validate_schema_name
 from firefly_orm.sql._engines import Engines, Mode, is_memory_sqlite
+from firefly_orm.sql._migration import (
+    NO_DDL_IN_SESSION,
+    NO_DDL_ON_CALLERS_ENGINE,
+    acquire_migration_lock,
+    async_acquire_migration_lock,
+    refusal_explained,
+    release_migration_lock,
+    require_head,
+    upgrade,
+)
 from firefly_orm.sql._operations import StoreOperations
 from firefly_orm.sql._replica import DEFAULT_REPLICA_WINDOW, ReadRouter
-from firefly_orm.sql._runners import EngineRunner
+from firefly_orm.sql._runners import EngineRunner, SessionRunner
 from firefly_orm.sql._statements import TABLE
 from firefly_orm.sql._uow import is_callers_error
 
@@ -54,54 +63,6 @@ logger = logging.getLogger("firefly_orm")
 #: (README, "Performance"): aiosqlite hands every statement, fetch, BEGIN and
 #: COMMIT to its own thread and back.
 ASYNC_IN_THREADS: dict[str, bool] = {"sqlite": True, "postgresql": False}
-
-# --------------------------------------------------------------------------- migration lock
-#: Alembic's ``context``/``op`` are process-wide proxies: one migration at a time
-#: per process (PostgreSQL adds an advisory lock, SQLite BEGIN IMMEDIATE, for
-#: other processes).
-_MIGRATION_LOCK = threading.Lock()
-_migration_owner: int | None = None  # thread holding _MIGRATION_LOCK
-
-
-def _acquire_migration_lock() -> None:
-    """Take the process-wide migration lock (sync callers)."""
-    global _migration_owner
-    if not _MIGRATION_LOCK.acquire(blocking=False):
-        if _migration_owner == threading.get_ident():
-            raise StoreError(
-                "initialize() would deadlock: an async_initialize() is running on this "
-                "thread's event loop; await store.async_initialize() (or the async_* "
-                "methods) instead of calling sync methods from that loop"
-            )
-        _MIGRATION_LOCK.acquire()
-    _migration_owner = threading.get_ident()
-
-
-async def _async_acquire_migration_lock() -> None:
-    """Take the process-wide migration lock (async callers)."""
-    # Poll instead of blocking: a coroutine holding the lock awaits I/O inside
-    # run_sync, and a blocking acquire on the same loop thread would deadlock.
-    global _migration_owner
-    while not _MIGRATION_LOCK.acquire(blocking=False):
-        await asyncio.sleep(0.005)
-    _migration_owner = threading.get_ident()
-
-
-def _release_migration_lock() -> None:
-    global _migration_owner
-    _migration_owner = None
-    _MIGRATION_LOCK.release()
-
-
-# Module-level so that ``initialize(migrate=...)`` (whose parameter shadows the
-# module name) and its async twin (through run_sync) share them.
-def _upgrade(target: Engine | Connection, schema: str | None) -> None:
-    migrate.upgrade(target, schema_name=schema)
-
-
-def _require_head(target: Engine | Connection, schema: str | None) -> None:
-    migrate.require_head(target, schema_name=schema)
-
 
 # --------------------------------------------------------------------------- statistics
 
@@ -179,10 +140,25 @@ class SQLAlchemyStore(StoreOperations):
             :meth:`consistent_reads` and ``unit_of_work(consistent=True)`` force
             the primary for one block or unit of work.
 
-    Operations initialise the store on first use (running the migrations);
-    call :meth:`initialize` yourself to fail fast at start-up, or
-    ``initialize(migrate=False)`` when an admin migrates and this process only
-    has DML rights (it then checks the schema is at head).
+        migrate: Whether the store may run our migrations (DDL) by itself, on
+            first use and in :meth:`initialize`.  ``None`` (default): yes for a
+            store built from a URL (it owns its database); NO for a store on
+            your engine (``engine=`` / ``async_engine=``) and for every
+            operation through your session (:meth:`bind_session`,
+            ``unit_of_work(session=...)``): your app owns that schema and its
+            migrations (your Alembic with
+            :func:`~firefly_orm.migrate.run_with_host`, or
+            ``firefly-orm migrate``).  ``False``: never, whatever the store is
+            built on.  ``True``: always, also on your engine or session.  A
+            store that may not migrate only reads the schema's revision and
+            raises :class:`~firefly_orm.errors.MigrationRequiredError` when it
+            is not at head: no DDL runs and nothing is written.
+
+    Operations initialise the store on first use: they run the migrations
+    (when the store may, see ``migrate``) or check the schema is at head.  Call
+    :meth:`initialize` yourself to fail fast at start-up;
+    ``initialize(migrate=True)`` migrates once, explicitly, even on a store
+    that does not migrate by itself.
 
     Ownership: engines the store builds from a URL are disposed by :meth:`close`;
     engines you pass in (``engine=``, ``async_engine=``) are never disposed.
@@ -199,17 +175,20 @@ class SQLAlchemyStore(StoreOperations):
         engine_kwargs: dict[str, Any] | None = None,
         replica_url: str | URL | None = None,
         replica_window: float = DEFAULT_REPLICA_WINDOW,
+        migrate: bool | None = None,
     ) -> None:
         if url is None and engine is None and async_engine is None:
             raise EntryValidationError("url", "give a database URL, an engine or an async_engine")
         if url is not None and engine is not None:
             raise EntryValidationError("url", "give either url or engine, not both")
-        own = migrate.normalize_url(url) if url is not None else None
+        if migrate is not None and not isinstance(migrate, bool):
+            raise EntryValidationError("migrate", f"give True, False or None, not {migrate!r}")
+        own = normalize_url(url) if url is not None else None
         self._engines = Engines(
             own,
             engine=engine,
             async_engine=async_engine,
-            async_url=migrate.normalize_url(async_url) if async_url is not None else None,
+            async_url=normalize_url(async_url) if async_url is not None else None,
             engine_kwargs=engine_kwargs,
             defaults=self._engine_options,
             async_in_threads=own is not None
@@ -229,15 +208,27 @@ class SQLAlchemyStore(StoreOperations):
                 "an in-memory SQLite database exists per connection (each thread and the "
                 "async engine would see a different, empty one); use InMemoryStore",
             )
-        self._schema = self._engines.schema = migrate.validate_schema_name(schema_name)
+        self._schema = self._engines.schema = validate_schema_name(schema_name)
+        #: The ``migrate=`` option as given (None: decided by what the store is on).
+        self._migrate_option = migrate
+        self._on_callers_engine = own is None
         self._replica = self._replica_engines(replica_url, dialect, engine_kwargs)
         self._initialized = False
-        self._runner = EngineRunner(
+        router = ReadRouter(self._engines, self._replica, replica_window)
+        self._runner = _StoreRunner(
             self._engines,
             self._wrap,
             self.ensure_initialized,
             self.async_ensure_initialized,
-            ReadRouter(self._engines, self._replica, replica_window),
+            router,
+            # Through a caller's session: the session's own ensure (no DDL by default).
+            in_session=EngineRunner(
+                self._engines,
+                self._wrap,
+                self._ensure_in_session,
+                self._async_ensure_in_session,
+                router,
+            ),
         )
 
     def _replica_engines(
@@ -288,6 +279,18 @@ class SQLAlchemyStore(StoreOperations):
     def schema_name(self) -> str | None:
         """The schema our tables live in (None: the default one / SQLite)."""
         return self._schema
+
+    @property
+    def migrates(self) -> bool:
+        """Whether the store runs our migrations by itself (on first use, ``initialize()``).
+
+        From the ``migrate=`` option; by default ``True`` for a store built
+        from a URL, ``False`` for one on your engine.  Operations through your
+        session run them only when ``migrate=True`` was given.
+        """
+        if self._migrate_option is not None:
+            return self._migrate_option
+        return not self._on_callers_engine
 
     @property
     def has_replica(self) -> bool:
@@ -359,53 +362,84 @@ class SQLAlchemyStore(StoreOperations):
         return scrub_secret(text.strip().split("\n", 1)[0], self._secrets())
 
     # ------------------------------------------------------------------ lifecycle
-    def initialize(self, *, migrate: bool = True) -> None:
-        """Create or upgrade our tables (idempotent; safe across threads and processes).
+    def initialize(self, *, migrate: bool | None = None) -> None:
+        """Create or upgrade our tables, or check them (idempotent; thread- and process-safe).
 
         Args:
             migrate: ``True`` runs the Alembic migrations (under an advisory
                 lock on PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite).  ``False``
-                only checks that the database is at head and raises
-                :class:`MigrationRequiredError` otherwise — for processes whose
-                role has DML rights only.
+                never runs DDL: it only reads the schema's revision and raises
+                :class:`MigrationRequiredError` when it is not at head — for
+                processes whose role has DML rights only, and for apps whose
+                own Alembic migrates our tables.  ``None`` (default): the
+                store's ``migrate=`` option (:attr:`migrates`: ``True`` for a
+                store built from a URL, ``False`` on your engine).
+
+        Raises:
+            MigrationRequiredError: Not at head and not migrating.  When our
+                tables are at head in another schema (a store built without
+                the ``schema_name=`` your app uses), the message names that
+                schema and says to check ``schema_name=``.
         """
-        if self._initialized:
-            return
-        _acquire_migration_lock()
+        if not self._initialized:
+            self._initialize(*self._plan(migrate, in_session=False))
+
+    def _plan(self, migrate: bool | None, *, in_session: bool) -> tuple[bool, str]:
+        """Whether to migrate, and what a refusal adds when the store chose not to.
+
+        ``migrate``: the caller's explicit choice (``None``: the store's option;
+        through a session, no DDL unless the store was built with ``migrate=True``).
+        """
+        if migrate is not None:
+            return migrate, ""
+        if in_session:
+            if self._migrate_option is None:
+                return False, NO_DDL_IN_SESSION
+            return self._migrate_option, ""
+        if self.migrates or self._migrate_option is False:
+            return self.migrates, ""
+        return False, NO_DDL_ON_CALLERS_ENGINE
+
+    def _initialize(self, migrate: bool, hint: str) -> None:
+        """:meth:`initialize` once planned (see :meth:`_plan`)."""
+        acquire_migration_lock()
         try:
             if self._initialized:
                 return
             # The connection is opened here, inside _wrap, as on the async path:
             # one classification of connection failures for both.
-            with self._wrap("initialize"):
+            with self._wrap("initialize"), refusal_explained(hint):
                 with self._engines.sync_engine("write" if migrate else "default").connect() as conn:
-                    (_upgrade if migrate else _require_head)(conn, self._schema)
+                    (upgrade if migrate else require_head)(conn, self._schema)
                 self._after_initialize()
             self._runner.router.wrote()  # the replica may lag behind a fresh schema
             self._initialized = True
         finally:
-            _release_migration_lock()
+            release_migration_lock()
         logger.debug("store initialised on %s", self._where())
 
     def _after_initialize(self) -> None:
         """Hook for presets (e.g. warming the pool); runs once, under the init lock."""
 
-    async def async_initialize(self, *, migrate: bool = True) -> None:
+    async def async_initialize(self, *, migrate: bool | None = None) -> None:
         """Async twin of :meth:`initialize` (Alembic runs on the async engine via run_sync)."""
-        if self._initialized:
-            return
-        await _async_acquire_migration_lock()
+        if not self._initialized:
+            await self._async_initialize(*self._plan(migrate, in_session=False))
+
+    async def _async_initialize(self, migrate: bool, hint: str) -> None:
+        """Async twin of :meth:`_initialize`."""
+        await async_acquire_migration_lock()
         try:
             if self._initialized:
                 return
-            with self._wrap("initialize"):
+            with self._wrap("initialize"), refusal_explained(hint):
                 mode: Mode = "write" if migrate else "default"
                 async with self._engines.async_target(mode).connect() as conn:
-                    await conn.run_sync(_upgrade if migrate else _require_head, self._schema)
+                    await conn.run_sync(upgrade if migrate else require_head, self._schema)
             self._runner.router.wrote()
             self._initialized = True
         finally:
-            _release_migration_lock()
+            release_migration_lock()
 
     def ensure_initialized(self) -> None:
         """Initialise on first use (called by every operation)."""
@@ -416,6 +450,16 @@ class SQLAlchemyStore(StoreOperations):
         """Async twin of :meth:`ensure_initialized`."""
         if not self._initialized:
             await self.async_initialize()
+
+    def _ensure_in_session(self) -> None:
+        """Initialise on first use through a caller's session: migrate only if told to."""
+        if not self._initialized:
+            self._initialize(*self._plan(None, in_session=True))
+
+    async def _async_ensure_in_session(self) -> None:
+        """Async twin of :meth:`_ensure_in_session`."""
+        if not self._initialized:
+            await self._async_initialize(*self._plan(None, in_session=True))
 
     def close(self) -> None:
         """Dispose the engines this store created (never a caller's engine).
@@ -512,7 +556,10 @@ class SQLAlchemyStore(StoreOperations):
 
         Each operation runs in a SAVEPOINT of your transaction; your commit or
         rollback decides.  A sync ``Session`` gives the sync methods, an
-        ``AsyncSession`` the ``async_*`` ones.
+        ``AsyncSession`` the ``async_*`` ones.  Through your session the store
+        runs no DDL unless it was built with ``migrate=True``: its first
+        operation checks our tables are at head and raises
+        :class:`~firefly_orm.errors.MigrationRequiredError` otherwise.
         """
         return SessionBoundStore(self, session)
 
@@ -521,6 +568,22 @@ class SQLAlchemyStore(StoreOperations):
         if self._replica is not None:
             schema += f", replica_url={self._replica.display_url()!r}"
         return f"{type(self).__name__}({self._where()!r}{schema})"
+
+
+class _StoreRunner(EngineRunner):
+    """A store's own runner; joined to a caller's session, it initialises the session's way.
+
+    ``in_session``: the same engines, router and error mapping, with the
+    ensure callbacks of work through a caller's session (which runs no DDL
+    unless the store was built with ``migrate=True``).
+    """
+
+    def __init__(self, *args: Any, in_session: EngineRunner, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_session = in_session
+
+    def join(self, session: Session | AsyncSession) -> SessionRunner:
+        return SessionRunner(session, self._in_session)
 
 
 class SessionBoundStore(StoreOperations):
