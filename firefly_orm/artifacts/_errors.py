@@ -29,20 +29,35 @@ class ShaMismatchError(ConcurrencyError):
 
 
 class ReadOnlyPathError(FireflyOrmError, PermissionError):
-    """A direct write or delete under a read-only prefix; nothing was written.
+    """A write, delete or promotion under a read-only prefix it has no right to; nothing written.
+
+    A direct write or delete there is refused on every handle holding the
+    prefix; a promotion there on such a handle unless it was opened with
+    ``reviewer=True`` (an agent cannot approve its own writes).
 
     Attributes:
         path: The file.
         prefix: The read-only prefix it is under.
     """
 
-    def __init__(self, path: str, prefix: str, what: str = "written") -> None:
+    def __init__(
+        self, path: str, prefix: str, what: str = "written", *, reviewer_needed: bool = False
+    ) -> None:
+        """``what``: ``"written"``, ``"deleted"``, ``"moved"``; ``reviewer_needed``: a promotion."""
         self.path = path
         self.prefix = prefix
-        super().__init__(
-            f"{path!r} is under the read-only prefix {prefix!r} and cannot be {what} directly; "
-            "a trusted reviewer copies files there with promote()"
-        )
+        if reviewer_needed:
+            message = (
+                f"this handle cannot promote into {path!r}: it is under the handle's read-only "
+                f"prefix {prefix!r}, and promotion there needs a reviewer's handle (opened "
+                "without that prefix, or with reviewer=True)"
+            )
+        else:
+            message = (
+                f"{path!r} is under the read-only prefix {prefix!r} and cannot be {what} "
+                "directly; a trusted reviewer copies files there with promote()"
+            )
+        super().__init__(message)
 
 
 class WorkspaceExistsError(FireflyOrmError):

@@ -89,10 +89,11 @@ class ArtifactWorkspace(MemoryLayer):
         user_id: The owner (``None``: a shared workspace).  Every row carries
             it, so ``erase_user`` removes the user's workspaces.
         **options: :class:`~firefly_orm.artifacts.WorkspaceOptions`:
-            ``read_only_prefixes``, ``audit``, ``keep_versions``, ``max_bytes``.
-            They belong to this handle, not to the stored workspace: give an
-            agent a handle with the read-only prefixes, and the reviewer who
-            promotes its files one without.
+            ``read_only_prefixes``, ``reviewer``, ``audit``, ``keep_versions``,
+            ``max_bytes``.  They belong to this handle, not to the stored
+            workspace: give an agent a handle with the read-only prefixes (it
+            can neither write there nor promote there), and the reviewer who
+            promotes its files one without them, or with ``reviewer=True``.
 
     Example:
         >>> from firefly_orm.artifacts import Artifacts
@@ -117,6 +118,7 @@ class ArtifactWorkspace(MemoryLayer):
             raise EntryValidationError(unknown[0], "unknown workspace option")
         self._layout = Layout.of(key, user_id)
         self._read_only = check_read_only_prefixes(options.get("read_only_prefixes", ()))
+        self._reviewer = check_bool("reviewer", options.get("reviewer", False))
         self._policy = ops.WritePolicy(
             audit=check_bool("audit", options.get("audit", True)),
             keep_versions=check_bool("keep_versions", options.get("keep_versions", False)),
@@ -146,6 +148,16 @@ class ArtifactWorkspace(MemoryLayer):
         return self._read_only
 
     @property
+    def reviewer(self) -> bool:
+        """Whether this handle may promote files into its own read-only prefixes.
+
+        A handle without read-only prefixes may promote anywhere; one with
+        them (an agent's) only outside them, unless it was opened with
+        ``reviewer=True``.
+        """
+        return self._reviewer
+
+    @property
     def audit(self) -> bool:
         """Whether writes append audit rows."""
         return self._policy.audit
@@ -164,6 +176,7 @@ class ArtifactWorkspace(MemoryLayer):
         """This handle's options (to open another handle alike)."""
         return WorkspaceOptions(
             read_only_prefixes=self._read_only,
+            reviewer=self._reviewer,
             audit=self._policy.audit,
             keep_versions=self._policy.keep_versions,
             max_bytes=self._max_bytes,
@@ -172,7 +185,8 @@ class ArtifactWorkspace(MemoryLayer):
     def __repr__(self) -> str:
         return (
             f"ArtifactWorkspace(key={self.key!r}, user_id={self.user_id!r}, "
-            f"read_only_prefixes={self._read_only!r}, audit={self.audit}, "
+            f"read_only_prefixes={self._read_only!r}, reviewer={self._reviewer}, "
+            f"audit={self.audit}, "
             f"keep_versions={self.keep_versions}, store={type(self._store).__name__})"
         )
 
@@ -333,13 +347,20 @@ class ArtifactWorkspace(MemoryLayer):
         src_sha: str | None = None,
         expected_sha: str | None = None,
     ) -> Operation[FileInfo]:
-        """Copy (``move=True``: move) the file ``src`` to ``dst``, read-only prefixes or not.
+        """Copy (``move=True``: move) the file ``src`` to ``dst``, into a read-only area too.
 
         Meant for a trusted reviewer: the agent stages a file (``user/...``),
         the reviewer reads it and promotes it into a read-only area
         (``memory/...``).  One unit of work writes ``dst``, its ``"promote"``
         audit row (with ``source`` and ``moved``), its version snapshot and,
         when moving, deletes ``src``.
+
+        **The reviewer's right.**  A handle promotes into one of its own
+        read-only prefixes only when opened with ``reviewer=True``; the
+        agent's handle (read-only prefixes, no ``reviewer``) is refused with
+        :class:`ReadOnlyPathError`, so an agent cannot approve its own writes.
+        A handle without read-only prefixes promotes anywhere: which handle
+        reaches the agent's tools is the app's choice.
 
         Args:
             src: The file to promote.
@@ -354,12 +375,18 @@ class ArtifactWorkspace(MemoryLayer):
         Raises:
             NotFoundError: ``src`` or the workspace does not exist.
             ShaMismatchError: ``src_sha`` or ``expected_sha`` does not hold.
-            ReadOnlyPathError: ``move=True`` with a read-only ``src``.
+            ReadOnlyPathError: ``dst`` is under one of this handle's read-only
+                prefixes and the handle is not a reviewer's, or ``move=True``
+                with a read-only ``src``.
             EntryValidationError: A bad argument, or ``src == dst``.
         """
         src, dst = check_path(src, "src"), check_path(dst, "dst")
         if src == dst:
             raise EntryValidationError("dst", f"is the source itself ({src!r})")
+        if not self._reviewer:
+            prefix = read_only_prefix_of(dst, self._read_only)
+            if prefix is not None:
+                raise ReadOnlyPathError(dst, prefix, reviewer_needed=True)
         if check_bool("move", move):
             prefix = read_only_prefix_of(src, self._read_only)
             if prefix is not None:

@@ -6,15 +6,37 @@ nothing is read or written.
 
 **Paths** (:func:`check_path`): POSIX-relative, normalised (Unicode NFC,
 ``.`` segments dropped); absolute paths, ``..``, empty segments (``a//b``,
-a trailing ``/``), backslashes, NUL and other control characters, and the
-bookkeeping names of the directory layout (a first segment ``audit``,
-``meta`` or ``versions``, the path ``messages.json``; in any letter case) are
-refused with an :class:`~firefly_orm.errors.EntryValidationError` naming
-``path``, before anything is read or written.
+a trailing ``/``), backslashes, NUL and every other control character
+(:func:`refused_character`), and the bookkeeping names of the directory
+layout (a first segment ``audit``, ``meta`` or ``versions``, the path
+``messages.json``; in any letter case) are refused with an
+:class:`~firefly_orm.errors.EntryValidationError` naming ``path``, before
+anything is read or written.
+
+**Refused characters** (:func:`refused_character`), in paths, prefixes,
+workspace keys and actors: every Unicode control character (category ``Cc``:
+C0, DEL and the C1 range ``\\x80``-``\\x9f``, ``\\x85`` included), the
+bidirectional embeddings, overrides, isolates and marks (U+061C, U+200E,
+U+200F, U+202A-U+202E, U+2066-U+2069: they make a name display as another
+one) and the line and paragraph separators (U+2028, U+2029).  Other format
+characters (the zero-width joiners that emoji and many scripts need) are kept.
+
+**Prefixes** (:func:`check_prefix`) are normalised with the same rules: the
+complete segments (those followed by ``/``) as a path's (``.`` dropped;
+``..``, an empty segment, absolute, backslashes refused), the last one kept as
+typed, since a prefix matches a string (``"user"`` matches ``user/a`` and
+``users.md``).  So ``./memory/``, ``memory/./`` and ``memory/`` are one
+prefix, and ``memory//`` is refused.  A read-only prefix
+(:func:`check_read_only_prefixes`) must also not be empty nor end in ``.`` or
+``..`` (``memory/.``: a folder or a dot-file?), and it matches a path
+whatever its letter case (:func:`read_only_prefix_of`), as the reserved names
+do: a case-insensitive file system would merge ``MEMORY/x`` with
+``memory/x`` on export.
 """
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable
 from typing import Any, TypedDict
@@ -43,6 +65,7 @@ __all__ = [
     "check_reason",
     "check_workspace_key",
     "read_only_prefix_of",
+    "refused_character",
 ]
 
 #: First path segments reserved for the bookkeeping of the directory layout.
@@ -73,15 +96,43 @@ _HEX = frozenset("0123456789abcdef")
 # --------------------------------------------------------------------------- checks
 
 
+#: The characters refused in names (see the module docstring): every control
+#: character (``Cc``), the bidirectional formatting characters, and the line and
+#: paragraph separators.
+_REFUSED = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
+
+
+def refused_character(text: str) -> str | None:
+    """The first character of ``text`` that no name may hold, or ``None``.
+
+    Every Unicode control character (category ``Cc``: ``\\x00``-``\\x1f``,
+    ``\\x7f``-``\\x9f``), the bidirectional formatting characters (U+061C,
+    U+200E, U+200F, U+202A-U+202E, U+2066-U+2069) and the line and paragraph
+    separators (U+2028, U+2029).
+    """
+    found = _REFUSED.search(text)
+    return None if found is None else found.group()
+
+
+def _describe(char: str) -> str:
+    """``U+202E RIGHT-TO-LEFT OVERRIDE``, or ``U+0085`` for a character without a name."""
+    name = unicodedata.name(char, "")
+    return f"U+{ord(char):04X}" + (f" {name}" if name else "")
+
+
 def _check_text(field: str, value: str, what: str) -> None:
-    """No NUL or other control characters, no lone surrogates."""
-    for char in value:
-        if char < " " or char == "\x7f":
-            if char == "\x00":
-                raise EntryValidationError(field, f"{what} must not contain NUL characters")
-            raise EntryValidationError(
-                field, f"{what} must not contain control characters (found {char!r})"
-            )
+    """No NUL or other refused character (:func:`refused_character`), no lone surrogates."""
+    char = refused_character(value)
+    if char is not None:
+        if char == "\x00":
+            raise EntryValidationError(field, f"{what} must not contain NUL characters")
+        raise EntryValidationError(
+            field,
+            f"{what} must not contain control characters, bidirectional formatting "
+            f"characters or line separators (found {_describe(char)})",
+        )
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -136,10 +187,19 @@ def check_path(value: Any, field: str = "path") -> str:
 
 
 def check_prefix(value: Any, field: str = "prefix") -> str:
-    """``prefix`` (NFC) if it can start a path: a string, relative, no control characters.
+    """``prefix`` normalised with the path rules, if it can start a path.
 
-    A prefix is matched as a string (``"user"`` matches ``"user/a"`` and
-    ``"users.md"``); give ``"user/"`` for a directory.  ``""`` matches every path.
+    The segments followed by ``/`` are normalised as a path's (NFC, ``.``
+    dropped; ``..``, an empty segment, a leading ``/`` and backslashes
+    refused); the last one is kept as typed, since a prefix is matched as a
+    string (``"user"`` matches ``"user/a"`` and ``"users.md"``; give
+    ``"user/"`` for a folder).  ``""`` matches every path.
+
+    Examples: ``"./memory/"`` and ``"memory/./"`` are ``"memory/"``;
+    ``"memory//"`` is refused.
+
+    Raises:
+        EntryValidationError: Naming ``field``, with what is wrong.
     """
     if not isinstance(value, str):
         raise EntryValidationError(field, f"must be a string, got {type(value).__name__}")
@@ -147,32 +207,63 @@ def check_prefix(value: Any, field: str = "prefix") -> str:
     prefix = unicodedata.normalize("NFC", value)
     if prefix.startswith("/") or "\\" in prefix:
         raise EntryValidationError(field, f"{prefix!r}: paths are relative and use '/'")
-    return prefix
+    *complete, last = prefix.split("/")
+    folders: list[str] = []
+    for segment in complete:
+        if segment == "":
+            raise EntryValidationError(field, f"{prefix!r} has an empty segment ('//')")
+        if segment == "..":
+            raise EntryValidationError(field, f"{prefix!r} contains '..'")
+        if segment != ".":
+            folders.append(segment + "/")
+    normal = "".join(folders) + last
+    if len(normal.encode("utf-8")) > MAX_PATH_BYTES:
+        raise EntryValidationError(field, f"is longer than {MAX_PATH_BYTES} bytes")
+    return normal
 
 
 def check_read_only_prefixes(prefixes: Any) -> tuple[str, ...]:
-    """The read-only prefixes as a tuple of distinct non-empty prefixes (order kept)."""
+    """The read-only prefixes, normalised (:func:`check_prefix`), distinct, order kept.
+
+    Refused besides what :func:`check_prefix` refuses: an empty prefix (after
+    normalisation: ``"./"`` too), and one whose last segment is ``.`` or
+    ``..`` (``"memory/."``: write ``"memory/"`` for the folder).
+
+    Raises:
+        EntryValidationError: Naming ``read_only_prefixes``.
+    """
+    field = "read_only_prefixes"
     if prefixes is None:
         return ()
     if isinstance(prefixes, str | bytes) or not isinstance(prefixes, Iterable):
-        raise EntryValidationError(
-            "read_only_prefixes", "must be a list or tuple of prefixes, e.g. ('memory/',)"
-        )
-    found: dict[str, None] = {}
+        raise EntryValidationError(field, "must be a list or tuple of prefixes, e.g. ('memory/',)")
+    found: dict[str, str] = {}  # casefolded -> as given (normalised)
     for prefix in prefixes:
-        checked = check_prefix(prefix, "read_only_prefixes")
+        checked = check_prefix(prefix, field)
         if not checked:
             raise EntryValidationError(
-                "read_only_prefixes", "an empty prefix would make every path read-only"
+                field, f"{prefix!r} is empty: an empty prefix would make every path read-only"
             )
-        found[checked] = None
-    return tuple(found)
+        if checked.rpartition("/")[2] in (".", ".."):
+            raise EntryValidationError(
+                field,
+                f"{prefix!r} ends in '.' or '..': end a folder with '/' (e.g. 'memory/')",
+            )
+        found.setdefault(checked.casefold(), checked)
+    return tuple(found.values())
 
 
 def read_only_prefix_of(path: str, prefixes: tuple[str, ...]) -> str | None:
-    """The first of ``prefixes`` that ``path`` starts with, or ``None``."""
+    """The first of ``prefixes`` that ``path`` starts with, in any letter case, or ``None``.
+
+    ``path`` is a checked path (:func:`check_path`) and ``prefixes`` checked
+    read-only prefixes (:func:`check_read_only_prefixes`), so both are
+    normalised alike; letter case is ignored (``str.casefold``), as it is for
+    the reserved names.
+    """
+    folded = path.casefold()
     for prefix in prefixes:
-        if path.startswith(prefix):
+        if folded.startswith(prefix.casefold()):
             return prefix
     return None
 
@@ -246,9 +337,14 @@ class WorkspaceOptions(TypedDict, total=False):
     """How a workspace handle behaves (the keyword options of every handle factory).
 
     Attributes:
-        read_only_prefixes: Paths starting with one of these cannot be written
-            or deleted directly (:class:`ReadOnlyPathError`); ``promote`` copies
-            files there.  Default ``()``.
+        read_only_prefixes: Paths starting with one of these (normalised as
+            paths are, in any letter case) cannot be written or deleted
+            directly (:class:`ReadOnlyPathError`).  Default ``()``.
+        reviewer: Whether this handle may ``promote`` files into its own
+            read-only prefixes (default ``False``).  A handle with read-only
+            prefixes and without this right (an agent's) cannot promote into
+            them, so an agent cannot approve its own writes; a reviewer's
+            handle either has no read-only prefixes or has ``reviewer=True``.
         audit: Append an :class:`AuditRecord` for every successful write and
             delete (default ``True``).
         keep_versions: Keep a snapshot of every written content, for
@@ -258,6 +354,7 @@ class WorkspaceOptions(TypedDict, total=False):
     """
 
     read_only_prefixes: Iterable[str]
+    reviewer: bool
     audit: bool
     keep_versions: bool
     max_bytes: int

@@ -317,6 +317,12 @@ async def test_refused_writes_leave_every_row_as_it_was(store: Any, mode: str) -
         (EntryValidationError, "write_text", ("Meta/x", "x"), {}),
         (EntryValidationError, "write_text", ("messages.json", "x"), {}),
         (EntryValidationError, "write_text", ("a\x00b", "x"), {}),
+        (EntryValidationError, "write_text", ("a\x85b.md", "x"), {}),
+        (EntryValidationError, "write_text", ("user/\u202egnp.md", "x"), {}),
+        (ReadOnlyPathError, "write_text", ("MEMORY/p.md", "x"), {}),
+        (ReadOnlyPathError, "write_text", ("./memory/./p.md", "x"), {}),
+        (ReadOnlyPathError, "promote", ("user/a.md", "memory/a.md"), {"actor": "a", "reason": ""}),
+        (ReadOnlyPathError, "promote", ("user/a.md", "Memory/a.md"), {"actor": "a", "reason": ""}),
         (EntryValidationError, "write_text", ("user/big", "x" * 65), {}),
         (EntryValidationError, "write_bytes", ("user/big", b"x" * 65), {}),
         (EntryValidationError, "write_json", ("user/nan.json", float("nan")), {}),
@@ -330,11 +336,11 @@ async def test_refused_writes_leave_every_row_as_it_was(store: Any, mode: str) -
         (EntryValidationError, "write_text", ("user/a.md", "\ud800"), {}),
         (EntryValidationError, "append", (object(),), {}),
         (EntryValidationError, "extend", ([{"ok": 1}, {1, 2}],), {}),
-        (NotFoundError, "promote", ("user/none", "memory/x"), {"actor": "r", "reason": ""}),
+        (NotFoundError, "promote", ("user/none", "done/x"), {"actor": "r", "reason": ""}),
         (
             ShaMismatchError,
             "promote",
-            ("user/a.md", "memory/a.md"),
+            ("user/a.md", "done/a.md"),
             {"actor": "r", "reason": "", "src_sha": stale},
         ),
         (
@@ -388,7 +394,7 @@ async def test_promote_copy_move_and_conditions(store: Any, mode: str) -> None:
     with pytest.raises(ShaMismatchError) as dst_moved:
         await call(
             mode,
-            agent,
+            reviewer,
             "promote",
             "user/a.json",
             "memory/a.json",
@@ -400,7 +406,7 @@ async def test_promote_copy_move_and_conditions(store: Any, mode: str) -> None:
     with pytest.raises(ShaMismatchError) as src_changed:
         await call(
             mode,
-            agent,
+            reviewer,
             "promote",
             "user/a.json",
             "memory/a.json",
@@ -411,7 +417,7 @@ async def test_promote_copy_move_and_conditions(store: Any, mode: str) -> None:
     assert src_changed.value.current_sha == two.sha256
     moved = await call(
         mode,
-        agent,
+        reviewer,
         "promote",
         "user/a.json",
         "memory/a.json",
@@ -423,7 +429,7 @@ async def test_promote_copy_move_and_conditions(store: Any, mode: str) -> None:
     )
     assert moved.version == 2 and moved.sha256 == two.sha256
     assert await call(mode, agent, "exists", "user/a.json") is False
-    tail = await call(mode, agent, "audit_tail", 2)
+    tail = await call(mode, reviewer, "audit_tail", 2)
     assert [r.op for r in tail] == ["update", "promote"]
     last = tail[-1]
     assert (last.op, last.path, last.source, last.moved, last.old_sha, last.new_sha) == (
@@ -446,6 +452,48 @@ async def test_promote_copy_move_and_conditions(store: Any, mode: str) -> None:
         await call(mode, agent, "promote", "../x", "user/b.json", actor="r", reason="")
     with pytest.raises(TypeError):
         await call(mode, agent, "promote", "user/b.json", "memory/c.json")  # actor, reason required
+
+
+@pytest.mark.parametrize("spelled", ["memory/", "./memory/", "memory/./", "./memory/./"])
+async def test_an_agent_cannot_promote_into_its_read_only_area(
+    store: Any, mode: str, spelled: str
+) -> None:
+    """The agent's handle (read-only prefixes, no reviewer right) cannot approve its own writes.
+
+    However the prefix is spelled, a direct write and a promotion under it
+    (in any letter case) are refused with nothing written; a reviewer's
+    handle (no prefixes, or ``reviewer=True``) promotes.
+    """
+    artifacts = Artifacts(store=store)
+    agent = await call(mode, artifacts, "create", "self-approve", read_only_prefixes=(spelled,))
+    assert agent.read_only_prefixes == ("memory/",) and agent.reviewer is False
+    staged = await call(mode, agent, "write_text", "user/p.md", "mine")
+    before = rows(store, agent)
+    for dst in ("memory/p.md", "memory/deep/p.md", "MEMORY/p.md"):
+        with pytest.raises(ReadOnlyPathError, match="reviewer"):
+            await call(mode, agent, "promote", "user/p.md", dst, actor="agent", reason="")
+        with pytest.raises(ReadOnlyPathError):
+            await call(mode, agent, "write_text", dst, "sneaky")
+        with pytest.raises(ReadOnlyPathError):
+            await call(mode, agent, "promote", "user/p.md", dst, actor="a", reason="", move=True)
+    assert rows(store, agent) == before
+    # outside the read-only area the agent's copy is an ordinary write
+    copied = await call(mode, agent, "promote", "user/p.md", "user/q.md", actor="a", reason="")
+    assert copied.sha256 == staged.sha256
+    # a reviewer holding the same prefixes and the right, and one without the prefixes
+    reviewer = artifacts.workspace("self-approve", read_only_prefixes=(spelled,), reviewer=True)
+    assert reviewer.options()["reviewer"] is True
+    with pytest.raises(ReadOnlyPathError):
+        await call(mode, reviewer, "write_text", "memory/p.md", "direct")
+    done = await call(
+        mode, reviewer, "promote", "user/p.md", "memory/p.md", actor="rev", reason="ok"
+    )
+    assert (done.path, done.sha256, done.actor) == ("memory/p.md", staged.sha256, "rev")
+    plain = artifacts.workspace("self-approve")
+    await call(mode, plain, "promote", "user/q.md", "memory/q.md", actor="rev", reason="ok")
+    assert await call(mode, agent, "list_paths", "memory/") == ["memory/p.md", "memory/q.md"]
+    with pytest.raises(EntryValidationError, match="reviewer"):
+        artifacts.workspace("self-approve", reviewer="yes")
 
 
 async def test_history_and_read_version(store: Any, mode: str) -> None:

@@ -32,12 +32,19 @@ from firefly_orm.artifacts._model import Body, check_expected_sha, check_prefix
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.store import InMemoryStore
 
-#: Characters a good segment is made of: printable, no '/', no '\\'.
-SEGMENT_CHARS = st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="/\\")
+#: The bidirectional formatting characters, refused as control characters are.
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+#: Characters a good segment is made of: no control character, line separator or
+#: bidirectional formatting character, no '/', no '\\'.
+SEGMENT_CHARS = st.characters(
+    blacklist_categories=("Cc", "Cs", "Zl", "Zp"), blacklist_characters="/\\" + BIDI
+)
 SEGMENTS = st.text(SEGMENT_CHARS, min_size=1, max_size=12).filter(
     lambda s: s not in (".", "..") and len(s.encode()) <= 255
 )
-BAD_CONTROL = st.sampled_from(["\x00", "\x01", "\n", "\r", "\t", "\x1f", "\x7f"])
+BAD_CONTROL = st.sampled_from(
+    ["\x00", "\x01", "\n", "\r", "\t", "\x1f", "\x7f", "\x80", "\x85", "\x9f", "\u2028", *BIDI]
+)
 
 
 def is_reserved(first: str, whole: str) -> bool:

@@ -31,8 +31,11 @@ from firefly_orm.artifacts import (
 )
 from firefly_orm.artifacts._flyte import DirectoryLayoutError, read_directory, write_directory
 
+#: Bidirectional formatting characters, refused in names as control characters are.
+BIDI = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+NAME_CHARS = st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"), blacklist_characters=BIDI)
 SEGMENT = st.text(
-    st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters="/\\"),
+    st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"), blacklist_characters="/\\" + BIDI),
     min_size=1,
     max_size=10,
 ).map(lambda s: unicodedata.normalize("NFC", s))
@@ -122,9 +125,7 @@ def snapshots(draw: st.DrawFn) -> WorkspaceSnapshot:
         for i, value in enumerate(draw(st.lists(JSON.filter(lambda v: v is not None), max_size=4)))
     ]
     return WorkspaceSnapshot(
-        key=draw(
-            st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=20)
-        ),
+        key=draw(st.text(NAME_CHARS, min_size=1, max_size=20)),
         created_at=draw(TIMES),
         files=sorted(current, key=lambda f: f.path),
         audit=audit,
