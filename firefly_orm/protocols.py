@@ -61,6 +61,7 @@ __all__ = [
     "StoreLifecycle",
     "StoreMaintenance",
     "ExpiresOnServer",
+    "JoinsSession",
     "LocksRows",
     "OwnAsyncRunner",
     "SearchableRepository",
@@ -570,6 +571,16 @@ class OwnAsyncRunner(Protocol):
     ) -> T:
         """``work(uow)`` in one unit of work; committed after it when ``commit``."""
         ...
+
+
+@runtime_checkable
+class JoinsSession(Protocol):
+    """A store fact: its operations run in SAVEPOINTs of a caller's SQLAlchemy
+    ``session`` (a ``Session`` or ``AsyncSession``: ``SQLAlchemyStore.bind_session``),
+    whose transaction the caller ends.  An integration that calls a model ends
+    the transaction its own reads began before the call (``firefly_orm.pydantic_ai``)."""
+
+    session: Any
 
 
 @runtime_checkable
