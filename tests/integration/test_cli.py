@@ -670,7 +670,7 @@ HOSTILE_IMPORTS: list[tuple[str, bytes, str]] = [
     (
         "int-too-long",
         b'{"conversation_id": "n", "turns": [{"token_estimate": ' + b"9" * 5000 + b"}]}",
-        "not JSON",
+        "an integer of 5000 digits",
     ),
     ("conversations-is-a-string", b'{"conversations": "x"}', '"conversations" must be a list'),
     ("conversations-is-null", b'{"conversations": null}', '"conversations" must be a list'),
