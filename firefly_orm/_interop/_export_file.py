@@ -22,12 +22,12 @@ the items themselves are checked by
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from firefly_orm.entry import validate_namespace, validate_search_language
+from firefly_orm.entry._json import JSONInputError, load_untrusted_json
 from firefly_orm.errors import EntryValidationError
 
 __all__ = [
@@ -103,10 +103,6 @@ class ImportDocument:
         return sum(len(section.items) for section in self.long_term)
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def export_document(
     exported: list[dict[str, Any]],
     *,
@@ -138,8 +134,9 @@ def decode_export_file(raw: bytes) -> Any:
     """The JSON document of an export file's bytes, or ``ValueError`` saying why not.
 
     UTF-8 only (a UTF-8 byte-order mark is accepted, UTF-16/32 ones are named);
-    NaN/Infinity, integers too long to parse and nesting too deep for the parser
-    are refused.
+    read by :func:`~firefly_orm.entry._json.load_untrusted_json`: NaN/Infinity,
+    integers of more than 4,300 digits and nesting deeper than 256 levels are
+    refused, each with one line, before anything recursive runs.
     """
     for bom, encoding in FOREIGN_BOMS.items():
         if raw.startswith(bom):
@@ -151,11 +148,9 @@ def decode_export_file(raw: bytes) -> Any:
             f"it is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
         ) from None
     try:
-        return json.loads(text, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise ValueError("it is not importable JSON: nested too deeply") from None
-    except ValueError as exc:  # JSONDecodeError, NaN/Infinity, integers too long
-        raise ValueError(f"it is not JSON: {exc}") from None
+        return load_untrusted_json(text)
+    except JSONInputError as exc:  # not JSON, NaN/Infinity, too deep, integers too long
+        raise ValueError(f"it {exc}") from None
 
 
 def read_import_document(data: Any, override_id: str | None) -> ImportDocument:

@@ -2,13 +2,22 @@
 
 Upstream's FileStore directory, SQLiteStore file and MongoDB collection, and
 :func:`upstream_source`, which picks one from a location.
+
+A source is untrusted input, read within bounds: JSON through
+:func:`~firefly_orm.entry._json.load_untrusted_json` (nesting, integer
+digits, size), a directory's entries without following links or opening
+anything but regular files, a SQLite file read-only, its table checked to be a
+plain table and every statement stopped after a budget of steps.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
+import logging
+import os
 import re
 import sqlite3
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +29,7 @@ from firefly_orm._interop._upstream_plan import (
     UpstreamSource,
     UpstreamSourceError,
 )
+from firefly_orm.entry._json import JSONInputError, load_untrusted_json
 from firefly_orm.errors import (
     DatabaseConnectionError,
     EntryValidationError,
@@ -34,6 +44,7 @@ __all__ = [
     "DEFAULT_MONGO_COLLECTION",
     "DEFAULT_MONGO_DATABASE",
     "DEFAULT_SQLITE_TABLE",
+    "MAX_UPSTREAM_FILE_BYTES",
     "UpstreamFileSource",
     "UpstreamMongoSource",
     "UpstreamSQLiteSource",
@@ -53,6 +64,33 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 _SQLITE_COLUMNS = frozenset({"entry_id", "namespace", "content"})
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MONGO_SCHEMES = ("mongodb://", "mongodb+srv://")
+#: The largest upstream ``FileStore`` file read (one namespace, read whole).
+MAX_UPSTREAM_FILE_BYTES = 256 * 1024 * 1024
+_CHUNK = 1 << 20
+#: SQLite steps (virtual-machine instructions) one statement may take on a
+#: source: a base, plus this many per byte of the file.  A table scan takes a few
+#: dozen steps a row, and a row takes more than a few bytes, so an upstream file
+#: stays far below; only a schema built to loop (or to blow up a query) reaches it.
+_SQLITE_STEP_BASE = 50_000_000
+_SQLITE_STEPS_PER_BYTE = 100
+#: How many steps pass between two looks at the budget.
+_SQLITE_PROGRESS_EVERY = 10_000
+
+logger = logging.getLogger("firefly_orm")
+
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular directory entry is, for messages."""
+    return next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
 
 
 @dataclass(frozen=True)
@@ -60,7 +98,14 @@ class UpstreamFileSource:
     """An upstream ``FileStore`` directory: ``<namespace>.json`` per namespace.
 
     Each file holds one JSON object mapping every ``entry_id`` to its entry.
-    Only ``*.json`` files directly inside ``base_dir`` are read.
+    Only ``*.json`` entries directly inside ``base_dir`` are read, and only
+    regular files: an entry named ``*.json`` that is a symbolic link (inside
+    the directory or out of it, dangling or not), a FIFO, a socket or a device
+    is never followed or opened; its namespace is reported as failed (so the
+    import's result is not ok) and a warning logged.  Sub-directories are
+    not namespaces and are left out.  A file larger than
+    :data:`MAX_UPSTREAM_FILE_BYTES` or whose JSON is refused by the bounded
+    reader (nesting, integer digits) fails its namespace the same way.
 
     Attributes:
         base_dir: The directory (upstream's default was ``.firefly_memory``).
@@ -76,31 +121,40 @@ class UpstreamFileSource:
         return f"upstream FileStore directory {self.base_dir}"
 
     def namespaces(self) -> list[str]:
-        """The namespaces: the file names without ``.json``, sorted."""
+        """The namespaces: the ``*.json`` entry names without ``.json``, sorted.
+
+        Sub-directories are not namespaces (upstream never made one) and are
+        left out; any other entry that is not a regular file (a link, a FIFO,
+        a socket, a device) is listed, and reading it reports it (:meth:`read`).
+        """
         if not self.base_dir.is_dir():
             raise UpstreamSourceError(f"{self.describe()}: not a directory")
         try:
-            names = [
-                path.name[: -len(_FILE_SUFFIX)]
-                for path in self.base_dir.iterdir()
-                if path.name.endswith(_FILE_SUFFIX) and path.is_file()
-            ]
+            with os.scandir(self.base_dir) as entries:
+                names = [
+                    entry.name[: -len(_FILE_SUFFIX)]
+                    for entry in entries
+                    if entry.name.endswith(_FILE_SUFFIX) and not entry.is_dir(follow_symlinks=False)
+                ]
         except OSError as exc:
             raise UpstreamSourceError(f"{self.describe()}: cannot list it: {exc}") from exc
         return sorted(names)
 
     def read(self, namespace: str) -> list[UpstreamRecord]:
-        """The entries of ``<namespace>.json``, in file order."""
+        """The entries of ``<namespace>.json``, in file order.
+
+        Raises:
+            UpstreamReadError: The file is not a regular file of the directory
+                (a link, a FIFO...), is too large, or is not importable JSON.
+        """
         path = self.base_dir / f"{namespace}{_FILE_SUFFIX}"
         where = f"file {path.name}"
         if path.parent != self.base_dir:  # upstream wrote "/" and "\\" as "_"
             raise UpstreamReadError(where, "is not a file of this directory")
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UpstreamReadError(where, f"cannot be read: {exc}") from exc
-        except json.JSONDecodeError as exc:
-            raise UpstreamReadError(where, f"is not JSON ({exc})") from exc
+            data = load_untrusted_json(_read_regular_file(path, where), allow_constants=True)
+        except JSONInputError as exc:
+            raise UpstreamReadError(where, str(exc)) from None
         if not isinstance(data, dict):
             raise UpstreamReadError(
                 where, f"must hold a JSON object of entries, not {type(data).__name__}"
@@ -111,6 +165,64 @@ class UpstreamFileSource:
         ]
 
 
+def _refuse_entry(where: str, what: str) -> UpstreamReadError:
+    logger.warning("upstream import: %s %s; not read", where, what)
+    return UpstreamReadError(where, f"{what}; only regular files are read")
+
+
+def _read_regular_file(path: Path, where: str) -> bytes:
+    """The bytes of regular file ``path``: no link followed, no FIFO or device opened.
+
+    The entry is looked at without following it, opened with ``O_NOFOLLOW``
+    and ``O_NONBLOCK`` (opening a FIFO never blocks), and checked again once
+    open (a file swapped in between is refused); at most
+    :data:`MAX_UPSTREAM_FILE_BYTES` are read.
+    """
+    try:
+        seen = os.lstat(path)
+    except OSError as exc:
+        raise UpstreamReadError(where, f"cannot be read: {exc.strerror or exc}") from exc
+    if stat.S_ISLNK(seen.st_mode):
+        notes = []
+        with contextlib.suppress(OSError):
+            notes.append(f"to {os.readlink(path)!r}")
+        if not os.path.exists(path):
+            notes.append("dangling")
+        about = f" ({', '.join(notes)})" if notes else ""
+        raise _refuse_entry(where, f"is a symbolic link{about}, not followed")
+    if not stat.S_ISREG(seen.st_mode):
+        raise _refuse_entry(where, f"is {_kind(seen.st_mode)}")
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
+    except OSError as exc:
+        raise UpstreamReadError(where, f"cannot be read: {exc.strerror or exc}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
+            raise UpstreamReadError(where, "changed while it was read")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := handle.read(_CHUNK):
+            size += len(chunk)
+            if size > MAX_UPSTREAM_FILE_BYTES:
+                raise UpstreamReadError(where, f"is larger than {MAX_UPSTREAM_FILE_BYTES} bytes")
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _StepBudget:
+    """A SQLite progress handler: stops a statement after ``limit`` steps."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def __call__(self) -> int:
+        self.used += _SQLITE_PROGRESS_EVERY
+        return 1 if self.used > self.limit else 0
+
+
 @dataclass(frozen=True)
 class UpstreamSQLiteSource:
     """An upstream ``SQLiteStore`` database, opened read-only.
@@ -119,6 +231,14 @@ class UpstreamSQLiteSource:
     columns ``entry_id``, ``namespace`` and ``content`` (the entry as JSON).
     The file may also hold firefly_orm's own table (a store opened on the same
     path): that one is not read.
+
+    The file is untrusted: it is opened read-only (``mode=ro``, with
+    ``trusted_schema`` and ``query_only`` on), the table must be a plain table
+    (a view, a virtual table, or one of the three columns computed by an
+    expression is refused before any row is read), every statement is stopped
+    after a budget of SQLite steps that grows with the file's size (a hostile
+    schema cannot make a read run for ever), and each ``content`` is read by
+    the bounded JSON reader (a value refused there is reported for its entry).
 
     Attributes:
         path: The database file.
@@ -138,45 +258,119 @@ class UpstreamSQLiteSource:
         """``"upstream SQLite database <path> (table firefly_memory)"``."""
         return f"upstream SQLite database {self.path} (table {self.table})"
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> tuple[sqlite3.Connection, _StepBudget]:
+        """A read-only connection with a step budget, its table checked (:meth:`_check_table`)."""
         if not self.path.is_file():
             raise UpstreamSourceError(f"{self.describe()}: no such file")
+        try:
+            size = self.path.stat().st_size
+        except OSError as exc:
+            raise UpstreamSourceError(f"{self.describe()}: cannot open it: {exc}") from exc
+        budget = _StepBudget(_SQLITE_STEP_BASE + _SQLITE_STEPS_PER_BYTE * size)
         uri = self.path.resolve().as_uri() + "?mode=ro"
         try:
-            return sqlite3.connect(uri, uri=True)
+            conn = sqlite3.connect(uri, uri=True)
         except sqlite3.Error as exc:
             raise UpstreamSourceError(f"{self.describe()}: cannot open it: {exc}") from exc
+        try:
+            conn.set_progress_handler(budget, _SQLITE_PROGRESS_EVERY)
+            conn.execute("PRAGMA trusted_schema = OFF")
+            conn.execute("PRAGMA query_only = ON")
+            self._check_table(conn, budget)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise UpstreamSourceError(
+                f"{self.describe()}: cannot read it: {self._reason(exc, budget)}"
+            ) from None
+        except BaseException:
+            conn.close()
+            raise
+        return conn, budget
+
+    def _reason(self, exc: sqlite3.Error, budget: _StepBudget) -> str:
+        if budget.used > budget.limit:
+            return (
+                f"a statement was stopped after {budget.limit} SQLite steps, far more than "
+                "reading a file of this size takes (a view or schema built to loop?)"
+            )
+        return str(exc)
+
+    def _run(self, conn: sqlite3.Connection, budget: _StepBudget, sql: str, *args: Any) -> Any:
+        """``sql``'s rows, the statement given a budget of its own."""
+        budget.used = 0
+        return conn.execute(sql, args).fetchall()
+
+    def _check_table(self, conn: sqlite3.Connection, budget: _StepBudget) -> None:
+        """The table is a plain table with the three columns, none of them computed."""
+        found = self._run(
+            conn,
+            budget,
+            "SELECT type, sql FROM sqlite_master WHERE lower(name) = lower(?)",
+            self.table,
+        )
+        kinds = {str(kind) for kind, _ in found}
+        if "view" in kinds:
+            raise UpstreamSourceError(
+                f"{self.describe()}: {self.table} is a view, not a table; an upstream "
+                "SQLiteStore file holds a table, and a view is not read"
+            )
+        if any(str(sql or "").lstrip().upper().startswith("CREATE VIRTUAL") for _, sql in found):
+            raise UpstreamSourceError(
+                f"{self.describe()}: {self.table} is a virtual table; an upstream "
+                "SQLiteStore file holds a plain table, and a virtual one is not read"
+            )
+        columns = {
+            str(row[1]): int(row[6])
+            for row in self._run(conn, budget, f'PRAGMA table_xinfo("{self.table}")')
+        }
+        if "table" not in kinds or not set(columns) >= _SQLITE_COLUMNS:
+            raise UpstreamSourceError(
+                f"{self.describe()}: no table {self.table} with the columns "
+                f"{', '.join(sorted(_SQLITE_COLUMNS))} (is it an upstream SQLiteStore file?)"
+            )
+        computed = sorted(name for name in _SQLITE_COLUMNS if columns[name] != 0)
+        if computed:
+            raise UpstreamSourceError(
+                f"{self.describe()}: column(s) {', '.join(computed)} of {self.table} are "
+                "computed (generated or hidden), not stored; an upstream SQLiteStore "
+                "file stores them, and such a table is not read"
+            )
 
     def namespaces(self) -> list[str]:
         """The distinct namespaces of the table, sorted."""
-        conn = self._connect()
+        conn, budget = self._connect()
         try:
-            columns = {row[1] for row in conn.execute(f'PRAGMA table_info("{self.table}")')}
-            if not columns >= _SQLITE_COLUMNS:
-                raise UpstreamSourceError(
-                    f"{self.describe()}: no table {self.table} with the columns "
-                    f"{', '.join(sorted(_SQLITE_COLUMNS))} (is it an upstream SQLiteStore file?)"
-                )
-            rows = conn.execute(
+            rows = self._run(
+                conn,
+                budget,
                 f'SELECT DISTINCT namespace FROM "{self.table}" '
-                "WHERE typeof(namespace) = 'text' ORDER BY namespace"
-            ).fetchall()
+                "WHERE typeof(namespace) = 'text' ORDER BY namespace",
+            )
         except sqlite3.Error as exc:
-            raise UpstreamSourceError(f"{self.describe()}: cannot read it: {exc}") from exc
+            raise UpstreamSourceError(
+                f"{self.describe()}: cannot read it: {self._reason(exc, budget)}"
+            ) from None
         finally:
             conn.close()
         return [str(row[0]) for row in rows]
 
     def read(self, namespace: str) -> list[UpstreamRecord]:
         """The rows of ``namespace`` in insertion order, each ``content`` decoded."""
-        conn = self._connect()
         try:
-            rows = conn.execute(
+            conn, budget = self._connect()
+        except UpstreamSourceError as exc:
+            raise UpstreamReadError(f"table {self.table}", str(exc)) from None
+        try:
+            rows = self._run(
+                conn,
+                budget,
                 f'SELECT entry_id, content FROM "{self.table}" WHERE namespace = ? ORDER BY rowid',
-                (namespace,),
-            ).fetchall()
+                namespace,
+            )
         except sqlite3.Error as exc:
-            raise UpstreamReadError(f"table {self.table}", f"cannot be read: {exc}") from exc
+            raise UpstreamReadError(
+                f"table {self.table}", f"cannot be read: {self._reason(exc, budget)}"
+            ) from None
         finally:
             conn.close()
         return [_sqlite_record(entry_id, content) for entry_id, content in rows]
@@ -197,9 +391,9 @@ def _sqlite_record(entry_id: Any, content: Any) -> UpstreamRecord:
             where, None, hint, f"content is {type(content).__name__}, not JSON text"
         )
     try:
-        return UpstreamRecord(where, json.loads(content), hint)
-    except json.JSONDecodeError as exc:
-        return UpstreamRecord(where, None, hint, f"content is not JSON ({exc})")
+        return UpstreamRecord(where, load_untrusted_json(content, allow_constants=True), hint)
+    except JSONInputError as exc:
+        return UpstreamRecord(where, None, hint, f"content {exc}")
 
 
 @dataclass(frozen=True)

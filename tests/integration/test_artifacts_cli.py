@@ -205,7 +205,7 @@ def test_export_target_needs_force(target: Target, tmp_path: Path) -> None:
     [
         (lambda root: (root / "user" / "profile.md").write_text("tampered"), "does not match"),
         (lambda root: (root / "audit" / "extra.txt").write_text("x"), "only audit/log.jsonl"),
-        (lambda root: (root / "messages.json").write_text("[{"), "not valid JSON"),
+        (lambda root: (root / "messages.json").write_text("[{"), "not JSON"),
         (
             lambda root: (root / "user" / "link.md").symlink_to(root.parent / "outside.txt"),
             "symbolic link",

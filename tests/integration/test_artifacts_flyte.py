@@ -679,7 +679,7 @@ HOSTILE: dict[str, tuple[Any, str]] = {
     # bad JSON
     "meta not JSON": (
         lambda r: (r / "meta" / "user%2Fa.md.json").write_text("{not json"),
-        r"meta/user%2Fa\.md\.json.*not valid JSON",
+        r"meta/user%2Fa\.md\.json.*not JSON",
     ),
     "meta with a repeated key": (
         lambda r: (r / "meta" / "user%2Fa.md.json").write_text(
@@ -691,7 +691,7 @@ HOSTILE: dict[str, tuple[Any, str]] = {
         lambda r: _edit_json(r / "meta" / "user%2Fa.md.json", owner="mallory"),
         r"unknown key.*'owner'",
     ),
-    "audit line not JSON": (lambda r: _append_audit(r, "{oops"), r"line 4.*not valid JSON"),
+    "audit line not JSON": (lambda r: _append_audit(r, "{oops"), r"line 4.*not JSON"),
     "audit op unknown": (
         lambda r: _append_audit(
             r, json.dumps({"ts": "2025-01-01T00:00:00+00:00", "op": "rm -rf", "path": "a"})
@@ -706,7 +706,7 @@ HOSTILE: dict[str, tuple[Any, str]] = {
     ),
     "messages.json not JSON": (
         lambda r: (r / "messages.json").write_text("[{"),
-        r"messages\.json.*not valid JSON",
+        r"messages\.json.*not JSON",
     ),
     "messages.json not a list": (
         lambda r: (r / "messages.json").write_text('{"role": "user"}'),
@@ -714,7 +714,7 @@ HOSTILE: dict[str, tuple[Any, str]] = {
     ),
     "sidecar not JSON": (
         lambda r: (r / SIDECAR_PATH).write_text("nope"),
-        r"meta/@workspace\.json.*not valid JSON",
+        r"meta/@workspace\.json.*not JSON",
     ),
     "sidecar from the future": (
         lambda r: _edit_json(r / SIDECAR_PATH, format_version=99),

@@ -313,7 +313,7 @@ def test_file_source_reports_unreadable_files_per_namespace(tmp_path: Path) -> N
     ]
     messages = {i.namespace: f"{i.where}: {i.message}" for i in summary.issues}
     assert messages["working:list"].startswith("file working:list.json: must hold a JSON object")
-    assert messages["working:binary"].startswith("file working:binary.json: cannot be read")
+    assert messages["working:binary"].startswith("file working:binary.json: is not UTF-8")
     assert messages["working:entry"] == "entry 'abc': entry: must be a JSON object, got str"
     for outside in ("../working:ok", "sub/x"):
         with pytest.raises(UpstreamReadError, match="not a file of this directory"):

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from firefly_orm.artifacts._rules import RESERVED_DIRS, check_path
+from firefly_orm.entry._json import JSONInputError, load_untrusted_json
 from firefly_orm.errors import EntryValidationError
 
 __all__ = [
@@ -139,12 +140,20 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def parse_json(data: bytes, where: str) -> Any:
+    """The JSON value of a file's bytes, read strictly and within bounds.
+
+    UTF-8, no key repeated in an object, and the bounds of
+    :func:`~firefly_orm.entry._json.load_untrusted_json` (nesting, integer
+    digits); NaN and Infinity are read as Python reads them (the values are
+    checked again when written).
+
+    Raises:
+        DirectoryLayoutError: Naming ``where``, in one line.
+    """
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
-    except UnicodeDecodeError:
-        raise DirectoryLayoutError(where, "is not UTF-8") from None
-    except ValueError as exc:
-        raise DirectoryLayoutError(where, f"is not valid JSON ({exc})") from None
+        return load_untrusted_json(data, object_pairs_hook=_no_duplicate_keys, allow_constants=True)
+    except JSONInputError as exc:
+        raise DirectoryLayoutError(where, str(exc)) from None
 
 
 def read_time(value: Any, where: str, name: str) -> datetime:
