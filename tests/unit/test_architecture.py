@@ -39,7 +39,8 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
     # uow picks a bridge (a sync unit of work's async face) and the step driver
     # runs layers' work in units of work: one floor, no cycle between them.
     ("bridges", frozenset({"bridges", "uow"})),
-    ("stores", frozenset({"store", "file_store", "sql", "mongo", "migrate"})),
+    # privacy wraps any store (and reads the SQL table to rotate keys): a store itself.
+    ("stores", frozenset({"store", "file_store", "sql", "mongo", "migrate", "privacy"})),
     (
         "layers",
         frozenset(
