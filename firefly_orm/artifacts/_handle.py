@@ -236,6 +236,9 @@ class ArtifactWorkspace(MemoryLayer):
             lambda store: store.load_by_key(namespace, path),
             lambda store: store.async_load_by_key(namespace, path),
         )
+        if entry is not None and not self._layout.is_file_row(entry):
+            # another owner's row (another layer's, in our namespace) has the key
+            entry = yield from Transaction.read(ops.read_file, self._layout, path)
         return None if entry is None else stored_file(entry)
 
     def _required(self, path: Any) -> Operation[ArtifactFile]:

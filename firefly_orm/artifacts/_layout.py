@@ -25,6 +25,14 @@ namespace                 one row per                  layout
                                                        form of ``conversation/_codec.py``
 ========================  ===========================  =========================================
 
+**Only the owner's rows.**  A row of these namespaces is the workspace's only
+when it carries the owner's ``user_id`` (:meth:`Layout.owns`), and a file or
+head row only with the id derived from its key (:meth:`Layout.is_file_row`,
+:func:`is_head_row`).  Another layer given one of these namespaces by
+another user (a long-term memory's ``namespace=``) can add rows there; they
+are never read as the workspace's, so they can neither show another user's
+data nor shadow, break or replace the owner's.
+
 ``<k>`` and ``<u>`` are the workspace key and the owner, percent-encoded
 (``urllib.parse.quote`` with no safe characters), or ``!`` and a digest when
 that would be longer than :data:`MAX_NAME_SEGMENT` characters; so every
@@ -72,6 +80,7 @@ __all__ = [
     "body_of",
     "file_info",
     "file_sha",
+    "is_head_row",
     "stored_file",
     "transcript_message",
     "version_path",
@@ -157,6 +166,16 @@ class Layout:
     def file_id(self, path: str) -> str:
         """The entry id of the file row of ``path``."""
         return derived_entry_id(self.files, path)
+
+    def owns(self, entry: MemoryEntry) -> bool:
+        """Whether ``entry`` carries this workspace's owner (rows of others are not its own)."""
+        return entry.user_id == self.user_id
+
+    def is_file_row(self, entry: MemoryEntry) -> bool:
+        """Whether ``entry`` is one of this workspace's file rows: the owner's, its id its key's."""
+        return (
+            self.owns(entry) and entry.key is not None and entry.entry_id == self.file_id(entry.key)
+        )
 
     @staticmethod
     def version_key(path: str, sha256: str) -> str:
@@ -345,6 +364,13 @@ def audit_record(entry: MemoryEntry) -> AuditRecord:
 def transcript_message(entry: MemoryEntry) -> TranscriptMessage:
     """The :class:`TranscriptMessage` of a transcript row."""
     return TranscriptMessage(entry.created_at, decode_message(entry.content, _where(entry)))
+
+
+def is_head_row(entry: MemoryEntry) -> bool:
+    """Whether ``entry`` is a workspace's head row: keyed, its id derived from (owner, key)."""
+    return entry.key is not None and entry.entry_id == keyed_entry_id(
+        REGISTRY_NAMESPACE, entry.user_id, entry.key
+    )
 
 
 def workspace_info(entry: MemoryEntry) -> WorkspaceInfo:

@@ -40,7 +40,7 @@ What each operation costs (SQL statements; ``N`` rows read):
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -52,6 +52,7 @@ from firefly_orm.artifacts._layout import (
     body_of,
     file_info,
     file_sha,
+    is_head_row,
     stored_file,
     transcript_message,
     version_path,
@@ -88,6 +89,7 @@ __all__ = [
     "promote_file",
     "put_file",
     "read_audit",
+    "read_file",
     "read_messages",
     "read_version",
     "read_workspace",
@@ -136,6 +138,52 @@ def retry_races(step: Transaction[T]) -> Operation[T]:
             if not budget.spend():
                 raise
             yield from budget.pause()
+
+
+# --------------------------------------------------------------------------- owned rows
+
+
+def _kept_list(
+    uow: UnitOfWork,
+    namespace: str,
+    keep: Callable[[MemoryEntry], bool],
+    *,
+    key_prefix: str | None = None,
+    limit: int | None = None,
+    newest_first: bool = False,
+    user_id: str | None = None,
+) -> list[MemoryEntry]:
+    """``uow.entries.list`` keeping only the rows ``keep`` accepts, ``limit`` of them.
+
+    The rows of other owners (:meth:`Layout.owns`) are dropped.  They are
+    there only when another layer was given one of our namespaces, so the
+    list is read once as asked; only when some were dropped from a limited
+    read is it read again in full, and cut.
+    """
+    rows = uow.entries.list(
+        namespace, key_prefix=key_prefix, limit=limit, newest_first=newest_first, user_id=user_id
+    )
+    kept = [e for e in rows if keep(e)]
+    if len(kept) == len(rows):
+        return kept
+    logger.warning(
+        "artifacts: %d row(s) of %r are not the workspace's own (another layer wrote "
+        "them in its namespace); ignored",
+        len(rows) - len(kept),
+        namespace,
+    )
+    if limit is not None:
+        rows = uow.entries.list(
+            namespace, key_prefix=key_prefix, newest_first=newest_first, user_id=user_id
+        )
+        kept = [e for e in rows if keep(e)][:limit]
+    return kept
+
+
+def read_file(uow: UnitOfWork, layout: Layout, path: str) -> MemoryEntry | None:
+    """The file row of ``path`` read by its id (never a row of another owner), or ``None``."""
+    entry = uow.entries.get(layout.files, layout.file_id(path))
+    return entry if entry is not None and layout.is_file_row(entry) else None
 
 
 # --------------------------------------------------------------------------- workspaces
@@ -244,21 +292,27 @@ def delete_workspace(uow: UnitOfWork, layout: Layout) -> bool:
 
 
 def list_workspaces(
-    uow: UnitOfWork, user_id: str | None, prefix: str, limit: int | None
+    uow: UnitOfWork,
+    user_id: str | None,
+    prefix: str,
+    limit: int | None,
+    *,
+    all_users: bool = False,
 ) -> list[WorkspaceInfo]:
     """The workspaces of ``user_id`` (``None``: the shared ones) whose key starts with ``prefix``.
 
     Sorted by key; one indexed read (by user on SQL and MongoDB when ``user_id``
     is given; the shared workspaces are read by key range and filtered).
+    ``all_users``: every owner's and the shared ones (``user_id`` is ignored).
     """
-    if user_id is not None:
-        heads = uow.entries.list(
-            REGISTRY_NAMESPACE, key_prefix=prefix, user_id=user_id, limit=limit
+    if all_users or user_id is not None:
+        heads = _kept_list(
+            uow, REGISTRY_NAMESPACE, is_head_row, key_prefix=prefix, limit=limit, user_id=user_id
         )
         return [workspace_info(h) for h in heads]
     found: list[WorkspaceInfo] = []
     for head in uow.entries.list(REGISTRY_NAMESPACE, key_prefix=prefix):
-        if head.user_id is None:
+        if head.user_id is None and is_head_row(head):
             found.append(workspace_info(head))
             if limit is not None and len(found) >= limit:
                 break
@@ -273,9 +327,24 @@ def _check_expected(path: str, expected_sha: str | None, current_sha: str) -> No
         raise ShaMismatchError(path, expected_sha, current_sha)
 
 
+def _file_row(
+    uow: UnitOfWork, layout: Layout, path: str, *, for_update: bool = False
+) -> MemoryEntry | None:
+    """The file row of ``path`` (one read by key), or ``None``.
+
+    The newest row with the key is the file row but when another layer wrote a
+    newer row of another owner there; then the file row is read by its id
+    (unlocked: its version-conditioned save still guards a write).
+    """
+    entry = uow.entries.get_by_key(layout.files, path, for_update=for_update)
+    if entry is None or layout.is_file_row(entry):
+        return entry
+    return read_file(uow, layout, path)
+
+
 def _locked_file(uow: UnitOfWork, layout: Layout, path: str) -> MemoryEntry | None:
     """The file row of ``path``, locked for the rest of the unit of work where the store can."""
-    return uow.entries.get_by_key(layout.files, path, for_update=True)
+    return _file_row(uow, layout, path, for_update=True)
 
 
 def put_file(
@@ -462,7 +531,8 @@ def promote_file(
 
 def list_files(uow: UnitOfWork, layout: Layout, prefix: str, limit: int | None) -> list[FileInfo]:
     """The files whose path starts with ``prefix``, sorted by path (one key-range read)."""
-    return [file_info(e) for e in uow.entries.list(layout.files, key_prefix=prefix, limit=limit)]
+    rows = _kept_list(uow, layout.files, layout.is_file_row, key_prefix=prefix, limit=limit)
+    return [file_info(e) for e in rows]
 
 
 # --------------------------------------------------------------------------- audit and versions
@@ -471,8 +541,8 @@ def list_files(uow: UnitOfWork, layout: Layout, prefix: str, limit: int | None) 
 def read_audit(uow: UnitOfWork, layout: Layout, last: int | None) -> list[AuditRecord]:
     """The newest ``last`` audit records (``None``: all), oldest first."""
     if last is None:
-        return [audit_record(e) for e in uow.entries.list(layout.audit)]
-    rows = uow.entries.list(layout.audit, newest_first=True, limit=last)
+        return [audit_record(e) for e in _kept_list(uow, layout.audit, layout.owns)]
+    rows = _kept_list(uow, layout.audit, layout.owns, newest_first=True, limit=last)
     return [audit_record(e) for e in reversed(rows)]
 
 
@@ -482,16 +552,22 @@ def _by_time(entry: MemoryEntry) -> tuple[Any, ...]:
 
 def file_history(uow: UnitOfWork, layout: Layout, path: str) -> list[FileInfo]:
     """The kept versions of ``path``, oldest first (one key-range read)."""
-    rows = uow.entries.list(layout.versions, key_prefix=Layout.versions_prefix(path))
+    prefix = Layout.versions_prefix(path)
+    rows = _kept_list(uow, layout.versions, layout.owns, key_prefix=prefix)
     return [file_info(e, path) for e in sorted(rows, key=_by_time)]
 
 
 def read_version(uow: UnitOfWork, layout: Layout, path: str, sha: str) -> ArtifactFile | None:
     """The kept version of ``path`` with ``sha``, else the current file if it has that sha."""
-    row = uow.entries.get_by_key(layout.versions, Layout.version_key(path, sha))
+    key = Layout.version_key(path, sha)
+    row = uow.entries.get_by_key(layout.versions, key)
+    if row is not None and not layout.owns(row):
+        # a newer row of another owner has the key: the owner's newest, if any
+        owned = _kept_list(uow, layout.versions, layout.owns, key_prefix=key)
+        row = next((e for e in reversed(owned) if e.key == key), None)
     if row is not None:
         return stored_file(row, path)
-    current = uow.entries.get_by_key(layout.files, path)
+    current = _file_row(uow, layout, path)
     if current is not None and file_sha(current) == sha:
         return stored_file(current)
     return None
@@ -510,9 +586,10 @@ def append_messages(uow: UnitOfWork, layout: Layout, encoded: Sequence[dict[str,
 def read_messages(uow: UnitOfWork, layout: Layout, last: int | None) -> list[TranscriptMessage]:
     """The newest ``last`` transcript messages (``None``: all), oldest first."""
     if last is None:
-        rows = uow.entries.list(layout.transcript)
+        rows = _kept_list(uow, layout.transcript, layout.owns)
     else:
-        rows = list(reversed(uow.entries.list(layout.transcript, newest_first=True, limit=last)))
+        newest = _kept_list(uow, layout.transcript, layout.owns, newest_first=True, limit=last)
+        rows = list(reversed(newest))
     return [transcript_message(e) for e in rows]
 
 
@@ -526,8 +603,12 @@ def export_snapshot(uow: UnitOfWork, layout: Layout) -> WorkspaceSnapshot:
         NotFoundError: The workspace does not exist.
     """
     info = require_workspace(uow, layout)
-    files = [stored_file(e) for e in uow.entries.list(layout.files, key_prefix="")]
-    versions = [stored_file(e, version_path(e)) for e in uow.entries.list(layout.versions)]
+    files = [
+        stored_file(e) for e in _kept_list(uow, layout.files, layout.is_file_row, key_prefix="")
+    ]
+    versions = [
+        stored_file(e, version_path(e)) for e in _kept_list(uow, layout.versions, layout.owns)
+    ]
     return WorkspaceSnapshot(
         key=info.key,
         user_id=info.user_id,

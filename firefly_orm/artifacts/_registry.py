@@ -50,6 +50,19 @@ class Artifacts(MemoryLayer):
             (``None``: the shared workspaces).  Two users' workspaces with the
             same key are two workspaces.
 
+    **Ownership.**  A registry bound to a user (``Artifacts(user_id="ann")``)
+    reaches that user's workspaces only, on every read, write, edit, delete,
+    export and import: each workspace's rows live in namespaces of its own,
+    named after its owner and key, and every row carries the owner's
+    ``user_id``.  Another user's key is the same as a missing one (``open``
+    raises the same :class:`~firefly_orm.errors.NotFoundError`, ``exists`` is
+    false, ``get_or_create`` makes the caller's own workspace), so keys cannot
+    be probed; what it creates or imports is its user's.  Hand request
+    handlers a bound registry.  An unbound registry (``user_id=None``) works on
+    the shared workspaces, and is the admin's: :meth:`for_user` gives it any
+    user's registry, and ``list_workspaces(all_users=True)`` lists every
+    owner's workspaces.
+
     Every method's ``**options`` are :class:`~firefly_orm.artifacts.WorkspaceOptions`
     for the handle it returns.
 
@@ -71,6 +84,22 @@ class Artifacts(MemoryLayer):
 
     def __repr__(self) -> str:
         return f"Artifacts(user_id={self._user_id!r}, store={type(self._store).__name__})"
+
+    def for_user(self, user_id: str) -> Artifacts:
+        """The registry of ``user_id``'s workspaces on the same store (no I/O).
+
+        An unbound (admin) registry gives any user's; a bound one only its own.
+
+        Raises:
+            EntryValidationError: A bad ``user_id``, or this registry is bound
+                to another user.
+        """
+        user_id = validate_user_id(user_id)
+        if self._user_id is not None and self._user_id != user_id:
+            raise EntryValidationError(
+                "user_id", f"this registry serves user {self._user_id!r} only"
+            )
+        return Artifacts(store=self._store, user_id=user_id)
 
     def workspace(self, key: str, **options: Unpack[WorkspaceOptions]) -> ArtifactWorkspace:
         """A handle on workspace ``key`` (no I/O; its writes need the workspace to exist)."""
@@ -138,13 +167,30 @@ class Artifacts(MemoryLayer):
         return existed
 
     def _list_workspaces(
-        self, *, prefix: str = "", limit: int | None = None
+        self, *, prefix: str = "", limit: int | None = None, all_users: bool = False
     ) -> Operation[builtins.list[WorkspaceInfo]]:
-        """This registry's workspaces whose key starts with ``prefix``, sorted by key."""
+        """This registry's workspaces whose key starts with ``prefix``, sorted by key.
+
+        ``all_users=True`` (an unbound registry only): every owner's workspaces
+        and the shared ones, sorted by key (each :class:`WorkspaceInfo` names
+        its ``user_id``).
+
+        Raises:
+            EntryValidationError: A bad argument, or ``all_users`` on a
+                registry bound to a user.
+        """
         if not isinstance(prefix, str) or "\x00" in prefix:
             raise EntryValidationError("prefix", "must be a string without NUL")
         limit = None if limit is None else check_int("limit", limit, 0)
-        return (yield from Transaction.read(ops.list_workspaces, self._user_id, prefix, limit))
+        if check_bool("all_users", all_users) and self._user_id is not None:
+            raise EntryValidationError(
+                "all_users", f"this registry serves user {self._user_id!r} only"
+            )
+        return (
+            yield from Transaction.read(
+                ops.list_workspaces, self._user_id, prefix, limit, all_users=all_users
+            )
+        )
 
     def _import_snapshot(
         self,
