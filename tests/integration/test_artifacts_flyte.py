@@ -540,6 +540,10 @@ async def test_changes_flyte_made_after_an_export_import(
 # --------------------------------------------------------------------------- refused directories
 
 
+#: A JSON text nested 100,000 levels deep (``json.loads`` raises RecursionError on it).
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
 def good_export(tmp_path: Path) -> Path:
     """A valid exported directory (written from a snapshot, no store needed)."""
     store = SQLiteStore(tmp_path / "seed" / "seed.sqlite3")
@@ -715,6 +719,24 @@ HOSTILE: dict[str, tuple[Any, str]] = {
     "sidecar not JSON": (
         lambda r: (r / SIDECAR_PATH).write_text("nope"),
         r"meta/@workspace\.json.*not JSON",
+    ),
+    # hostile JSON (issue 34): one line naming the file, before anything recursive runs
+    "messages.json 100,000 deep": (
+        lambda r: (r / "messages.json").write_text(DEEP),
+        r"messages\.json: is nested too deeply \(more than 256 levels",
+    ),
+    "messages.json with a 5,000-digit integer": (
+        lambda r: (r / "messages.json").write_text("[" + "9" * 5000 + "]"),
+        r"messages\.json: holds an integer of 5000 digits",
+    ),
+    "meta 100,000 deep": (
+        lambda r: (r / "meta" / "user%2Fa.md.json").write_text('{"path": ' + DEEP + "}"),
+        r"meta/user%2Fa\.md\.json: is nested too deeply.*under key 'path'",
+    ),
+    "audit line 100,000 deep": (lambda r: _append_audit(r, DEEP), r"line 4: is nested too deeply"),
+    "sidecar 100,000 deep": (
+        lambda r: (r / SIDECAR_PATH).write_text(DEEP),
+        r"meta/@workspace\.json: is nested too deeply",
     ),
     "sidecar from the future": (
         lambda r: _edit_json(r / SIDECAR_PATH, format_version=99),
