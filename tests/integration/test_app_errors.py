@@ -86,7 +86,7 @@ def app(app_url: str) -> Iterator[tuple[sa.Engine, SQLAlchemyStore]]:
         enable_sqlite_savepoints(engine)
     with engine.begin() as conn:
         _seed(conn)
-    store = SQLAlchemyStore(engine=engine)
+    store = SQLAlchemyStore(engine=engine, migrate=True)
     store.initialize()
     yield engine, store
     store.close()
@@ -103,7 +103,7 @@ async def async_app(app_url: str) -> AsyncIterator[tuple[AsyncEngine, SQLAlchemy
         enable_sqlite_savepoints(engine)
     async with engine.begin() as conn:
         await conn.run_sync(_seed)
-    store = SQLAlchemyStore(async_engine=engine)
+    store = SQLAlchemyStore(async_engine=engine, migrate=True)
     await store.async_initialize()
     yield engine, store
     await store.async_close()

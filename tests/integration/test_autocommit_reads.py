@@ -210,7 +210,7 @@ def test_a_stricter_isolation_level_keeps_its_transactions(
 ) -> None:
     """On an engine at REPEATABLE READ, reads and writes stay inside BEGIN ... COMMIT."""
     engine = sa.create_engine(postgres_url, isolation_level="REPEATABLE READ")
-    store = SQLAlchemyStore(engine=engine, schema_name=pg_schema)
+    store = SQLAlchemyStore(engine=engine, migrate=True, schema_name=pg_schema)
     store.save("ns", MemoryEntry(key="k", content=1))
     log = StatementLog()
     log.watch(store.engine)

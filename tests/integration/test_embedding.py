@@ -83,7 +83,7 @@ def host(backend: dict[str, Any]) -> Iterator[tuple[sa.Engine, SQLAlchemyStore]]
     if backend["sqlite"]:
         enable_sqlite_savepoints(engine)
     HostBase.metadata.create_all(engine)
-    store = SQLAlchemyStore(engine=engine, schema_name=backend["schema"])
+    store = SQLAlchemyStore(engine=engine, migrate=True, schema_name=backend["schema"])
     store.initialize()
     yield engine, store
     store.close()
@@ -102,7 +102,7 @@ async def async_host(
         enable_sqlite_savepoints(engine.sync_engine)
     async with engine.begin() as conn:
         await conn.run_sync(HostBase.metadata.create_all)
-    store = SQLAlchemyStore(async_engine=engine, schema_name=backend["schema"])
+    store = SQLAlchemyStore(async_engine=engine, migrate=True, schema_name=backend["schema"])
     await store.async_initialize()
     yield engine, store
     await store.async_close()
@@ -262,8 +262,8 @@ BOUND_CALLS = ("save", "load", "delete")
 def _sqlite_store(engine: sa.Engine | AsyncEngine) -> SQLAlchemyStore:
     enable_sqlite_savepoints(engine)
     if isinstance(engine, AsyncEngine):
-        return SQLAlchemyStore(async_engine=engine)
-    return SQLAlchemyStore(engine=engine)
+        return SQLAlchemyStore(async_engine=engine, migrate=True)
+    return SQLAlchemyStore(engine=engine, migrate=True)
 
 
 @pytest.mark.parametrize("operation", BOUND_CALLS)

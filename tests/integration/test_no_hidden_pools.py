@@ -76,7 +76,7 @@ class PoolWatch:
 def test_sqlite_async_methods_run_on_the_apps_engine(tmp_path: Path) -> None:
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.sqlite3'}")
     enable_sqlite_savepoints(engine)
-    store = SQLAlchemyStore(engine=engine)
+    store = SQLAlchemyStore(engine=engine, migrate=True)
     with PoolWatch() as watch:
         asyncio.run(_every_async_path(store))
         store.save("ns", MemoryEntry(key="sync", content=1))
@@ -92,7 +92,7 @@ def test_sqlite_in_memory_app_engine_is_the_one_database(tmp_path: Path) -> None
     engine = sa.create_engine(
         "sqlite://", poolclass=sa.pool.StaticPool, connect_args={"check_same_thread": False}
     )
-    store = SQLAlchemyStore(engine=engine)
+    store = SQLAlchemyStore(engine=engine, migrate=True)
     store.save("ns", MemoryEntry(key="sync", content="written by sync code"))
 
     async def read() -> Any:
@@ -107,7 +107,7 @@ def test_cancelled_async_calls_return_their_connections(tmp_path: Path) -> None:
     """A task cancelled at any point of an async call leaves no connection checked out."""
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.sqlite3'}")
     enable_sqlite_savepoints(engine)
-    store = SQLAlchemyStore(engine=engine)
+    store = SQLAlchemyStore(engine=engine, migrate=True)
     store.initialize()
 
     async def in_unit_of_work(key: str) -> None:
@@ -135,7 +135,7 @@ def test_cancelled_async_calls_return_their_connections(tmp_path: Path) -> None:
 def test_sqlite_async_engine_alone_refuses_sync_methods(tmp_path: Path) -> None:
     async def run() -> None:
         engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'app.sqlite3'}")
-        store = SQLAlchemyStore(async_engine=engine)
+        store = SQLAlchemyStore(async_engine=engine, migrate=True)
         with PoolWatch() as watch:
             await store.async_save("ns", MemoryEntry(key="a", content=1))
             await asyncio.to_thread(_sync_calls_refuse, store)
@@ -201,7 +201,7 @@ def test_postgres_async_methods_add_no_connections(
     pg_app: dict[str, Any], postgres_admin_engine: sa.Engine
 ) -> None:
     engine = sa.create_engine(pg_app["url"], pool_size=5, max_overflow=0)
-    store = SQLAlchemyStore(engine=engine)
+    store = SQLAlchemyStore(engine=engine, migrate=True)
     store.initialize()
     store.save("ns", MemoryEntry(key="sync", content=1))
     before = _backends(postgres_admin_engine, pg_app["name"])
@@ -224,7 +224,7 @@ def test_postgres_async_engine_alone_opens_no_sync_pool(
 ) -> None:
     async def run() -> tuple[int, int]:
         engine: AsyncEngine = create_async_engine(pg_app["url"])
-        store = SQLAlchemyStore(async_engine=engine)
+        store = SQLAlchemyStore(async_engine=engine, migrate=True)
         await store.async_save("ns", MemoryEntry(key="a", content=1))
         await asyncio.to_thread(_sync_calls_refuse, store)
         counts = (

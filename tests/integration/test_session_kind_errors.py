@@ -60,7 +60,7 @@ def engine(tmp_path: Path) -> Iterator[sa.Engine]:
 
 @pytest.fixture
 def store(engine: sa.Engine) -> Iterator[SQLAlchemyStore]:
-    store = SQLAlchemyStore(engine=engine)
+    store = SQLAlchemyStore(engine=engine, migrate=True)
     store.initialize()
     yield store
     store.close()
@@ -113,7 +113,7 @@ async def test_async_calls_on_a_sync_session(engine: sa.Engine, store: SQLAlchem
 async def async_store(tmp_path: Path) -> AsyncIterator[SQLAlchemyStore]:
     engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'app.sqlite3'}")
     enable_sqlite_savepoints(engine)
-    store = SQLAlchemyStore(async_engine=engine)  # no sync engine
+    store = SQLAlchemyStore(async_engine=engine, migrate=True)  # no sync engine
     await store.async_initialize()
     yield store
     await store.async_close()

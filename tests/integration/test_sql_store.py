@@ -123,7 +123,7 @@ def test_unreachable_database_hides_password() -> None:
 
 def test_callers_engine_is_not_disposed(tmp_path: Path) -> None:
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'host.sqlite3'}")
-    store = SQLAlchemyStore(engine=engine)
+    store = SQLAlchemyStore(engine=engine, migrate=True)
     store.save("ns", MemoryEntry(key="k", content=1))
     store.close()
     # the host's engine still works and still holds its pool
@@ -135,7 +135,7 @@ def test_callers_engine_is_not_disposed(tmp_path: Path) -> None:
 def test_callers_async_engine_is_not_disposed(tmp_path: Path) -> None:
     async def run() -> int:
         engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path / 'host.sqlite3'}")
-        store = SQLAlchemyStore(async_engine=engine)
+        store = SQLAlchemyStore(async_engine=engine, migrate=True)
         await store.async_save("ns", MemoryEntry(key="k", content=1))
         await store.async_close()
         async with engine.connect() as conn:
