@@ -49,6 +49,13 @@ from firefly_orm.privacy._hook import (
     protect,
 )
 from firefly_orm.privacy._keys import CallbackKeys, KeyProvider, KeyRing, generate_key
+from firefly_orm.privacy._rotate import (
+    RotationProgress,
+    RotationReport,
+    async_rotate_keys,
+    rotate_keys,
+    store_namespaces,
+)
 
 __all__ = [
     "ALGORITHM",
@@ -66,8 +73,13 @@ __all__ = [
     "ProtectedStore",
     "Protection",
     "RedactionRecord",
+    "RotationProgress",
+    "RotationReport",
     "UnknownKeyError",
+    "async_rotate_keys",
     "envelope_key_id",
     "generate_key",
     "protect",
+    "rotate_keys",
+    "store_namespaces",
 ]
