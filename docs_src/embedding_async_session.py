@@ -16,6 +16,7 @@ async def main() -> None:
 
     enable_sqlite_savepoints(engine)  # SQLite only, as above
     store = SQLAlchemyStore(async_engine=engine)
+    await store.async_initialize(migrate=True)  # our tables (a real app: its Alembic)
     async with AsyncSession(engine) as session:
         async with store.async_unit_of_work(session=session) as uow:
             await uow.run_sync(remember, "hello")

@@ -4,7 +4,7 @@ from firefly_orm import MemoryEntry, SQLAlchemyStore
 
 engine = sa.create_engine("sqlite:///app.db")  # your app's engine
 store = SQLAlchemyStore(engine=engine)  # schema_name="..." on PostgreSQL
-store.initialize()  # runs our migrations (idempotent)
+store.initialize(migrate=True)  # our migrations: on your engine, only when asked
 store.save("notes", MemoryEntry(key="greeting", content="hello"))
 entry = store.load_by_key("notes", "greeting")
 assert entry is not None and entry.content == "hello"

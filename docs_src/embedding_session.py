@@ -20,6 +20,7 @@ enable_sqlite_savepoints(engine)  # SQLite only: let SQLAlchemy issue BEGIN so S
 
 Base.metadata.create_all(engine)
 store = SQLAlchemyStore(engine=engine)
+store.initialize(migrate=True)  # our tables (a real app: its Alembic, run_with_host)
 
 with Session(engine) as session:
     session.add(Order(item="book"))

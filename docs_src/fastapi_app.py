@@ -358,7 +358,7 @@ def create_app(url: str, async_url: str, *, model: Model | None = None) -> FastA
         # One store on the app's engines: it opens no pool of its own.
         store = SQLAlchemyStore(engine=engine, async_engine=async_engine)
         AppModel.metadata.create_all(engine)  # a real app: its Alembic
-        store.initialize()  # our tables (a real app: run_with_host in its env.py)
+        store.initialize(migrate=True)  # our tables (a real app: run_with_host in its env.py)
         agent = Agent(model or offline_model(), output_type=str, instructions="Be brief.")
         app.state.engine, app.state.async_engine = engine, async_engine
         app.state.store, app.state.agent = store, agent
