@@ -13,6 +13,7 @@ Usage::
     firefly-orm import-upstream SOURCE   # Firefly framework data: dir, SQLite file, mongodb://
     firefly-orm artifacts export KEY DIR [--user USER] [--force]
     firefly-orm artifacts import DIR [--key KEY] [--user USER] [--replace]
+    firefly-orm rotate-keys [--keys-file FILE] [--prefix P] [--batch-size N]
     firefly-orm demo
 
 The database comes from ``--url``, else ``FIREFLY_AGENTIC_MEMORY_POSTGRES_URL``,
@@ -71,6 +72,7 @@ from firefly_orm.cli._migrate import (
     _cmd_migrate,
     _cmd_stamp,
 )
+from firefly_orm.cli._privacy import add_rotate_keys
 from firefly_orm.cli._target import EXIT_ERROR, EXIT_NOT_AT_HEAD, EXIT_OK, EXIT_USAGE, Progress
 from firefly_orm.cli._target import CliError as CliError
 from firefly_orm.cli._target import Target as Target
@@ -251,6 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--key", help="the workspace key (default: the one DIR records, else its name)")
     p.add_argument("--user", help=owner_help)
     p.add_argument("--replace", action="store_true", help="replace the workspace if it exists")
+    add_rotate_keys(sub, common)
     add("demo", "run the demo (firefly_orm.demo; other arguments go to it)", _cmd_demo)
     return parser
 
