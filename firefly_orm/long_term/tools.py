@@ -9,8 +9,10 @@
 * ``recall(query, limit=5)``: the best matching items, as JSON-ready dicts
   (``text``, ``importance``, ``tags``, ``score``), best first.
 
-The toolset is bound to one owner when it is built (the ``user_id`` given,
-else the memory's); the model never chooses whose memory it reads or writes.
+The toolset is bound to one owner when it is built (the memory's user, or the
+``user_id`` given for a memory bound to nobody); the model never chooses whose
+memory it reads or writes, and a memory bound to a user gives tools of that
+user only.
 Both tools run the memory's ``async_`` operations, so a run never blocks its
 event loop on the database.  Arguments the memory refuses (an importance of 7,
 a blank text, an empty tag...) come back to the model as a retry prompt
@@ -175,9 +177,11 @@ def long_term_toolset(
             one (a ``MemoryManager``); the tools use its store, namespace,
             language and limits.
         user_id: The owner the tools read and write; default: the memory's
-            ``user_id``.  With neither, items are written without an owner and
-            ``recall`` searches every owner's items in the namespace, so bind a
-            user whenever several users share the store.
+            ``user_id``.  A memory bound to a user serves that user only
+            (another ``user_id`` is refused).  With neither, items are written
+            without an owner and ``recall`` searches every owner's items in the
+            namespace (an admin's tools): give the tools of a request handler a
+            user.
         max_results: The largest ``limit`` the model may ask ``recall`` for.
 
     Raises:
@@ -185,7 +189,8 @@ def long_term_toolset(
         TypeError: ``memory`` is neither of the accepted kinds.
         ValueError: ``memory.long_term`` is ``None`` (disabled), or
             ``max_results`` is not a positive integer.
-        EntryValidationError: ``user_id`` is not a valid user id.
+        EntryValidationError: ``user_id`` is not a valid user id, or another
+            user than the one ``memory`` is bound to.
 
     Example:
         >>> from pydantic_ai import Agent
@@ -200,6 +205,8 @@ def long_term_toolset(
 
     ltm = _memory_of(memory)
     owner = ltm.user_id if user_id is None else validate_user_id(user_id)
+    if ltm.user_id is not None and owner != ltm.user_id:
+        raise EntryValidationError("user_id", f"this memory serves user {ltm.user_id!r} only")
     most = _check_max_results(max_results)
 
     async def remember(content: str, importance: float = 0.5, tags: Sequence[str] = ()) -> str:

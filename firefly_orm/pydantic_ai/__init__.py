@@ -42,10 +42,26 @@ run's messages).  ``run`` / ``run_sync`` / ``run_stream`` / ``iter`` take the
 agent's own keyword arguments (``deps``, ``model``, ``usage_limits``...),
 except ``message_history`` and ``conversation``: the history comes from memory.
 
-**Users.** ``user_id=`` runs for one user: a new conversation becomes theirs,
-another user's conversation is refused before the model is called, and the
-facts and long-term items the run sees (and its tools reach through
-:class:`MemoryDeps`) are that user's only (:meth:`MemoryAgent.memory_for`).
+**Users.** ``user_id=`` (or a manager bound to a user) runs for one user: a
+new conversation becomes theirs, and another user's conversation is refused
+before the model is called with
+:class:`~firefly_orm.errors.ConversationNotFoundError`, the error of a
+missing conversation (nothing is written); the facts and long-term items the
+run sees (and its tools reach through :class:`MemoryDeps`) are that user's
+only (:meth:`MemoryAgent.memory_for`).  The owner is checked again when the
+turn is written.
+
+**No transaction across the model call.** A run reads in one short
+transaction, calls the model with none open, then writes the turn in one
+unit of work that re-reads the conversation's head (a turn another writer
+added meanwhile comes first; nothing is lost).  On a store bound to the app's
+session (``store.bind_session(session)``) the run ends the session's
+transaction its read began before calling the model (the connection goes
+back to the pool, ``idle``), and so what its tools began (committed: a tool's
+writes are its own doing); a summarizer the write needs is called with no
+transaction open either.  The turn is written in a SAVEPOINT of the session,
+for the app to commit.  A session that was already in a transaction when the
+run started is the app's and is left open (a warning is logged).
 
 **Tools.** An agent whose ``deps_type`` is :class:`MemoryDeps` (or a subclass
 whose other fields have defaults) gets one per run: the run's memory,
@@ -89,13 +105,13 @@ except ImportError as exc:
 
 from firefly_orm.assemble import ContextShares
 from firefly_orm.bridges import _steps as steps
-from firefly_orm.bridges._steps import Operation, Transaction
+from firefly_orm.bridges._steps import Operation
 from firefly_orm.conversation._model import ConversationTurn, check_conversation_id, check_int
-from firefly_orm.conversation._rows import HEAD_KEY, conversation_namespace
 from firefly_orm.entry import validate_user_id
 from firefly_orm.long_term import LongTermMemory
 from firefly_orm.manager import MemoryManager
-from firefly_orm.protocols import UnitOfWork
+from firefly_orm.pydantic_ai._context import ContextOptions, load_context
+from firefly_orm.pydantic_ai._release import SessionHold, released_before_callouts
 from firefly_orm.pydantic_ai._result import (
     MemoryDeps,
     MemoryRunResult,
@@ -142,10 +158,28 @@ class _Run:
     agent_kwargs: dict[str, Any]
 
 
-def _conversation_owner(uow: UnitOfWork, conversation_id: str) -> tuple[bool, str | None]:
-    """Whether the conversation exists, and its owner (the ``user_id`` of its head row)."""
-    head = uow.entries.get_by_key(conversation_namespace(conversation_id), HEAD_KEY)
-    return (head is not None, None if head is None else head.user_id)
+def _release_capabilities(hold: SessionHold, *, between_requests: bool) -> list[Any]:
+    """The capabilities a run adds for ``hold`` (none when the run owns no transaction).
+
+    A :class:`~firefly_orm.pydantic_ai._capability.ReleaseSession`; none with a
+    pydantic-ai that has no capabilities (there, only the transaction of the
+    run's read is ended before the model call).
+    """
+    if not hold.owned:
+        return []
+    try:
+        from firefly_orm.pydantic_ai._capability import ReleaseSession
+    except ImportError:  # pragma: no cover - pydantic-ai before capabilities
+        return []
+    return [ReleaseSession(hold, between_requests=between_requests)]
+
+
+def _with_capabilities(agent_kwargs: Mapping[str, Any], added: list[Any]) -> dict[str, Any]:
+    """``agent_kwargs`` with ``added`` after the caller's own ``capabilities``."""
+    kwargs = dict(agent_kwargs)
+    if added:
+        kwargs["capabilities"] = [*(kwargs.get("capabilities") or ()), *added]
+    return kwargs
 
 
 class MemoryAgent(Generic[DepsT, OutputT]):
@@ -221,16 +255,16 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         self._agent = agent
         self._memory = memory
         self._name = name
-        self._context_options: dict[str, Any] = {
-            "max_tokens": None if max_tokens is None else check_int("max_tokens", max_tokens, 1),
-            "max_messages": (
+        LongTermMemory.recall_floor(min_importance)  # checked now, not at the first run
+        self._context_options = ContextOptions(
+            max_tokens=None if max_tokens is None else check_int("max_tokens", max_tokens, 1),
+            max_messages=(
                 None if max_messages is None else check_int("max_messages", max_messages, 1)
             ),
-            "recall_limit": check_int("recall_limit", recall_limit, 0),
-            "min_importance": min_importance,
-            "shares": shares,
-        }
-        LongTermMemory.recall_floor(min_importance)  # checked now, not at the first run
+            recall_limit=check_int("recall_limit", recall_limit, 0),
+            min_importance=min_importance,
+            shares=shares,
+        )
         self._deps_factory = deps_factory
 
     # ------------------------------------------------------------------ properties
@@ -309,21 +343,32 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         Raises:
             TypeError: ``message_history`` or ``conversation`` among the
                 keyword arguments, or no user prompt.
-            EntryValidationError: A bad id, or a conversation of another user
+            EntryValidationError: A bad id, or a ``user_id`` other than the one
+                the manager is bound to.
+            ConversationNotFoundError: The conversation is another user's
                 (the model is not called, nothing is written).
             Exception: Whatever the run raised (nothing is written).
         """
         prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
         store = prepared.memory.store
-        history = await steps.arun(store, self._load(prepared))
-        result = await self._agent.run(
-            prepared.prompt,
-            message_history=history,
-            conversation_id=prepared.conversation_id,
-            deps=prepared.deps,
-            **prepared.agent_kwargs,
-        )
-        turn = await steps.arun(store, self._store(prepared, result))
+        hold = SessionHold.of(store)
+        try:
+            history = await steps.arun(store, self._load(prepared))
+        finally:
+            await hold.arelease()
+        try:
+            result = await self._agent.run(
+                prepared.prompt,
+                message_history=history,
+                conversation_id=prepared.conversation_id,
+                deps=prepared.deps,
+                **_with_capabilities(
+                    prepared.agent_kwargs, _release_capabilities(hold, between_requests=True)
+                ),
+            )
+        finally:
+            await hold.arelease()  # what its tools began, also when the run failed
+        turn = await steps.arun(store, self._write(prepared, result))
         return MemoryRunResult.of(cast(AgentRunResult[OutputT], result), turn)
 
     def run_sync(
@@ -342,15 +387,24 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         """
         prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
         store = prepared.memory.store
-        history = steps.run(store, self._load(prepared))
-        result = self._agent.run_sync(
-            prepared.prompt,
-            message_history=history,
-            conversation_id=prepared.conversation_id,
-            deps=prepared.deps,
-            **prepared.agent_kwargs,
-        )
-        turn = steps.run(store, self._store(prepared, result))
+        hold = SessionHold.of(store)
+        try:
+            history = steps.run(store, self._load(prepared))
+        finally:
+            hold.release()
+        try:
+            result = self._agent.run_sync(
+                prepared.prompt,
+                message_history=history,
+                conversation_id=prepared.conversation_id,
+                deps=prepared.deps,
+                **_with_capabilities(
+                    prepared.agent_kwargs, _release_capabilities(hold, between_requests=True)
+                ),
+            )
+        finally:
+            hold.release()
+        turn = steps.run(store, self._write(prepared, result))
         return MemoryRunResult.of(cast(AgentRunResult[OutputT], result), turn)
 
     @asynccontextmanager
@@ -377,15 +431,23 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         """
         prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
         store = prepared.memory.store
-        history = await steps.arun(store, self._load(prepared))
+        hold = SessionHold.of(store)
+        try:
+            history = await steps.arun(store, self._load(prepared))
+        finally:
+            await hold.arelease()
         settled: AgentRunResult[Any] | None = None
+        added = _release_capabilities(hold, between_requests=True)
         async with self._agent.run_stream(
             prepared.prompt,
             message_history=history,
             conversation_id=prepared.conversation_id,
             deps=prepared.deps,
-            **prepared.agent_kwargs,
+            **_with_capabilities(prepared.agent_kwargs, added),
         ) as stream:
+            await hold.arelease()  # what the tools before the stream began
+            for capability in added:  # the app's block runs from here on
+                capability.between_requests = False
             yield cast(StreamedRunResult[DepsT, OutputT], stream)
             if stream.is_complete:
                 try:
@@ -398,7 +460,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
                 prepared.conversation_id,
             )
             return
-        await steps.arun(store, self._store(prepared, settled))
+        await steps.arun(store, self._write(prepared, settled))
 
     @asynccontextmanager
     async def iter(
@@ -421,13 +483,19 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         """
         prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
         store = prepared.memory.store
-        history = await steps.arun(store, self._load(prepared))
+        hold = SessionHold.of(store)
+        try:
+            history = await steps.arun(store, self._load(prepared))
+        finally:
+            await hold.arelease()
         async with self._agent.iter(
             prepared.prompt,
             message_history=history,
             conversation_id=prepared.conversation_id,
             deps=prepared.deps,
-            **prepared.agent_kwargs,
+            **_with_capabilities(
+                prepared.agent_kwargs, _release_capabilities(hold, between_requests=False)
+            ),
         ) as agent_run:
             yield cast(AgentRun[DepsT, OutputT], agent_run)
         result = agent_run.result
@@ -437,7 +505,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
                 prepared.conversation_id,
             )
             return
-        await steps.arun(store, self._store(prepared, result))
+        await steps.arun(store, self._write(prepared, result))
 
     # ------------------------------------------------------------------ shared core
     def _prepare(
@@ -468,7 +536,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
                     "pass None to start one",
                 )
         memory = self.memory_for(user_id)
-        owner = memory.long_term.user_id
+        owner = memory.user_id
         if deps is None:
             deps = self._deps_for(MemoryDeps(memory, conversation_id, owner))
         return _Run(
@@ -501,19 +569,31 @@ class MemoryAgent(Generic[DepsT, OutputT]):
     def _load(self, prepared: _Run) -> Operation[list[ModelMessage]]:
         """The context of the run's model call; a conversation of another user is refused."""
         cid = prepared.conversation_id
-        exists, owner = yield from Transaction.read(_conversation_owner, cid)
-        if exists and prepared.user_id is not None and owner != prepared.user_id:
-            raise EntryValidationError("user_id", f"conversation {cid!r} belongs to another user")
-        context = yield from prepared.memory._assemble_context(
-            cid, query=prepared.text, style="pydantic-ai", **self._context_options
+        loaded = yield from load_context(
+            prepared.memory,
+            cid,
+            user_id=prepared.user_id,
+            query=prepared.text,
+            options=self._context_options,
         )
         logger.debug(
             "conversation %r: %d context message(s) for the run%s",
             cid,
-            len(context),
-            "" if exists else " (new conversation)",
+            len(loaded.context),
+            "" if loaded.exists else " (new conversation)",
         )
-        return cast(list[ModelMessage], context)
+        return cast(list[ModelMessage], loaded.context)
+
+    def _write(self, prepared: _Run, result: AgentRunResult[Any]) -> Operation[ConversationTurn]:
+        """:meth:`_store`; on a session-bound store, no call-out inside the run's transaction.
+
+        Taken when the write starts: if the session has no transaction then,
+        the one a first attempt begins is ended before a summarizer (or a
+        promotion scorer) is called, as long as nothing was written.  The
+        turn's write is left for the caller to commit.
+        """
+        hold = SessionHold.of(prepared.memory.store, warn=False)
+        return released_before_callouts(self._store(prepared, result), hold)
 
     def _store(self, prepared: _Run, result: AgentRunResult[Any]) -> Operation[ConversationTurn]:
         """Store the run's new messages as one turn, with its usage in the metadata."""

@@ -175,10 +175,12 @@ async def test_users_are_isolated(store: Any) -> None:
 
 async def test_user_id_given_to_the_toolset_wins(store: Any) -> None:
     ltm = memory(store, "ada")
-    await call_tool(long_term_toolset(ltm, user_id="bob"), "remember", content=FACT)
-    assert await ltm.async_count() == 0
-    assert await ltm.async_count(user_id="bob") == 1
+    with pytest.raises(EntryValidationError, match="serves user 'ada' only"):
+        long_term_toolset(ltm, user_id="bob")  # a memory bound to ada: ada's tools only
     unbound = memory(store, None)
+    await call_tool(long_term_toolset(unbound, user_id="bob"), "remember", content=FACT)
+    assert await ltm.async_count() == 0
+    assert await unbound.async_count(user_id="bob") == 1
     await call_tool(long_term_toolset(unbound), "remember", content="Nobody owns this note")
     owners = sorted(str(i.user_id) for i in await unbound.async_list())
     assert owners == ["None", "bob"]

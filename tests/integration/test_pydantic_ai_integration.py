@@ -50,7 +50,7 @@ from firefly_orm.assemble import LONG_TERM_CONTEXT_PREFIX
 from firefly_orm.bridges import _steps as steps
 from firefly_orm.conversation import ConversationTurn
 from firefly_orm.conversation._context import SUMMARY_CONTEXT_PREFIX
-from firefly_orm.errors import EntryValidationError
+from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
 from firefly_orm.manager import MemoryManager
 from firefly_orm.pydantic_ai import (
     DELEGATION_SCOPE_PREFIX,
@@ -515,10 +515,10 @@ async def test_users_never_see_each_other(store: Any) -> None:
     # bob cannot run on ada's conversation: refused before the model, nothing written
     calls = len(model.calls)
     before = await support.memory.conversation.async_export_conversation(ada_cid)
-    with pytest.raises(EntryValidationError, match="belongs to another user"):
+    with pytest.raises(ConversationNotFoundError, match="not found"):
         await support.run("Show me", conversation_id=ada_cid, user_id="bob")
     support_sync = memory_agent(store, model)
-    with pytest.raises(EntryValidationError, match="belongs to another user"):
+    with pytest.raises(ConversationNotFoundError, match="not found"):
         await asyncio.to_thread(
             support_sync.run_sync, "Show me", conversation_id=ada_cid, user_id="bob"
         )

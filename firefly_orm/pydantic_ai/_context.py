@@ -1,0 +1,115 @@
+"""What a :class:`~firefly_orm.pydantic_ai.MemoryAgent` run reads before its model call.
+
+One read transaction that checks who owns the conversation and assembles the
+context of the run's first model request
+(:func:`firefly_orm.assemble.assemble_context`, as
+:meth:`MemoryManager.assemble_context
+<firefly_orm.manager.MemoryManager.assemble_context>` does).  The check and
+the context are read in the same transaction, so a conversation another user
+creates in between is never read.
+
+A run may start a conversation (a new id: its first turn creates it), which a
+manager bound to a user would refuse to read (a missing conversation is "not
+found" to it): hence this transaction, which accepts a missing conversation
+for the run's user and refuses another user's with the same
+:class:`~firefly_orm.errors.ConversationNotFoundError` as the layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from firefly_orm.assemble import AssembleRequest, ContextShares, LongTermSource
+from firefly_orm.assemble import assemble_context as assemble_transaction
+from firefly_orm.bridges._steps import Operation, Transaction
+from firefly_orm.conversation._owner import read_ownership
+from firefly_orm.conversation._plan import Limits
+from firefly_orm.errors import ConversationNotFoundError
+from firefly_orm.long_term import LongTermMemory
+from firefly_orm.manager import MemoryManager
+from firefly_orm.protocols import UnitOfWork
+
+__all__ = ["ContextOptions", "Loaded", "load_context"]
+
+
+@dataclass(frozen=True)
+class ContextOptions:
+    """A :class:`MemoryAgent`'s context options (checked when the agent is built)."""
+
+    max_tokens: int | None = None
+    max_messages: int | None = None
+    recall_limit: int = 5
+    min_importance: float = 0.0
+    shares: ContextShares | None = None
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What the read gave: whether the conversation exists, and the run's context."""
+
+    exists: bool
+    context: list[Any]
+
+
+def load_context(
+    memory: MemoryManager,
+    conversation_id: str,
+    *,
+    user_id: str | None,
+    query: str,
+    options: ContextOptions,
+) -> Operation[Loaded]:
+    """Read ``conversation_id``'s context for a run of ``user_id`` (one read transaction).
+
+    ``user_id`` ``None`` (an unbound manager, a run for nobody): any
+    conversation.  Otherwise the conversation must be missing (the run
+    creates it) or ``user_id``'s.
+
+    Raises:
+        ConversationNotFoundError: The conversation is another user's (or
+            nobody's, for a run of a user); nothing was read.
+    """
+    request = _request(memory, conversation_id, query, options)
+    return (yield from Transaction.read(_checked_context, request, user_id))
+
+
+def _checked_context(uow: UnitOfWork, request: AssembleRequest, user_id: str | None) -> Loaded:
+    """Transaction: the owner check, then the context, in one snapshot."""
+    found = read_ownership(uow, request.conversation_id)
+    if found.exists and user_id is not None and found.owner != user_id:
+        raise ConversationNotFoundError(request.conversation_id)
+    return Loaded(found.exists, assemble_transaction(uow, request))
+
+
+def _request(
+    memory: MemoryManager, conversation_id: str, query: str, options: ContextOptions
+) -> AssembleRequest:
+    """The :class:`AssembleRequest` ``memory.assemble_context`` would make for these options."""
+    conversation = memory.conversation
+    limits = conversation.limits
+    long_term = memory.long_term
+    return AssembleRequest(
+        conversation_id=conversation_id,
+        limits=Limits(
+            max_tokens=limits.max_tokens if options.max_tokens is None else options.max_tokens,
+            summarize_threshold=limits.summarize_threshold,
+            max_messages=(
+                limits.max_messages if options.max_messages is None else options.max_messages
+            ),
+            pin_count=limits.pin_count,
+            recent_count=limits.recent_count,
+        ),
+        estimator=conversation.estimator,
+        long_term=LongTermSource(
+            namespace=long_term.namespace,
+            user_id=long_term.user_id,
+            language=long_term.language,
+            limit=options.recall_limit,
+            min_importance=LongTermMemory.recall_floor(options.min_importance),
+        ),
+        working_namespace=memory.working.namespace,
+        query=query,
+        shares=options.shares if options.shares is not None else ContextShares(),
+        style="pydantic-ai",
+    )
