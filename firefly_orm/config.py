@@ -239,6 +239,15 @@ class MemorySettings(BaseSettings):
             and not value.strip().lower().startswith(("mongodb://", "mongodb+srv://"))
         ):
             raise ValueError("not a MongoDB URL: it must begin with mongodb:// or mongodb+srv://")
+        if info.data.get("backend") == "mongodb" and value is not None:
+            try:
+                from firefly_orm.mongo._document import validate_url
+            except ImportError:  # the store build reports the missing extra
+                return value
+            try:
+                validate_url(value, strict=True)  # hosts, port, options; no I/O
+            except EntryValidationError as exc:
+                raise ValueError(str(exc).removeprefix(f"{exc.field}: ")) from None
         return value
 
     @field_validator("mongodb_database", "mongodb_collection")
@@ -313,10 +322,10 @@ def load_settings(**overrides: Any) -> MemorySettings:
     Raises:
         ConfigurationError: A value is invalid; the message names the variable.
     """
+    problems: list[str] = []
     try:
         return MemorySettings(**overrides)
     except ValidationError as exc:
-        problems = []
         for err in exc.errors():
             message = str(err["msg"]).removeprefix("Value error, ")
             if not err["loc"]:  # a check across fields; its message names the variables
@@ -328,7 +337,9 @@ def load_settings(**overrides: Any) -> MemorySettings:
                 # (our own validators' messages never repeat it).
                 message = str(err["type"])
             problems.append(message if field == "backend" else f"{env_var(field)}: {message}")
-        raise ConfigurationError("invalid memory configuration: " + "; ".join(problems)) from None
+    # Raised outside the handler: pydantic's error (which repeats each input,
+    # passwords included) must not stay reachable as ``__context__``.
+    raise ConfigurationError("invalid memory configuration: " + "; ".join(problems))
 
 
 # --------------------------------------------------------------------------- building stores
@@ -479,8 +490,8 @@ async def _async_close_quietly(lifecycle: StoreLifecycle) -> None:
 def _init_error(settings: MemorySettings, url: str | None, exc: Exception) -> FireflyOrmError:
     """The error to raise for a failed initialisation (naming the SQLite variable)."""
     if isinstance(exc, FireflyOrmError):
-        return _name_sqlite_variable(settings, exc)
-    return _name_sqlite_variable(settings, _init_failed(settings.backend, url or "", exc))
+        return _name_variable(settings, exc)
+    return _name_variable(settings, _init_failed(settings.backend, url or "", exc))
 
 
 def build_store(settings: MemorySettings | None = None) -> MemoryStore:
@@ -513,13 +524,23 @@ def build_store(settings: MemorySettings | None = None) -> MemoryStore:
     return store
 
 
-def _name_sqlite_variable(settings: MemorySettings, exc: FireflyOrmError) -> FireflyOrmError:
-    """For the sqlite backend, a connection failure that names the variable to fix."""
-    if settings.backend != "sqlite" or not isinstance(exc, DatabaseConnectionError):
+#: The variable holding the URL of each database backend.
+_URL_VARIABLES = {"postgres": "postgres_url", "mongodb": "mongodb_url"}
+
+
+def _name_variable(settings: MemorySettings, exc: FireflyOrmError) -> FireflyOrmError:
+    """A connection failure that names the variable to fix (the SQLite file, or the URL).
+
+    The store's message already hides the URL's password.
+    """
+    if settings.backend == "sqlite" and isinstance(exc, DatabaseConnectionError):
+        return DatabaseConnectionError(
+            f"{_sqlite_variable(settings)}: cannot open {settings.resolved_sqlite_path()}: {exc}"
+        )
+    field = _URL_VARIABLES.get(settings.backend)
+    if field is None or type(exc) not in (DatabaseConnectionError, StoreError):
         return exc
-    return DatabaseConnectionError(
-        f"{_sqlite_variable(settings)}: cannot open {settings.resolved_sqlite_path()}: {exc}"
-    )
+    return type(exc)(f"{env_var(field)}: {exc}")
 
 
 async def async_build_store(settings: MemorySettings | None = None) -> MemoryStore:

@@ -49,7 +49,7 @@ as they are).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -64,7 +64,13 @@ from firefly_orm.entry import (
     unwrap_stored_json,
     wrap_json_for_storage,
 )
-from firefly_orm.errors import EntryValidationError, MissingExtraError, StoreCorruptedError
+from firefly_orm.errors import (
+    EntryValidationError,
+    MissingExtraError,
+    StoreCorruptedError,
+    scrub_secret,
+    url_secrets,
+)
 
 try:
     from beanie import Document
@@ -85,6 +91,7 @@ __all__ = [
     "search_words",
     "validate_collection_name",
     "validate_database_name",
+    "validate_url",
 ]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
@@ -430,6 +437,42 @@ def key_prefix_filter(prefix: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------- names
 
 _DB_FORBIDDEN = frozenset('/\\. "$*<>:|?\x00')
+
+
+def validate_url(url: str, *, strict: bool = False) -> str:
+    """Return ``url`` if pymongo accepts it as a connection string, judged without I/O.
+
+    The host list, ports and credentials are checked now, so a bad URL fails
+    where it is given, not at the first connection.  With ``strict``, so are
+    the options: an unknown option or a bad option value, which the client
+    only warns about and then ignores, is refused too (the settings read
+    from the environment are strict).  A ``mongodb+srv://`` URL is checked
+    without its DNS lookup.  The message never repeats the URL's password.
+
+    Raises:
+        EntryValidationError: (field ``url``) when it is not accepted.
+    """
+    from pymongo.errors import PyMongoError
+
+    check: Callable[..., Any]
+    try:
+        from pymongo.uri_parser_shared import _validate_uri as check
+    except ImportError:  # pragma: no cover - pymongo before 4.13: parse (DNS for +srv)
+        from pymongo.uri_parser import parse_uri
+
+        def check(uri: str, default_port: int, validate: bool, warn: bool) -> Any:
+            if uri.lower().startswith("mongodb+srv://"):
+                return None  # checked by the client, which resolves it
+            return parse_uri(uri, default_port, validate, warn=warn)
+
+    try:
+        # Lenient: the options are not validated (their warnings are the client's to give).
+        check(url, 27017, strict, False)
+    except (PyMongoError, ValueError, TypeError) as exc:
+        raise EntryValidationError(
+            "url", scrub_secret(f"not a usable MongoDB URL: {exc}", url_secrets(url))
+        ) from None
+    return url
 
 
 def validate_database_name(name: Any) -> str:

@@ -63,6 +63,7 @@ from firefly_orm.mongo._document import (
     upsert_pipeline,
     validate_collection_name,
     validate_database_name,
+    validate_url,
 )
 from firefly_orm.mongo._journal import MAX_SETTLE_ROUNDS, Journal
 from firefly_orm.mongo._queries import find_live
@@ -135,6 +136,8 @@ class MongoDBStore:
             raise EntryValidationError("url", "give a MongoDB URL or a client")
         if url is not None and (not isinstance(url, str) or not url):
             raise EntryValidationError("url", "must be a non-empty string")
+        if url is not None:
+            validate_url(url)
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
             raise EntryValidationError("pool_size", "must be a positive integer")
         if (
