@@ -81,9 +81,12 @@ MAX_INPUT_JSON_DEPTH = 256
 MAX_INPUT_INT_DIGITS = 4300
 
 #: A JSON string token (escapes included); what lies between two is structure.
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+#: The closing quote is optional: a string left open runs to the end of the
+#: text (as the parser sees it too), so no match ever fails after a long scan
+#: and cutting out strings stays linear even in a text of unclosed quotes.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
-_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+_STRING_OR_BRACKET = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
@@ -91,9 +94,9 @@ class JSONInputError(FireflyOrmError, ValueError):
     """A JSON text :func:`load_untrusted_json` refuses; the message is one line.
 
     The message is a predicate, to follow the name of what was read
-    (``f"file notes.json {exc}"``): ``"is nested more than 256 levels deep
-    (line 1, column 257)"``, ``"holds an integer of 5000 digits (at most 4300
-    are read)"``, ``"is not valid JSON (Expecting value: line 1 column 1 (char 0))"``.
+    (``f"file notes.json {exc}"``): ``"is nested too deeply (more than 256
+    levels; line 1, column 257)"``, ``"holds an integer of 5000 digits (at most
+    4300 are read)"``, ``"is not JSON (Expecting value: line 1 column 1 (char 0))"``.
     """
 
 
@@ -120,7 +123,7 @@ def _where_too_deep(text: str, max_depth: int) -> str:
         token = match.group()
         if token[0] == '"':
             if depth == 1 and top_is_object:
-                key = token[1:-1]
+                key = token[1:-1] if len(token) > 1 and token.endswith('"') else token[1:]
             continue
         if depth == 0:
             top_is_object = token == "{"
@@ -159,7 +162,7 @@ def _int_reader(max_digits: int) -> Callable[[str], int]:
 
 
 def _refuse_constant(name: str) -> Any:
-    raise JSONInputError(f"holds {name}, which is not valid JSON")
+    raise JSONInputError(f"holds {name}, which is not JSON")
 
 
 def load_untrusted_json(
@@ -188,7 +191,7 @@ def load_untrusted_json(
       interpreter's still applies);
     * ``NaN`` and ``Infinity`` are refused unless ``allow_constants``;
     * ``object_pairs_hook`` as for :func:`json.loads`; a ``ValueError`` it
-      raises (a repeated key, say) is reported as invalid JSON.
+      raises (a repeated key, say) is reported as ``"is not JSON (...)"``.
 
     Raises:
         JSONInputError: The text is refused; its message says why, in one line.
@@ -207,7 +210,8 @@ def load_untrusted_json(
         text = data
     if _depth_over(text, max_depth):
         raise JSONInputError(
-            f"is nested more than {max_depth} levels deep ({_where_too_deep(text, max_depth)})"
+            f"is nested too deeply (more than {max_depth} levels; "
+            f"{_where_too_deep(text, max_depth)})"
         )
     try:
         return json.loads(
@@ -221,7 +225,7 @@ def load_untrusted_json(
     except RecursionError:  # pragma: no cover - the depth check comes first
         raise JSONInputError("is nested too deeply to be read") from None
     except ValueError as exc:  # JSONDecodeError, or the hook's refusal
-        raise JSONInputError(f"is not valid JSON ({str(exc).splitlines()[0]})") from None
+        raise JSONInputError(f"is not JSON ({str(exc).splitlines()[0]})") from None
 
 
 # --------------------------------------------------------------------------- JSON wrapper

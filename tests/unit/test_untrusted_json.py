@@ -84,6 +84,25 @@ def test_100000_deep_is_one_line_not_a_recursion_error(opener: str) -> None:
     assert "\n" not in message and isinstance(refused.value, FireflyOrmError | ValueError)
 
 
+@pytest.mark.parametrize(
+    ("tail", "expected"),
+    [
+        ('"' + '\\"' * 200_000, "nested too deeply"),  # one string never closed
+        ('"' * 400_001, "nested too deeply"),
+        ('"\\' * 200_000, "nested too deeply"),
+    ],
+    ids=["escaped-quotes", "quotes", "quote-backslash"],
+)
+def test_unclosed_strings_after_many_brackets_finish(tail: str, expected: str) -> None:
+    """Cutting strings out stays linear: a regex that had to fail after scanning to
+    the end from each quote would take minutes here (quadratic), not milliseconds."""
+    with pytest.raises(JSONInputError, match=expected):
+        load_untrusted_json("[" * 300 + tail)
+    # and without the brackets, the parser says why it is not JSON
+    with pytest.raises(JSONInputError, match=r"^is not JSON \("):
+        load_untrusted_json("[" + tail)
+
+
 def test_the_deepest_allowed_is_read_and_located_when_one_more() -> None:
     assert load_untrusted_json(json.dumps(nest(1, MAX_INPUT_JSON_DEPTH))) == nest(1, 256)
     text = '{\n  "ok": [1],\n  "x": ' + json.dumps(nest(1, MAX_INPUT_JSON_DEPTH)) + "}"
