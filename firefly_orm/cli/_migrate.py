@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 
 from firefly_orm import migrate
@@ -73,10 +74,24 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _cmd_downgrade(args: argparse.Namespace) -> int:
-    target, before, after = _change_revision(
-        args, lambda engine, schema: migrate.downgrade(engine, args.revision, schema_name=schema)
-    )
-    print(f"{target.describe()}: downgraded {before or '(empty)'} -> {after or '(base)'}")
+    schema_left: list[bool] = []
+
+    def downgrade(engine: Any, schema: str | None) -> None:
+        migrate.downgrade(engine, args.revision, schema_name=schema)
+        if schema is not None and engine.dialect.name == "postgresql":
+            with engine.connect() as conn:
+                schema_left.append(sa.inspect(conn).has_schema(schema))
+
+    target, before, after = _change_revision(args, downgrade)
+    note = ""
+    if after is None and schema_left:
+        # At base our empty schema goes; one holding anything else stays.
+        note = (
+            f"; schema {target.schema} kept (not empty, or not this role's to drop)"
+            if schema_left[0]
+            else f"; schema {target.schema} dropped (it was empty)"
+        )
+    print(f"{target.describe()}: downgraded {before or '(empty)'} -> {after or '(base)'}{note}")
     return EXIT_OK
 
 

@@ -41,6 +41,7 @@ from firefly_orm.errors import (
 )
 from firefly_orm.migrate._config import (
     BRANCH_LABEL,
+    DEFAULT_SCHEMA,
     HOST_SCHEMA_OPTION,
     HOST_VERSION_TABLE,
     RUNNING_COMMAND,
@@ -480,6 +481,8 @@ def require_head(target: Target, *, schema_name: str | None = None) -> None:
         )
 
 
+#: How many other schemas holding our tables a refusal names.
+_SCHEMAS_NAMED = 3
 #: Our version tables in schemas other than ``:schema`` that this role may read.
 _OTHER_VERSION_TABLES = sa.text(
     "SELECT n.nspname FROM pg_catalog.pg_class c "
@@ -513,10 +516,14 @@ def _found_elsewhere(conn: Connection, caller_tx: bool, schema: str | None) -> s
     found = [(name, at) for name, at in found if at is not None]
     if not found:
         return ""
-    found.sort(key=lambda item: item[1] != head())
+    # At head first, then the usual name (DEFAULT_SCHEMA), then by name.
+    found.sort(key=lambda item: (item[1] != head(), item[0] != DEFAULT_SCHEMA, item[0]))
     where = ", ".join(
-        f"{name!r} ({'at head' if at == head() else f'at {at}'})" for name, at in found
+        f"{name!r} ({'at head' if at == head() else f'at {at}'})"
+        for name, at in found[:_SCHEMAS_NAMED]
     )
+    if len(found) > _SCHEMAS_NAMED:
+        where += f" and {len(found) - _SCHEMAS_NAMED} more"
     first = found[0][0]
     return (
         f". firefly_orm's tables were found in another schema: {where}, while this "
