@@ -79,9 +79,14 @@ REDACTIONS_KEY = "redactions"
 class RedactionRecord(Protocol):
     """What one redaction rule replaced: its kind, where, how many times (never the value)."""
 
-    kind: str
-    path: str
-    count: int
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def count(self) -> int: ...
 
 
 @runtime_checkable
