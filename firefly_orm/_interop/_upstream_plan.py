@@ -36,9 +36,21 @@ __all__ = [
     "UpstreamSourceError",
     "entry_from_upstream",
     "plan_namespace",
+    "shown",
 ]
 
 _SCOPES = tuple(scope.value for scope in MemoryScope)
+
+
+def shown(text: str) -> str:
+    """``text`` for a report line: characters that are not printable escaped.
+
+    Namespaces and file names come from the source: a newline or a terminal
+    escape in one must not forge a line of the report or colour a terminal.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 # --------------------------------------------------------------------------- errors
@@ -85,7 +97,7 @@ class ImportIssue:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.namespace}: {self.where}: {self.message}"
+        return shown(f"{self.namespace}: {self.where}: {self.message}")
 
 
 @dataclass(frozen=True)
@@ -116,9 +128,9 @@ class NamespaceResult:
         if self.failed:
             reasons = "; ".join(f"{i.where}: {i.message}" for i in self.issues[:3])
             more = f" (+{len(self.issues) - 3} more)" if len(self.issues) > 3 else ""
-            return f"{self.namespace}: NOT imported: {reasons}{more}"
+            return shown(f"{self.namespace}: NOT imported: {reasons}{more}")
         return (
-            f"{self.namespace}: {self.imported} imported, {self.already_present} already "
+            f"{shown(self.namespace)}: {self.imported} imported, {self.already_present} already "
             f"present, {self.skipped_expired} expired, {self.skipped_invalid} invalid skipped"
         )
 
@@ -197,7 +209,8 @@ class ImportSummary:
     def describe(self) -> str:
         """A few lines for people: the totals, then each issue."""
         lines = [
-            f"{self.source}: {self.namespaces} namespace(s), {self.imported} entries imported, "
+            f"{shown(self.source)}: {self.namespaces} namespace(s), "
+            f"{self.imported} entries imported, "
             f"{self.already_present} already present, {self.skipped_expired} expired skipped, "
             f"{self.skipped_invalid} invalid skipped, {self.namespaces_failed} namespace(s) failed"
         ]

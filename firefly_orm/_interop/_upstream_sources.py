@@ -28,6 +28,7 @@ from firefly_orm._interop._upstream_plan import (
     UpstreamRecord,
     UpstreamSource,
     UpstreamSourceError,
+    shown,
 )
 from firefly_orm.entry._json import JSONInputError, load_untrusted_json
 from firefly_orm.errors import (
@@ -166,7 +167,7 @@ class UpstreamFileSource:
 
 
 def _refuse_entry(where: str, what: str) -> UpstreamReadError:
-    logger.warning("upstream import: %s %s; not read", where, what)
+    logger.warning("upstream import: %s %s; not read", shown(where), shown(what))
     return UpstreamReadError(where, f"{what}; only regular files are read")
 
 
@@ -203,11 +204,16 @@ def _read_regular_file(path: Path, where: str) -> bytes:
             raise UpstreamReadError(where, "changed while it was read")
         chunks: list[bytes] = []
         size = 0
-        while chunk := handle.read(_CHUNK):
-            size += len(chunk)
-            if size > MAX_UPSTREAM_FILE_BYTES:
-                raise UpstreamReadError(where, f"is larger than {MAX_UPSTREAM_FILE_BYTES} bytes")
-            chunks.append(chunk)
+        try:
+            while chunk := handle.read(_CHUNK):
+                size += len(chunk)
+                if size > MAX_UPSTREAM_FILE_BYTES:
+                    raise UpstreamReadError(
+                        where, f"is larger than {MAX_UPSTREAM_FILE_BYTES} bytes"
+                    )
+                chunks.append(chunk)
+        except OSError as exc:
+            raise UpstreamReadError(where, f"cannot be read: {exc.strerror or exc}") from None
     return b"".join(chunks)
 
 
@@ -545,10 +551,18 @@ def upstream_source(
         if table is not None:
             raise EntryValidationError("table", "applies to SQLite sources only")
         return UpstreamFileSource(path)
-    if not path.is_file():
-        raise UpstreamSourceError(f"{path}: no such directory or file")
     try:
-        with path.open("rb") as handle:
+        mode = path.stat().st_mode
+    except OSError:
+        raise UpstreamSourceError(f"{path}: no such directory or file") from None
+    if not stat.S_ISREG(mode):  # never opened: a FIFO would block the import
+        raise UpstreamSourceError(
+            f"{path}: is {_kind(mode)}, neither an upstream FileStore directory "
+            "nor a SQLite database"
+        )
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        with os.fdopen(fd, "rb") as handle:
             header = handle.read(len(_SQLITE_HEADER))
     except OSError as exc:
         raise UpstreamSourceError(f"{path}: cannot be read: {exc}") from exc

@@ -349,3 +349,30 @@ def test_cli_artifacts_import_of_a_deep_messages_file(tmp_path: Path) -> None:
         assert Artifacts(store=target).exists("seed") is False
     finally:
         target.close()
+
+
+def test_names_cannot_forge_report_lines(tmp_path: Path) -> None:
+    """A file name with a newline or a terminal escape is shown escaped, one line per issue."""
+    url = migrated_url(tmp_path)
+    base = tmp_path / "upstream"
+    base.mkdir()
+    (base / "a\nFAKE: 0 failed\x1b[31m.json").write_text("[", "utf-8")
+    result = run("import-upstream", str(base), "--url", url)
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert "\x1b" not in result.stdout
+    assert result.stdout.strip().splitlines()[1:] == [
+        "  a\\nFAKE: 0 failed\\x1b[31m: file a\\nFAKE: 0 failed\\x1b[31m.json: "
+        "is not JSON (Expecting value: line 1 column 2 (char 1))"
+    ]
+    as_json = run("import-upstream", str(base), "--url", url, "--json")
+    (failed,) = json.loads(as_json.stdout)["results"]
+    assert failed["namespace"] == "a\nFAKE: 0 failed\x1b[31m"  # the data, exactly
+
+
+@needs_fifo
+def test_a_fifo_given_as_the_source_is_refused_not_opened(tmp_path: Path) -> None:
+    url = migrated_url(tmp_path)
+    os.mkfifo(tmp_path / "up.db")
+    result = run("import-upstream", str(tmp_path / "up.db"), "--url", url)
+    line = one_line_error(result, EXIT_USAGE)
+    assert "is a FIFO, neither an upstream FileStore directory nor a SQLite database" in line

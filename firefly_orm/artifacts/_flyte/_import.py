@@ -114,11 +114,14 @@ def _read_regular(full: Path, rel: str, seen: os.stat_result) -> _Found:
             raise DirectoryLayoutError(rel, "changed while it was read; nothing imported")
         chunks: list[bytes] = []
         size = 0
-        while chunk := handle.read(_CHUNK):
-            size += len(chunk)
-            if size > limit:
-                raise DirectoryLayoutError(rel, f"is larger than {limit} bytes")
-            chunks.append(chunk)
+        try:
+            while chunk := handle.read(_CHUNK):
+                size += len(chunk)
+                if size > limit:
+                    raise DirectoryLayoutError(rel, f"is larger than {limit} bytes")
+                chunks.append(chunk)
+        except OSError as exc:
+            raise DirectoryLayoutError(rel, f"cannot be read ({exc.strerror or exc})") from None
     mtime = mtime_of(st.st_mtime_ns)
     return _Found(b"".join(chunks), mtime)
 
@@ -129,8 +132,12 @@ def _scan(root: Path) -> dict[str, _Found]:
     pending: list[tuple[str, Path]] = [("", root)]
     while pending:
         prefix, directory = pending.pop()
-        with os.scandir(directory) as entries:
-            listed = sorted(entries, key=lambda e: e.name)
+        try:
+            with os.scandir(directory) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError as exc:
+            where = prefix.rstrip("/") or str(root)
+            raise DirectoryLayoutError(where, f"cannot be listed ({exc.strerror or exc})") from None
         for entry in listed:
             rel = prefix + entry.name
             if entry.is_symlink():
