@@ -172,11 +172,15 @@ class FileStore(AsyncTwins):
 
     Each process keeps the namespaces it uses parsed in memory, so an
     operation reads only what other processes appended since.  The memory is
-    bounded by :data:`~firefly_orm.file_store._commit.CACHE_MAX_ENTRIES` entries
-    (100,000 by default) over all namespaces; a namespace dropped from it is
-    parsed again in full when next used.  Files written by earlier versions
-    are read and converted on their first write; earlier versions cannot read
-    the new files (they report them as corrupt and leave them alone), so
+    bounded, strictly, over all namespaces: at most
+    :data:`~firefly_orm.file_store._commit.CACHE_MAX_ENTRIES` entries (100,000)
+    and :data:`~firefly_orm.file_store._commit.CACHE_MAX_BYTES` bytes of records
+    (16 MiB; parsed, about three times that), least recently used namespaces
+    dropped first.  A namespace dropped, or over a bound on its own (a very
+    long conversation), is parsed again in full at its next use.
+
+    Files written by earlier versions are read and converted on their first
+    write; earlier versions cannot read the new files (they report them as corrupt and leave them alone), so
     upgrade every process sharing a directory together.
 
     The ``async_*`` methods are derived from the sync ones

@@ -44,7 +44,9 @@ from firefly_orm.file_store._log import (
 )
 
 __all__ = [
+    "CACHE_MAX_BYTES",
     "CACHE_MAX_ENTRIES",
+    "cache_totals",
     "commit",
     "forget",
     "load_state",
@@ -55,22 +57,46 @@ __all__ = [
 
 logger = logging.getLogger("firefly_orm")
 
-#: Parsed entries a process keeps in memory over all namespaces (about 7 KB each
-#: for a conversation turn of 1 KB of JSON).  Beyond it the least recently used
-#: namespaces are dropped, and parsed again in full when next used; the namespace
-#: just used is always kept, whatever its size.  Read at every use: assign to
-#: change it.
+#: Parsed entries a process keeps in memory over all namespaces (about 3.7 KB
+#: each for a conversation turn).  Read at every use: assign to change it.
 CACHE_MAX_ENTRIES = 100_000
+#: Bytes of live records (as written in the files) whose parsed entries a
+#: process keeps in memory over all namespaces; parsed, they take about three
+#: to four times as much.  Read at every use: assign to change it.
+CACHE_MAX_BYTES = 16 * 1024 * 1024
 
 
 class _StateCache:
-    """Process-wide parsed namespace files by path; a state is used under its file's lock."""
+    """Process-wide parsed namespace files by path; a state is used under its file's lock.
 
-    def __init__(self, max_entries: int | None = None) -> None:
+    Bounded, strictly: the least recently used states are dropped while the
+    states kept hold more than :data:`CACHE_MAX_ENTRIES` entries or
+    :data:`CACHE_MAX_BYTES` bytes of records, and a state that alone exceeds
+    a bound is not kept at all (it is parsed again in full at its next use).
+    So a huge namespace costs its parse on each use instead of memory that
+    grows with it.
+    """
+
+    def __init__(self, max_entries: int | None = None, max_bytes: int | None = None) -> None:
         self._guard = threading.Lock()
-        self._states: OrderedDict[str, tuple[NamespaceLog, int]] = OrderedDict()
-        self._total = 0
+        self._states: OrderedDict[str, tuple[NamespaceLog, int, int]] = OrderedDict()
+        self._entries = 0
+        self._bytes = 0
         self._max_entries = max_entries
+        self._max_bytes = max_bytes
+
+    @property
+    def totals(self) -> tuple[int, int, int]:
+        """``(states, entries, bytes)`` kept now."""
+        with self._guard:
+            return len(self._states), self._entries, self._bytes
+
+    def limits(self) -> tuple[int, int]:
+        """``(entries, bytes)``: the bounds in force."""
+        return (
+            CACHE_MAX_ENTRIES if self._max_entries is None else self._max_entries,
+            CACHE_MAX_BYTES if self._max_bytes is None else self._max_bytes,
+        )
 
     def get(self, key: str) -> NamespaceLog | None:
         with self._guard:
@@ -81,21 +107,27 @@ class _StateCache:
             return item[0]
 
     def put(self, key: str, state: NamespaceLog) -> None:
-        size = len(state.index)
+        entries, size = len(state.index), max(0, state.live_bytes)
+        max_entries, max_bytes = self.limits()
         with self._guard:
-            old = self._states.pop(key, None)
-            self._total += size - (0 if old is None else old[1])
-            self._states[key] = (state, size)
-            limit = CACHE_MAX_ENTRIES if self._max_entries is None else self._max_entries
-            while self._total > limit and len(self._states) > 1:
-                _, (_, dropped) = self._states.popitem(last=False)
-                self._total -= dropped
+            self._pop(key)
+            if entries > max_entries or size > max_bytes:
+                return  # alone over a bound: not kept
+            self._states[key] = (state, entries, size)
+            self._entries += entries
+            self._bytes += size
+            while self._entries > max_entries or self._bytes > max_bytes:
+                self._pop(next(iter(self._states)))
 
     def discard(self, key: str) -> None:
         with self._guard:
-            old = self._states.pop(key, None)
-            if old is not None:
-                self._total -= old[1]
+            self._pop(key)
+
+    def _pop(self, key: str) -> None:
+        old = self._states.pop(key, None)
+        if old is not None:
+            self._entries -= old[1]
+            self._bytes -= old[2]
 
 
 _cache = _StateCache()
@@ -141,6 +173,11 @@ def load_state(path: Path, namespace: str | None) -> NamespaceLog | None:
     else:
         _cache.put(key, state)
     return state
+
+
+def cache_totals() -> tuple[int, int, int]:
+    """``(namespaces, entries, bytes of records)`` this process keeps parsed now."""
+    return _cache.totals
 
 
 def forget(path: Path) -> None:
