@@ -37,6 +37,27 @@ How an import goes:
 * ``on_progress`` is called after each namespace with an :class:`ImportProgress`;
   the result is an :class:`ImportSummary`.
 
+**A source is untrusted input**, read within bounds (a file someone handed
+you must not crash, hang or trick the import):
+
+* JSON (a FileStore file, a SQLite ``content`` value) is read by a bounded
+  reader: nesting deeper than 256 levels, an integer of more than 4,300
+  digits, a file over :data:`MAX_UPSTREAM_FILE_BYTES`, text that is not JSON
+  and non-UTF-8 bytes are each one line naming the file (FileStore) or the
+  entry (SQLite), that namespace is not written, the others are imported;
+* in a FileStore directory only regular files are read: a ``*.json`` entry
+  that is a **symbolic link** (into the directory or out of it, dangling or
+  not), a FIFO, a socket or a device is never followed or opened; its
+  namespace is reported as failed (the summary is not ``ok``; the command
+  exits with status 2) and a warning is logged.  Sub-directories are ignored;
+* a SQLite file is opened read-only; its table must be a plain table (a
+  **view** -- a recursive one would run for ever --, a virtual table, or
+  computed ``entry_id`` / ``namespace`` / ``content`` columns are refused
+  before any row is read), and every statement is stopped after a budget of
+  SQLite steps that grows with the file's size;
+* names from the source (namespaces, file names) are shown with their
+  control characters escaped in reports and logs.
+
 Reading the source never blocks an event loop: :func:`async_import_upstream`
 reads it in a worker thread and writes through the store's async forms.
 Failures of the source as a whole (a missing directory or table, an
@@ -84,6 +105,7 @@ from firefly_orm._interop._upstream_sources import (
     DEFAULT_MONGO_COLLECTION,
     DEFAULT_MONGO_DATABASE,
     DEFAULT_SQLITE_TABLE,
+    MAX_UPSTREAM_FILE_BYTES,
     UpstreamFileSource,
     UpstreamMongoSource,
     UpstreamSQLiteSource,
@@ -94,6 +116,7 @@ __all__ = [
     "DEFAULT_MONGO_COLLECTION",
     "DEFAULT_MONGO_DATABASE",
     "DEFAULT_SQLITE_TABLE",
+    "MAX_UPSTREAM_FILE_BYTES",
     "ImportIssue",
     "ImportOptions",
     "ImportProgress",

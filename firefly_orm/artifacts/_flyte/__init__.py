@@ -37,9 +37,14 @@ whole directory before it opens a unit of work: symbolic links, anything that
 is not a regular file or a directory, paths the workspace refuses (``..``,
 reserved names in any letter case, control characters...), unexpected files
 under ``audit/``, ``meta/`` or ``versions/``, metadata describing no file,
-JSON that does not parse (or repeats a key), a sha256 or size that does not
-match the bytes, and oversized files raise :class:`DirectoryLayoutError`
-naming the offending entry.
+JSON that does not parse (or repeats a key, is nested deeper than 256
+levels or holds an integer of more than 4,300 digits: the bookkeeping files
+are read by the bounded reader
+:func:`~firefly_orm.entry._json.load_untrusted_json`, so a 100,000-deep
+``messages.json`` is one line, not a ``RecursionError``), a folder that cannot
+be listed or a file that cannot be read, a sha256 or size that does not match
+the bytes, and oversized files raise :class:`DirectoryLayoutError` naming the
+offending entry.
 
 **Safe writes.**  An export builds the directory under a temporary name next
 to the target and renames it into place, so the target is either as it was or
