@@ -27,6 +27,7 @@ _EXPORTS: dict[str, str] = {
     "MemoryItem": "firefly_orm.long_term",
     "Recalled": "firefly_orm.long_term",
     "NotFoundError": "firefly_orm.errors",
+    "ConversationNotFoundError": "firefly_orm.errors",
     "MemoryEntry": "firefly_orm.entry",
     "MemoryScope": "firefly_orm.entry",
     "MemoryStore": "firefly_orm.store",
@@ -56,6 +57,7 @@ __all__ = [
     "Artifacts",
     "AsyncMemoryStore",
     "ConcurrencyError",
+    "ConversationNotFoundError",
     "ConversationMemory",
     "ConversationTurn",
     "DatabaseConnectionError",
@@ -108,6 +110,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from firefly_orm.entry import MemoryEntry, MemoryScope
     from firefly_orm.errors import (
         ConcurrencyError,
+        ConversationNotFoundError,
         DatabaseConnectionError,
         EntryValidationError,
         FireflyOrmError,

@@ -20,6 +20,7 @@ from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 __all__ = [
     "ConcurrencyError",
+    "ConversationNotFoundError",
     "DatabaseConnectionError",
     "EntryValidationError",
     "FireflyOrmError",
@@ -53,6 +54,21 @@ class EntryValidationError(FireflyOrmError, ValueError):
 
 class NotFoundError(FireflyOrmError, LookupError):
     """What an operation names does not exist (e.g. a conversation turn); nothing was written."""
+
+
+class ConversationNotFoundError(NotFoundError):
+    """No such conversation *for this caller*; nothing was read or written.
+
+    A memory bound to a user (``MemoryManager(user_id=...)``,
+    ``ConversationMemory(user_id=...)``) raises it for a conversation that does
+    not exist and for one that belongs to someone else alike: the message and
+    the type are the same, so conversation ids cannot be probed.
+    ``conversation_id`` names the conversation asked for.
+    """
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(f"conversation {conversation_id!r} not found")
 
 
 class StoreError(FireflyOrmError):

@@ -81,9 +81,15 @@ class MemoryManager(MemoryLayer):
         pin_count: Conversation policy: how many first turns are never evicted.
         recent_count: Conversation policy: how many of the newest turns an
             eviction keeps at least.
-        user_id: The user this manager works for: its new conversations, its
-            facts and its long-term items belong to that user (:meth:`erase_user`
-            removes them all).
+        user_id: The user this manager works for, and the only one it serves:
+            its new conversations, its facts and its long-term items belong to
+            that user (:meth:`erase_user` removes them all), and every read,
+            write, edit, clear and export of a conversation that is missing or
+            another user's raises
+            :class:`~firefly_orm.errors.ConversationNotFoundError` (see
+            ``ConversationMemory(user_id=...)``).  ``None``: an unbound (admin)
+            manager with access to every conversation; hand request handlers a
+            bound one (:meth:`for_user`).
         long_term_namespace: The ``namespace`` of :attr:`long_term` (the
             :class:`~firefly_orm.long_term.LongTermMemory`).
         long_term_limit: The ``long_term_limit`` of :attr:`long_term`.
@@ -146,6 +152,7 @@ class MemoryManager(MemoryLayer):
             auto_promote=auto_promote,
             importance_threshold=importance_threshold,
             promotion_scorer=promotion_scorer,
+            user_id=self._user_id,
         )
         self._working = WorkingMemory(
             store=self._store, scope_id=working_scope_id, user_id=self._user_id
@@ -304,6 +311,7 @@ class MemoryManager(MemoryLayer):
         view = self.fork(working_scope_id=scope)
         shared = self._long_term
         view._user_id = user_id
+        view._conversation = self._conversation.for_user(user_id)
         view._working = WorkingMemory(store=self._store, scope_id=scope, user_id=user_id)
         view._long_term = LongTermMemory(
             store=self._store,
@@ -348,6 +356,8 @@ class MemoryManager(MemoryLayer):
     _user_conversations = delegate(ConversationMemory._user_conversations, _conversation_of)
     _get_context = delegate(ConversationMemory._get_context, _conversation_of)
     _get_recent_messages = delegate(ConversationMemory._get_recent_messages, _conversation_of)
+    _conversation_exists = delegate(ConversationMemory._exists, _conversation_of)
+    _owner_of = delegate(ConversationMemory._owner_of, _conversation_of)
 
     def _clear_conversation(self, conversation_id: str) -> Operation[None]:
         """Remove one conversation (turns and summary)."""
@@ -434,7 +444,8 @@ class MemoryManager(MemoryLayer):
             shares=shares if shares is not None else ContextShares(),
             style=style,
         )
-        return (yield from Transaction.read(assemble_transaction, request))
+        step = Transaction.read(assemble_transaction, request)
+        return (yield from self._conversation._as_owner(conversation_id, step))
 
     # ------------------------------------------------------------------ facts
     _set_fact = delegate(WorkingMemory._set, _working_of)
@@ -472,6 +483,8 @@ class MemoryManager(MemoryLayer):
     get_context = sync_method(_get_context)
     get_recent_messages = sync_method(_get_recent_messages)
     assemble_context = sync_method(_assemble_context)
+    conversation_exists = sync_method(_conversation_exists)
+    owner_of = sync_method(_owner_of)
     remember = sync_method(_remember)
     recall = sync_method(_recall)
     forget = sync_method(_forget)
@@ -492,6 +505,8 @@ class MemoryManager(MemoryLayer):
     async_get_context = async_method(_get_context)
     async_get_recent_messages = async_method(_get_recent_messages)
     async_assemble_context = async_method(_assemble_context)
+    async_conversation_exists = async_method(_conversation_exists)
+    async_owner_of = async_method(_owner_of)
     async_remember = async_method(_remember)
     async_recall = async_method(_recall)
     async_forget = async_method(_forget)

@@ -61,7 +61,7 @@ from firefly_orm.conversation._rows import (
     turn_message_count,
 )
 from firefly_orm.entry import MemoryEntry
-from firefly_orm.errors import EntryValidationError
+from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
@@ -328,8 +328,9 @@ def append_general(
 
     Raises :class:`SummaryNeeded` when the plan needs a summary (or promotion
     scores) that ``prepared`` does not hold (the unit of work then rolls back),
-    and :class:`~firefly_orm.errors.EntryValidationError` when the conversation
-    belongs to another user than ``new_turn.user_id``.
+    and :class:`~firefly_orm.errors.ConversationNotFoundError` when the
+    conversation belongs to another user than ``new_turn.user_id`` (the error a
+    missing conversation gives a reader, so ids cannot be probed).
     """
     namespace = conversation_namespace(conversation_id)
     stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
@@ -340,9 +341,7 @@ def append_general(
         )
     owner = new_turn.user_id if stored_head is None else stored_head.user_id
     if new_turn.user_id is not None and owner != new_turn.user_id:
-        raise EntryValidationError(
-            "user_id", f"conversation {conversation_id!r} belongs to another user"
-        )
+        raise ConversationNotFoundError(conversation_id)
     key = new_turn.idempotency_key
     if key is not None and new_turn.fingerprint is not None:
         replayed = replayed_turn(uow, namespace, key, new_turn.fingerprint)

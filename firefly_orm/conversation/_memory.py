@@ -15,6 +15,7 @@ clearing, export/import and repair in
 
 from __future__ import annotations
 
+import copy
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -118,6 +119,16 @@ class ConversationMemory(ConversationReads, ConversationChanges):
         promotion_scorer: Rates an evicted turn, ``turn -> float`` (sync or
             async; called outside the unit of work like the summarizer); default
             :func:`~firefly_orm.long_term.promotion.default_scorer`.
+        user_id: Bind the memory to one user (``None``: unbound, an admin view
+            of every conversation).  A bound memory serves that user only: the
+            conversations it creates (by :meth:`new_conversation`,
+            :meth:`add_turn` or an import) are the user's, and every read, write,
+            edit, clear and export of a conversation that is missing or another
+            user's raises :class:`~firefly_orm.errors.ConversationNotFoundError`
+            (the same error, so ids cannot be probed), nothing written;
+            :meth:`clear_all` clears the user's conversations only and a
+            ``user_id`` argument naming someone else is refused.  Hand request
+            handlers a bound memory (:meth:`for_user`).
 
     Token estimates cover what the model sees: the text of a turn's raw
     messages (prompts, answers, tool names, arguments and results) when it has
@@ -150,6 +161,7 @@ class ConversationMemory(ConversationReads, ConversationChanges):
         auto_promote: bool = True,
         importance_threshold: float | None = None,
         promotion_scorer: Scorer | None = None,
+        user_id: str | None = None,
     ) -> None:
         if estimator is not None and not callable(getattr(estimator, "estimate", None)):
             raise TypeError("estimator must have an estimate(text) -> int method")
@@ -169,6 +181,7 @@ class ConversationMemory(ConversationReads, ConversationChanges):
         self._estimator = estimator if estimator is not None else TokenEstimator()
         self._summarizer = summarizer
         super().__init__(store if store is not None else InMemoryStore())
+        self._user_id = None if user_id is None else validate_user_id(user_id)
         self._long_term = long_term
         self._promotion = _promotion(
             self._store, long_term, auto_promote, importance_threshold, promotion_scorer
@@ -213,6 +226,23 @@ class ConversationMemory(ConversationReads, ConversationChanges):
         return {name: getattr(self, name) for name in _CONFIG_KEYS}
 
     @property
+    def user_id(self) -> str | None:
+        """The user this memory is bound to, or ``None`` (unbound: every conversation)."""
+        return self._user_id
+
+    def for_user(self, user_id: str) -> ConversationMemory:
+        """This memory (same store and configuration) bound to ``user_id``.
+
+        Raises:
+            EntryValidationError: A bad ``user_id``, or this memory is bound to
+                another user.
+        """
+        user_id = self._own_user(user_id)
+        view = copy.copy(self)
+        view._user_id = user_id
+        return view
+
+    @property
     def long_term(self) -> LongTermMemory | None:
         """The long-term memory evicted turns are promoted to, or ``None``."""
         return self._long_term
@@ -239,7 +269,7 @@ class ConversationMemory(ConversationReads, ConversationChanges):
             f"summarizer={'set' if self._summarizer is not None else None}, "
             f"keep_evicted={self.keep_evicted}, max_messages={self.max_messages}, "
             f"pin_count={self.pin_count}, recent_count={self.recent_count}, "
-            f"store={self._store!r})"
+            f"user_id={self._user_id!r}, store={self._store!r})"
         )
 
     # ------------------------------------------------------------------ operations
@@ -248,8 +278,9 @@ class ConversationMemory(ConversationReads, ConversationChanges):
 
         ``user_id``: the user it belongs to (see :meth:`user_conversations`,
         :meth:`erase_user`); every row written for it is tagged with that user.
+        Default: the user this memory is bound to.
         """
-        owner = None if user_id is None else validate_user_id(user_id)
+        owner = self._acting_user(user_id)
         return ops.new_conversation(uuid.uuid4().hex, owner)
 
     def _add_turn(
@@ -265,8 +296,9 @@ class ConversationMemory(ConversationReads, ConversationChanges):
     ) -> Operation[ConversationTurn]:
         """Add a turn (creating the conversation if needed), evicting as needed.
 
-        ``user_id``: a new conversation belongs to that user; an existing one
-        must already (else ``EntryValidationError``, nothing written).  After
+        ``user_id`` (default: the user this memory is bound to): a new
+        conversation belongs to that user; an existing one must already (else
+        ``ConversationNotFoundError``, nothing written).  After
         the commit the ``on_trim`` / ``on_summarize`` observers are told.
         With ``long_term``, evicted turns scored at or above the threshold are
         promoted in the same unit of work.
@@ -287,6 +319,7 @@ class ConversationMemory(ConversationReads, ConversationChanges):
 
         Raises:
             EntryValidationError: A bad id, prompt, response or metadata.
+            ConversationNotFoundError: The conversation is another user's.
             TypeError: ``raw_messages`` cannot be stored (nothing is written).
             ConcurrencyError: Too much contention on this conversation.
         """
@@ -294,7 +327,7 @@ class ConversationMemory(ConversationReads, ConversationChanges):
         prompt = check_text("user_prompt", user_prompt)
         response = check_text("assistant_response", assistant_response)
         checked_metadata = check_metadata(metadata)
-        owner = None if user_id is None else validate_user_id(user_id)
+        owner = self._acting_user(user_id)
         key = check_idempotency_key(idempotency_key)
         encoded = encode_raw_messages(raw_messages)
         tokens, per_message = estimate_turn(self._estimator, prompt, response, encoded)
@@ -416,6 +449,8 @@ class ConversationMemory(ConversationReads, ConversationChanges):
     user_conversations = sync_method(ConversationReads._user_conversations)
     erase_user = sync_method(ConversationChanges._erase_user)
     to_dict = sync_method(_to_dict)
+    exists = sync_method(ConversationReads._exists)
+    owner_of = sync_method(ConversationReads._owner_of)
 
     async_new_conversation = async_method(_new_conversation)
     async_add_turn = async_method(_add_turn)
@@ -439,10 +474,12 @@ class ConversationMemory(ConversationReads, ConversationChanges):
     async_user_conversations = async_method(ConversationReads._user_conversations)
     async_erase_user = async_method(ConversationChanges._erase_user)
     async_to_dict = async_method(_to_dict)
+    async_exists = async_method(ConversationReads._exists)
+    async_owner_of = async_method(ConversationReads._owner_of)
 
     @property
     def conversation_ids(self) -> list[str]:
-        """Ids of the stored conversations, in creation order (reads the store)."""
+        """Ids of the stored conversations (bound: the user's), oldest first (reads the store)."""
         return run(self._store, self._conversation_ids())
 
     async def async_conversation_ids(self) -> list[str]:

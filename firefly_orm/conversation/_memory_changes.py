@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from firefly_orm.bridges._steps import MemoryLayer, Operation, Transaction
+from firefly_orm.bridges._steps import Operation, Transaction
 from firefly_orm.conversation import _ops as ops
 from firefly_orm.conversation._codec import encode_raw_messages
 from firefly_orm.conversation._edits import (
@@ -31,6 +31,7 @@ from firefly_orm.conversation._model import (
     check_metadata,
     check_text,
 )
+from firefly_orm.conversation._owner import OwnedLayer
 from firefly_orm.conversation._repair import (
     Inconsistency,
     repair_conversation,
@@ -42,14 +43,19 @@ from firefly_orm.conversation._transfer import (
     parse_imports,
     read_export,
 )
-from firefly_orm.entry import validate_user_id
 from firefly_orm.tokens import TokenEstimator
 
 __all__ = ["ConversationChanges"]
 
 
-class ConversationChanges(MemoryLayer):
-    """Edits, erasure, clearing, transfer and repair (a base of ``ConversationMemory``)."""
+class ConversationChanges(OwnedLayer):
+    """Edits, erasure, clearing, transfer and repair (a base of ``ConversationMemory``).
+
+    Bound to a user, each of them refuses a conversation that is missing or
+    another user's with :class:`~firefly_orm.errors.ConversationNotFoundError`,
+    checked in the unit of work that changes it (imports may create
+    conversations: they become the user's).
+    """
 
     _estimator: TokenEstimator
 
@@ -84,14 +90,9 @@ class ConversationChanges(MemoryLayer):
             raw=KEEP if raw_messages is KEEP else encode_raw_messages(raw_messages),
             metadata=None if metadata is None else check_metadata(metadata),
         )
-        return (
-            yield from update_turn(
-                check_conversation_id(conversation_id),
-                check_int("turn_id", turn_id, 0),
-                edit,
-                self._estimator,
-            )
-        )
+        conversation_id = check_conversation_id(conversation_id)
+        op = update_turn(conversation_id, check_int("turn_id", turn_id, 0), edit, self._estimator)
+        return (yield from self._as_owner(conversation_id, op))
 
     def _delete_turn(self, conversation_id: str, turn_id: int) -> Operation[bool]:
         """Delete one turn (retained or archived), keeping the head's totals exact.
@@ -99,11 +100,9 @@ class ConversationChanges(MemoryLayer):
         Returns:
             ``False`` when the conversation has no such turn.
         """
-        return (
-            yield from delete_turn(
-                check_conversation_id(conversation_id), check_int("turn_id", turn_id, 0)
-            )
-        )
+        conversation_id = check_conversation_id(conversation_id)
+        op = delete_turn(conversation_id, check_int("turn_id", turn_id, 0))
+        return (yield from self._as_owner(conversation_id, op))
 
     def _erase_user(self, user_id: str) -> Operation[None]:
         """Erase everything ``user_id`` left in the store, in one unit of work.
@@ -111,19 +110,21 @@ class ConversationChanges(MemoryLayer):
         Every row tagged with the user goes, in every namespace: their
         conversations, archives and summaries, and working-memory facts set
         for them (atomic on SQL; see the store's unit of work elsewhere).
-        Other users' data is untouched.
+        Other users' data is untouched.  A memory bound to a user erases that
+        user only (another ``user_id`` raises ``EntryValidationError``).
         """
-        user_id = validate_user_id(user_id)
+        user_id = self._own_user(user_id)
         return (yield from Transaction.write(erase_user_entries, user_id))
 
     def _clear(self, conversation_id: str) -> Operation[None]:
         """Forget a conversation: turns, archive, summary, head and index row."""
         conversation_id = check_conversation_id(conversation_id)
-        return (yield from Transaction.write(ops.clear_conversations, [conversation_id]))
+        step = Transaction.write(ops.clear_conversations, [conversation_id])
+        return (yield from self._as_owner(conversation_id, step))
 
     def _clear_all(self) -> Operation[None]:
-        """Forget every conversation of the store."""
-        return (yield from Transaction.write(ops.clear_conversations, None))
+        """Forget every conversation of the store (bound to a user: every one of theirs)."""
+        return (yield from Transaction.write(ops.clear_conversations, None, self._user_id))
 
     def _export_conversation(self, conversation_id: str) -> Operation[dict[str, Any]]:
         """Export a conversation as a JSON-ready dict.
@@ -133,10 +134,12 @@ class ConversationChanges(MemoryLayer):
         "summary", "total_tokens"}``.  A turn with raw messages also has a
         ``"raw_messages"`` key holding their portable JSON form, which
         :meth:`import_conversation` turns back into ``ModelMessage`` objects.
-        Unknown id -> the same shape with no turns.
+        Unknown id -> the same shape with no turns (bound to a user:
+        ``ConversationNotFoundError``, as for another user's conversation).
         """
         conversation_id = check_conversation_id(conversation_id)
-        return (yield from Transaction.read(read_export, conversation_id))
+        step = Transaction.read(read_export, conversation_id)
+        return (yield from self._as_owner(conversation_id, step))
 
     def _import_conversation(
         self, data: Mapping[str, Any], *, conversation_id: str | None = None
@@ -152,9 +155,11 @@ class ConversationChanges(MemoryLayer):
         re-estimated.  No eviction happens on import; the next :meth:`add_turn`
         trims the conversation to the budget.  A large import refreshes the
         store's planner statistics once committed (as :meth:`import_conversations`).
+        Bound to a user, a new conversation becomes the user's and an existing
+        one must be theirs (else ``ConversationNotFoundError``, nothing written).
         """
         parsed = parse_import(data, conversation_id, self._estimate)
-        (cid,) = yield from import_conversations([parsed])
+        (cid,) = yield from import_conversations([parsed], self._user_id)
         return cid
 
     def _import_conversations(
@@ -179,7 +184,7 @@ class ConversationChanges(MemoryLayer):
             EntryValidationError: An invalid item (named by position and id).
         """
         parsed = parse_imports(list(items), conversation_id, self._estimate)
-        return (yield from import_conversations(parsed))
+        return (yield from import_conversations(parsed, self._user_id))
 
     def _verify(self, conversation_id: str) -> Operation[list[Inconsistency]]:
         """Check a conversation's head against its stored turns; write nothing.
@@ -202,7 +207,8 @@ class ConversationChanges(MemoryLayer):
             NotFoundError: No such conversation in the store.
             StoreCorruptedError: A stored turn is unreadable.
         """
-        return (yield from verify_conversation(check_conversation_id(conversation_id)))
+        conversation_id = check_conversation_id(conversation_id)
+        return (yield from self._as_owner(conversation_id, verify_conversation(conversation_id)))
 
     def _repair(self, conversation_id: str) -> Operation[list[Inconsistency]]:
         """Rebuild a conversation's head from its stored turns; return what changed.
@@ -228,7 +234,8 @@ class ConversationChanges(MemoryLayer):
             StoreCorruptedError: A stored turn is unreadable (turns are never changed).
             ConcurrencyError: Too much contention on this conversation.
         """
-        return (yield from repair_conversation(check_conversation_id(conversation_id)))
+        conversation_id = check_conversation_id(conversation_id)
+        return (yield from self._as_owner(conversation_id, repair_conversation(conversation_id)))
 
     def _estimate(self, user_prompt: str, assistant_response: str) -> int:
         return int(self._estimator.estimate(f"{user_prompt}\n{assistant_response}"))

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from firefly_orm.bridges._steps import MemoryLayer, Operation, Transaction
+from firefly_orm.bridges._steps import Operation, Transaction
 from firefly_orm.conversation import _ops as ops
 from firefly_orm.conversation._model import ConversationTurn, check_conversation_id, check_int
+from firefly_orm.conversation._owner import OwnedLayer, Ownership
 from firefly_orm.conversation._plan import HeadState, Limits
 from firefly_orm.conversation._reads import (
     read_context,
@@ -23,14 +24,19 @@ from firefly_orm.conversation._reads import (
     read_user_conversations,
 )
 from firefly_orm.conversation._rows import archive_namespace, conversation_namespace
-from firefly_orm.entry import validate_user_id
+from firefly_orm.errors import ConversationNotFoundError
 from firefly_orm.tokens import TokenEstimator
 
 __all__ = ["ConversationReads"]
 
 
-class ConversationReads(MemoryLayer):
-    """The read operations of a conversation memory (a base of ``ConversationMemory``)."""
+class ConversationReads(OwnedLayer):
+    """The read operations of a conversation memory (a base of ``ConversationMemory``).
+
+    Bound to a user, every read of a conversation that is missing or another
+    user's raises :class:`~firefly_orm.errors.ConversationNotFoundError`
+    (unbound, a missing one reads as empty).
+    """
 
     _limits: Limits
     _estimator: TokenEstimator
@@ -47,7 +53,8 @@ class ConversationReads(MemoryLayer):
         gives what the next model call should get.
         """
         conversation_id = check_conversation_id(conversation_id)
-        return (yield from Transaction.read(read_history, conversation_id, self._limits))
+        step = Transaction.read(read_history, conversation_id, self._limits)
+        return (yield from self._as_owner(conversation_id, step))
 
     def _get_context(self, conversation_id: str) -> Operation[list[Any]]:
         """What the next model call should get, within ``max_tokens`` and ``max_messages``.
@@ -61,17 +68,15 @@ class ConversationReads(MemoryLayer):
         in the same style.  Unknown id -> ``[]``.
         """
         conversation_id = check_conversation_id(conversation_id)
-        return (
-            yield from Transaction.read(
-                read_context, conversation_id, self._limits, self._estimator
-            )
-        )
+        step = Transaction.read(read_context, conversation_id, self._limits, self._estimator)
+        return (yield from self._as_owner(conversation_id, step))
 
     def _get_recent(self, conversation_id: str, count: int) -> Operation[list[ConversationTurn]]:
         """The newest ``count`` retained turns, oldest first (one indexed read)."""
         conversation_id = check_conversation_id(conversation_id)
         count = check_int("count", count, 0)
-        return (yield from Transaction.read(read_recent, conversation_id, count))
+        step = Transaction.read(read_recent, conversation_id, count)
+        return (yield from self._as_owner(conversation_id, step))
 
     def _get_recent_messages(self, conversation_id: str, count: int) -> Operation[list[Any]]:
         """The newest ``count`` model messages, oldest first (one indexed read).
@@ -92,29 +97,33 @@ class ConversationReads(MemoryLayer):
         """
         conversation_id = check_conversation_id(conversation_id)
         count = check_int("count", count, 0)
-        return (yield from Transaction.read(read_recent_messages, conversation_id, count))
+        step = Transaction.read(read_recent_messages, conversation_id, count)
+        return (yield from self._as_owner(conversation_id, step))
 
     def _user_conversations(
         self, user_id: str, *, limit: int | None = None, offset: int = 0
     ) -> Operation[list[str]]:
         """Ids of ``user_id``'s conversations, newest first, ``offset`` and ``limit`` paged.
 
-        An indexed read on SQL and MongoDB (``user_id`` is indexed).
+        An indexed read on SQL and MongoDB (``user_id`` is indexed).  A memory
+        bound to a user refuses another user's id (``EntryValidationError``).
         """
-        user_id = validate_user_id(user_id)
+        user_id = self._own_user(user_id)
         limit = None if limit is None else check_int("limit", limit, 0)
         offset = check_int("offset", offset, 0)
         return (yield from Transaction.read(read_user_conversations, user_id, limit, offset))
 
     def _get_turns(self, conversation_id: str) -> Operation[list[ConversationTurn]]:
         """Every retained turn, oldest first (unknown id -> ``[]``)."""
-        namespace = conversation_namespace(check_conversation_id(conversation_id))
-        return (yield from Transaction.read(ops.read_turns, namespace))
+        conversation_id = check_conversation_id(conversation_id)
+        step = Transaction.read(ops.read_turns, conversation_namespace(conversation_id))
+        return (yield from self._as_owner(conversation_id, step))
 
     def _get_archived_turns(self, conversation_id: str) -> Operation[list[ConversationTurn]]:
         """Turns evicted while ``keep_evicted`` was on, oldest first."""
-        namespace = archive_namespace(check_conversation_id(conversation_id))
-        return (yield from Transaction.read(ops.read_turns, namespace))
+        conversation_id = check_conversation_id(conversation_id)
+        step = Transaction.read(ops.read_turns, archive_namespace(conversation_id))
+        return (yield from self._as_owner(conversation_id, step))
 
     def _get_total_tokens(self, conversation_id: str) -> Operation[int]:
         """Sum of the retained turns' token estimates (unknown id -> 0)."""
@@ -127,7 +136,32 @@ class ConversationReads(MemoryLayer):
         return head.summary
 
     def _conversation_ids(self) -> Operation[list[str]]:
-        return (yield from Transaction.read(ops.read_conversation_ids))
+        return (yield from Transaction.read(ops.read_conversation_ids, self._user_id))
 
     def _head(self, conversation_id: str) -> Operation[HeadState]:
-        return (yield from Transaction.read(ops.read_head, check_conversation_id(conversation_id)))
+        conversation_id = check_conversation_id(conversation_id)
+        step = Transaction.read(ops.read_head, conversation_id)
+        return (yield from self._as_owner(conversation_id, step))
+
+    def _exists(self, conversation_id: str) -> Operation[bool]:
+        """Whether ``conversation_id`` exists (bound to a user: and is the user's).
+
+        Raises:
+            EntryValidationError: A bad id.
+        """
+        found = yield from self._ownership(check_conversation_id(conversation_id))
+        return found.exists
+
+    def _owner_of(self, conversation_id: str) -> Operation[str | None]:
+        """The ``user_id`` that owns ``conversation_id`` (``None``: nobody in particular).
+
+        Raises:
+            EntryValidationError: A bad id.
+            ConversationNotFoundError: No such conversation (bound to a user:
+                or it is another user's; the same error either way).
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        found: Ownership = yield from self._ownership(conversation_id)
+        if not found.exists:
+            raise ConversationNotFoundError(conversation_id)
+        return found.owner

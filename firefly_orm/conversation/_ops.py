@@ -86,7 +86,7 @@ from firefly_orm.conversation._rows import (
     turn_from_entry,
 )
 from firefly_orm.entry import derived_entry_id, validate_namespace
-from firefly_orm.errors import ConcurrencyError
+from firefly_orm.errors import ConcurrencyError, ConversationNotFoundError
 from firefly_orm.protocols import AppendedHead, TurnAppend, UnitOfWork
 from firefly_orm.uow import optional_operations
 
@@ -217,7 +217,7 @@ def append_turn(
 
     Raises :class:`SummaryNeeded` when the plan needs a summary that
     ``prepared`` does not hold (the unit of work then rolls back), and
-    :class:`~firefly_orm.errors.EntryValidationError` when the conversation
+    :class:`~firefly_orm.errors.ConversationNotFoundError` when the conversation
     belongs to another user than ``new_turn.user_id``.
     """
     if prepared is None:  # (a prepared summary: this turn evicts)
@@ -319,16 +319,28 @@ def append_turn_holding(
 
 
 def replace_conversation(
-    uow: UnitOfWork, conversation_id: str, turns: Sequence[EncodedTurn], summary: str | None
+    uow: UnitOfWork,
+    conversation_id: str,
+    turns: Sequence[EncodedTurn],
+    summary: str | None,
+    owner: str | None = None,
 ) -> None:
     """Replace the turns (and archive) of a conversation; keep its summary unless given one.
 
-    The conversation keeps its owner: the new rows carry its ``user_id``.
+    The conversation keeps its owner: the new rows carry its ``user_id``.  A new
+    conversation belongs to ``owner``; with an ``owner``, an existing
+    conversation must be that user's.
+
+    Raises:
+        ConversationNotFoundError: The conversation is not ``owner``'s.
     """
     namespace = conversation_namespace(conversation_id)
     stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
     head = head_from_entry(stored_head)
-    owner = None if stored_head is None else stored_head.user_id
+    if stored_head is not None:
+        if owner is not None and stored_head.user_id != owner:
+            raise ConversationNotFoundError(conversation_id)
+        owner = stored_head.user_id
     old = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX)
     if old:
         uow.entries.delete(namespace, [row.entry_id for row in old])
@@ -363,16 +375,20 @@ def read_turns(uow: UnitOfWork, namespace: str) -> list[ConversationTurn]:
     return [turn_from_entry(e) for e in rows]
 
 
-def read_conversation_ids(uow: UnitOfWork) -> list[str]:
-    """Ids of the stored conversations, in creation order."""
-    return [row.key for row in uow.entries.list(INDEX_NAMESPACE) if row.key is not None]
+def read_conversation_ids(uow: UnitOfWork, user_id: str | None = None) -> list[str]:
+    """Ids of the stored conversations (``user_id``'s only, when given), in creation order."""
+    rows = uow.entries.list(INDEX_NAMESPACE, user_id=user_id)
+    return [row.key for row in rows if row.key is not None]
 
 
-def clear_conversations(uow: UnitOfWork, conversation_ids: list[str] | None) -> None:
-    """Forget these conversations (``None``: every one): turns, archive, head, index row."""
-    everything = conversation_ids is None
+def clear_conversations(
+    uow: UnitOfWork, conversation_ids: list[str] | None, user_id: str | None = None
+) -> None:
+    """Forget these conversations (``None``: every one, or every one of ``user_id``):
+    turns, archive, head, index row."""
+    everything = conversation_ids is None and user_id is None
     if conversation_ids is None:
-        conversation_ids = read_conversation_ids(uow)
+        conversation_ids = read_conversation_ids(uow, user_id)
     for conversation_id in conversation_ids:
         uow.entries.clear(conversation_namespace(conversation_id))
         uow.entries.clear(archive_namespace(conversation_id))

@@ -171,22 +171,27 @@ def parse_imports(
     return parsed
 
 
-def import_conversations(conversations: Sequence[ParsedImport]) -> Operation[list[str]]:
+def import_conversations(
+    conversations: Sequence[ParsedImport], owner: str | None = None
+) -> Operation[list[str]]:
     """Replace every conversation of ``conversations`` in ONE unit of work; return their ids.
 
     All or nothing: when any write fails, no conversation is changed.  Once it
     is committed, a large import refreshes the store's planner statistics
     (:func:`refresh_statistics`).
     """
-    yield from retrying(Transaction.write(replace_conversations, conversations))
+    yield from retrying(Transaction.write(replace_conversations, conversations, owner))
     yield from refresh_statistics(sum(len(turns) for _cid, turns, _summary in conversations))
     return [cid for cid, _turns, _summary in conversations]
 
 
-def replace_conversations(uow: UnitOfWork, conversations: Sequence[ParsedImport]) -> None:
-    """Transaction: :func:`~firefly_orm.conversation._ops.replace_conversation` for each one."""
+def replace_conversations(
+    uow: UnitOfWork, conversations: Sequence[ParsedImport], owner: str | None = None
+) -> None:
+    """Transaction: :func:`~firefly_orm.conversation._ops.replace_conversation` for each
+    one (new ones belong to ``owner``; with an ``owner``, existing ones must be theirs)."""
     for cid, turns, summary in conversations:
-        replace_conversation(uow, cid, turns, summary)
+        replace_conversation(uow, cid, turns, summary, owner)
 
 
 def _parse_turn(position: int, item: Any, estimate: Callable[[str, str], int]) -> EncodedTurn:

@@ -8,6 +8,7 @@ derived from it.  The transactions are in :mod:`firefly_orm.long_term._ops`.
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -99,7 +100,9 @@ class LongTermMemory(MemoryLayer):
     read only its items, ``get``/``forget`` resolve keys among its items (and
     refuse ids of other users' items), and ``clear`` deletes only its items.
     With neither set, reads and ``clear`` cover every owner of the namespace,
-    and keys name the unowned items.  Bind a memory to a user for isolation.
+    and keys name the unowned items.  Bind a memory to a user for isolation:
+    a bound memory serves that user only (a ``user_id`` argument naming
+    another user raises ``EntryValidationError``, nothing read or written).
 
     Args:
         store: Where items live; a new :class:`~firefly_orm.store.InMemoryStore`
@@ -192,8 +195,30 @@ class LongTermMemory(MemoryLayer):
 
     # ------------------------------------------------------------------ shared core
     def _owner(self, user_id: Any) -> str | None:
-        """``user_id`` if given (checked), else the memory's default owner."""
-        return self._user_id if user_id is None else validate_user_id(user_id)
+        """``user_id`` if given (checked), else the memory's default owner.
+
+        Raises:
+            EntryValidationError: A bad ``user_id``, or (this memory being bound
+                to a user) another user's.
+        """
+        if user_id is None:
+            return self._user_id
+        checked: str = validate_user_id(user_id)
+        if self._user_id is not None and checked != self._user_id:
+            raise EntryValidationError("user_id", f"this memory serves user {self._user_id!r} only")
+        return checked
+
+    def _own_draft(self, draft: ItemDraft, position: int) -> ItemDraft:
+        """``draft`` as this memory imports it: a bound memory's user owns it."""
+        if self._user_id is None:
+            return draft
+        if draft.user_id is None:
+            return dataclasses.replace(draft, user_id=self._user_id)
+        if draft.user_id != self._user_id:
+            raise EntryValidationError(
+                f"items[{position}].user_id", f"this memory serves user {self._user_id!r} only"
+            )
+        return draft
 
     def _filter(self, tags: Any, kind: Any) -> ops.ItemFilter:
         return ops.ItemFilter(
@@ -410,11 +435,13 @@ class LongTermMemory(MemoryLayer):
         replaces the entry with its id when that is in this namespace, else
         gets an id derived from it, so importing a file twice writes each item
         once.  Two items naming the same item are refused.  The ids are
-        returned in the order of ``items``.
+        returned in the order of ``items``.  A memory bound to a user imports
+        items for that user only: items without an owner become the user's,
+        another owner's item is refused (``items[i].user_id``, nothing written).
         """
         if isinstance(items, Mapping | str | bytes):
             raise EntryValidationError("items", "must be a list of item dicts")
-        drafts = [parse_import_item(data, i) for i, data in enumerate(items)]
+        drafts = [self._own_draft(parse_import_item(data, i), i) for i, data in enumerate(items)]
         entries: builtins.list[MemoryEntry] = []
         seen: dict[str, int] = {}
         for i, draft in enumerate(drafts):

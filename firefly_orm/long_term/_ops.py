@@ -235,19 +235,18 @@ def import_items(
     """Write imported items (``entries[i]`` built from ``drafts[i]``); return their ids.
 
     An unkeyed item whose exported id is already an entry of this namespace
-    replaces it (a backup restored over itself); any other unkeyed item with
-    an id gets an id derived from it (so importing the same file twice writes
-    each item once, and ids never clash with another namespace's entries).
+    with the same owner replaces it (a backup restored over itself); any other
+    unkeyed item with an id gets an id derived from it (so importing the same
+    file twice writes each item once, ids never clash with another namespace's
+    entries, and an import never overwrites another owner's item).
     """
     written: list[MemoryEntry] = []
     for draft, entry in zip(drafts, entries, strict=True):
         source = draft.source_id
-        if (
-            draft.key is None
-            and source is not None
-            and uow.entries.get(namespace, source) is not None
-        ):
-            entry = entry.copy_entry(entry_id=source)
+        if draft.key is None and source is not None:
+            existing = uow.entries.get(namespace, source)
+            if existing is not None and existing.user_id == entry.user_id:
+                entry = entry.copy_entry(entry_id=source)
         written.append(entry)
     store_items(uow, namespace, written, limit)
     return [entry.entry_id for entry in written]

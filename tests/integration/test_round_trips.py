@@ -389,13 +389,13 @@ def test_one_statement_append_writes_what_the_general_path_writes(
 def test_one_statement_append_refuses_another_owner_and_writes_nothing(
     sql_env: OpenedBackend,
 ) -> None:
-    from firefly_orm.errors import EntryValidationError
+    from firefly_orm.errors import ConversationNotFoundError
 
     store = sql_env.store
     memory = ConversationMemory(store=store, max_tokens=10_000)
     memory.add_turn("c", "q0", "a0", user_id="u1")
     before = _normalised_rows(store, "c")
-    with pytest.raises(EntryValidationError):
+    with pytest.raises(ConversationNotFoundError):
         memory.add_turn("c", "q1", "a1", user_id="u2")
     assert _normalised_rows(store, "c") == before
     assert memory.add_turn("c", "q1", "a1", user_id="u1").turn_id == 1

@@ -29,7 +29,7 @@ from firefly_orm.conversation import (
     archive_namespace,
     conversation_namespace,
 )
-from firefly_orm.errors import EntryValidationError, NotFoundError
+from firefly_orm.errors import ConversationNotFoundError, EntryValidationError, NotFoundError
 from firefly_orm.manager import MemoryManager
 from firefly_orm.working import WorkingMemory
 
@@ -274,12 +274,15 @@ async def test_a_users_conversations_newest_first_and_erasure(
 ) -> None:
     store = layer_backend.store
     manager = MemoryManager(store=store, working_scope_id="ann-scope", user_id="ann")
-    mem = manager.conversation
-    ann = [await call(mode, mem, "new_conversation", user_id="ann") for _ in range(3)]
-    bob = await call(mode, mem, "new_conversation", user_id="bob")
-    for cid in [*ann, bob]:
+    mem = manager.conversation  # bound to ann
+    admin = ConversationMemory(store=store)  # unbound: every user's conversations
+    ann = [await call(mode, mem, "new_conversation") for _ in range(2)]
+    ann.append(await call(mode, mem, "new_conversation", user_id="ann"))
+    bob = await call(mode, admin, "new_conversation", user_id="bob")
+    for cid in ann:
         await call(mode, mem, "add_turn", cid, "q", "a", pair(0))
-    await call(mode, mem, "add_turn", "implicit", "q", "a", user_id="ann")
+    await call(mode, admin, "add_turn", bob, "q", "a", pair(0))
+    await call(mode, mem, "add_turn", "implicit", "q", "a")  # created as ann's
     ann.append("implicit")
     await call(mode, manager.working, "set", "city", "Paris")
     bob_facts = WorkingMemory(store=store, scope_id="bob-scope", user_id="bob")
@@ -290,21 +293,26 @@ async def test_a_users_conversations_newest_first_and_erasure(
         ann[2],
         ann[1],
     ]
-    assert await call(mode, mem, "user_conversations", "bob") == [bob]
+    assert await call(mode, admin, "user_conversations", "bob") == [bob]
+    assert await call(mode, admin, "owner_of", "implicit") == "ann"
     with pytest.raises(EntryValidationError, match="user_id"):
-        await call(mode, mem, "add_turn", bob, "q", "a", user_id="ann")  # not ann's
+        await call(mode, mem, "user_conversations", "bob")  # ann's memory serves ann only
+    with pytest.raises(ConversationNotFoundError):
+        await call(mode, admin, "add_turn", bob, "q", "a", user_id="ann")  # not ann's
+    with pytest.raises(ConversationNotFoundError):
+        await call(mode, mem, "add_turn", bob, "q", "a")  # not ann's
 
     await call(mode, manager, "erase_user", "ann")
 
-    assert await call(mode, mem, "user_conversations", "ann") == []
+    assert await call(mode, admin, "user_conversations", "ann") == []
     for cid in ann:
         assert store.load(conversation_namespace(cid)) == []
         assert store.load(archive_namespace(cid)) == []
     assert await call(mode, manager.working, "get", "city") is None
     assert all(row.user_id != "ann" for row in store.load(INDEX_NAMESPACE))
     # bob is untouched
-    assert await call(mode, mem, "user_conversations", "bob") == [bob]
-    assert len(await call(mode, mem, "get_turns", bob)) == 1
+    assert await call(mode, admin, "user_conversations", "bob") == [bob]
+    assert len(await call(mode, admin, "get_turns", bob)) == 1
     assert await call(mode, bob_facts, "get", "city") == "Rome"
 
 

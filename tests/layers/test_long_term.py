@@ -124,7 +124,20 @@ async def test_users_are_isolated(store: Any, mode: str) -> None:
     assert (await call(mode, bob, "get", "colour")).text == "my favourite colour is blue"
     assert await call(mode, ann, "get", bob_id) is None  # another user's id
     assert await call(mode, ann, "forget", bob_id) is False
-    assert await call(mode, ann, "forget", "colour", user_id="bob") is True  # explicit owner
+    for method, args in (
+        ("forget", ("colour",)),
+        ("get", ("colour",)),
+        ("recall", ("colour",)),
+        ("remember", ("x",)),
+        ("list", ()),
+        ("count", ()),
+        ("clear", ()),
+    ):
+        with pytest.raises(EntryValidationError, match="serves user 'ann' only"):
+            await call(mode, ann, method, *args, user_id="bob")  # ann's memory is ann's alone
+    assert (await call(mode, bob, "get", "colour")).text == "my favourite colour is blue"
+    admin = LongTermMemory(store=store)  # unbound: may act for any owner
+    assert await call(mode, admin, "forget", "colour", user_id="bob") is True  # explicit owner
     await call(mode, bob, "remember", "bob again", key="colour")
     assert texts(await call(mode, ann, "list")) == ["my favourite colour is green"]
     assert await call(mode, ann, "count") == 1
@@ -169,7 +182,8 @@ async def test_recall_after_upsert_and_per_user(store: Any, mode: str) -> None:
         "ann lives in Paris"
     ]
     assert await call(mode, ann, "recall", "secret diary") == []  # bob's, never ann's
-    assert texts(await call(mode, ann, "recall", "secret diary", user_id="bob")) == [
+    admin = LongTermMemory(store=store)
+    assert texts(await call(mode, admin, "recall", "secret diary", user_id="bob")) == [
         "bob lives in London and keeps a secret diary"
     ]
     assert texts(await call(mode, bob, "recall", "Paris")) == []
