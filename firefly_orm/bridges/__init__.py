@@ -32,6 +32,9 @@ of its landing below.
    * the step driver's :class:`~firefly_orm.bridges._steps.StoreCall` (a store
      without ``async_*`` methods) and :class:`~firefly_orm.bridges._steps.CallOut`
      (a sync call-out, such as a sync summarizer, from async code).
+   * :class:`~firefly_orm.privacy.ProtectedStore`: the ``async_*`` methods over
+     a wrapped store without them, ``async_cleanup_expired``, and
+     :func:`~firefly_orm.privacy.async_rotate_keys` listing a store's namespaces.
 
 2. **The loop thread** (:mod:`firefly_orm.bridges._loop_thread`): one event loop
    in a daemon thread on which sync code drives async-only libraries, so their
@@ -60,9 +63,10 @@ of its landing below.
    (:mod:`firefly_orm.long_term`), artifacts (:mod:`firefly_orm.artifacts`,
    including the Flyte layout's import and export), the manager
    (:mod:`firefly_orm.manager`), the agent integration
-   (:mod:`firefly_orm.pydantic_ai`), the upstream import and the command line's
-   maintenance commands.  Their public ``<name>`` / ``async_<name>`` methods are
-   derived by :func:`~firefly_orm.bridges._steps.sync_method` /
+   (:mod:`firefly_orm.pydantic_ai`), the upstream import, the command line's
+   maintenance commands and key rotation (:func:`firefly_orm.privacy.rotate_keys`).
+   Their public ``<name>`` / ``async_<name>`` methods are derived by
+   :func:`~firefly_orm.bridges._steps.sync_method` /
    :func:`~firefly_orm.bridges._steps.async_method`, typed as
    :class:`~firefly_orm.bridges._steps.LayerMethod` so every type checker binds
    them.
