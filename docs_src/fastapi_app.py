@@ -35,7 +35,13 @@ from sqlmodel import Field as Column
 from sqlmodel import Session, SQLModel, col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from firefly_orm import EntryValidationError, MemoryManager, SQLAlchemyStore, StoreError
+from firefly_orm import (
+    EntryValidationError,
+    MemoryManager,
+    NotFoundError,
+    SQLAlchemyStore,
+    StoreError,
+)
 from firefly_orm.pydantic_ai import MemoryAgent
 from firefly_orm.sql import enable_sqlite_savepoints
 
@@ -319,16 +325,16 @@ async def my_chats(session: AsyncSessionDep, user_id: UserDep) -> list[ChatOut]:
 async def ask_assistant(body: NewMessage, request: Request, user_id: UserDep) -> Answer:
     """MemoryAgent: for a route that writes nothing of its own, one call does the three steps.
 
-    Its memory is on the unbound store (its own short transactions): a memory
-    bound to the request's session would open that session's transaction for
-    the read and hold it across the model call.
+    Its memory is on the unbound store (its own short transactions, none
+    open while the model runs).  Another user's conversation is not found
+    (``ConversationNotFoundError``, a ``NotFoundError``), as a missing one.
     """
     assistant: MemoryAgent[None, str] = request.app.state.assistant
     try:
         result = await assistant.run(
             body.text, conversation_id=body.conversation_id, user_id=user_id
         )
-    except EntryValidationError as exc:  # another user's conversation, a bad id
+    except (NotFoundError, EntryValidationError) as exc:  # another user's conversation, a bad id
         raise HTTPException(404, "no such conversation") from exc
     return Answer(
         conversation_id=result.conversation_id, turn_id=result.turn_id, reply=result.output
