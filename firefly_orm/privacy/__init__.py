@@ -27,6 +27,16 @@ The guide: ``docs/guide/encryption.md``.
 
 from __future__ import annotations
 
+from firefly_orm.privacy._detectors import (
+    DEFAULT_DETECTORS,
+    CardDetector,
+    Detector,
+    EmailDetector,
+    IbanDetector,
+    PhoneDetector,
+    RedactionError,
+    RegexDetector,
+)
 from firefly_orm.privacy._encryption import (
     ALGORITHM,
     ENVELOPE_KEY,
@@ -49,6 +59,7 @@ from firefly_orm.privacy._hook import (
     protect,
 )
 from firefly_orm.privacy._keys import CallbackKeys, KeyProvider, KeyRing, generate_key
+from firefly_orm.privacy._redaction import DEFAULT_REPLACEMENT, Redaction, Redactor
 from firefly_orm.privacy._rotate import (
     RotationProgress,
     RotationReport,
@@ -59,20 +70,31 @@ from firefly_orm.privacy._rotate import (
 
 __all__ = [
     "ALGORITHM",
+    "DEFAULT_DETECTORS",
+    "DEFAULT_REPLACEMENT",
     "ENVELOPE_KEY",
     "REDACTIONS_KEY",
     "CallbackKeys",
+    "CardDetector",
     "ContentRedactor",
     "DecryptionError",
+    "Detector",
+    "EmailDetector",
     "EncryptedSearchError",
     "Encryption",
     "EncryptionConfigError",
     "EncryptionError",
+    "IbanDetector",
     "KeyProvider",
     "KeyRing",
+    "PhoneDetector",
     "ProtectedStore",
     "Protection",
+    "Redaction",
+    "RedactionError",
     "RedactionRecord",
+    "Redactor",
+    "RegexDetector",
     "RotationProgress",
     "RotationReport",
     "UnknownKeyError",
