@@ -30,6 +30,7 @@ from firefly_orm.artifacts._rules import DEFAULT_ACTOR, check_actor, check_path,
 from firefly_orm.conversation._codec import decode_raw_messages, encode_raw_messages
 from firefly_orm.conversation._model import check_int
 from firefly_orm.entry import utcnow, validate_json_value
+from firefly_orm.entry._json import JSONInputError, load_untrusted_json
 from firefly_orm.errors import EntryValidationError, StoreCorruptedError
 
 __all__ = [
@@ -240,9 +241,9 @@ class ArtifactFile:
         Raises:
             EntryValidationError: It is not JSON.
         """
-        try:
-            return json.loads(self.text())
-        except json.JSONDecodeError as exc:
+        try:  # bounded: a 100,000-deep or 5,000-digit file is refused, not a traceback
+            return load_untrusted_json(self.text(), allow_constants=True)
+        except JSONInputError as exc:
             raise EntryValidationError(
                 "path", f"{self.info.path!r} does not hold JSON ({exc})"
             ) from None
@@ -297,9 +298,9 @@ def body_of_kind(data: bytes, kind: str | None, field: str = "data") -> Body:
         except UnicodeDecodeError:
             raise EntryValidationError(field, f"a {kind} file must be UTF-8") from None
         if kind == JSON:
-            try:
-                json.loads(text)
-            except json.JSONDecodeError as exc:
+            try:  # bounded, as every JSON read from outside (entry._json)
+                load_untrusted_json(text, allow_constants=True)
+            except JSONInputError as exc:
                 raise EntryValidationError(field, f"a json file must hold JSON ({exc})") from None
         return Body(kind, data, text)
     raise EntryValidationError("kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
