@@ -22,6 +22,7 @@ No timers: every hostile input must *finish* with the documented error.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -376,3 +377,39 @@ def test_a_fifo_given_as_the_source_is_refused_not_opened(tmp_path: Path) -> Non
     result = run("import-upstream", str(tmp_path / "up.db"), "--url", url)
     line = one_line_error(result, EXIT_USAGE)
     assert "is a FIFO, neither an upstream FileStore directory nor a SQLite database" in line
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [(DEEP, "is nested too deeply"), ("[" + BIG + "]", "integer of 5000 digits")],
+    ids=["100000-deep", "5000-digits"],
+)
+def test_json_kind_file_of_an_export_is_bounded_too(
+    tmp_path: Path, body: str, expected: str
+) -> None:
+    """A file the extra file calls ``json``, its meta and sha made to match: still one line."""
+    store = SQLiteStore(tmp_path / "seed.sqlite3")
+    try:
+        ws = Artifacts(store=store).create("seed")
+        ws.write_json("d.json", {"a": 1})
+        export_directory(ws, tmp_path / "export")
+        data = body.encode()
+        ws.write_text("deep.txt", body)  # a text file may hold anything
+        with pytest.raises(ValueError, match=expected):
+            ws.read_json("deep.txt")
+    finally:
+        store.close()
+    root = tmp_path / "export"
+    sha = hashlib.sha256(data).hexdigest()
+    (root / "d.json").write_bytes(data)
+    meta = json.loads((root / "meta" / "d.json.json").read_text())
+    (root / "meta" / "d.json.json").write_text(
+        json.dumps({**meta, "sha256": sha, "bytes": len(data)})
+    )
+    sidecar = json.loads((root / "meta" / "@workspace.json").read_text())
+    sidecar["files"]["d.json"]["sha256"] = sha
+    (root / "meta" / "@workspace.json").write_text(json.dumps(sidecar))
+    with pytest.raises(
+        DirectoryLayoutError, match=f"^d\\.json: a json file must hold JSON .*{expected}"
+    ):
+        read_directory(root)
