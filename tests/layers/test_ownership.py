@@ -169,9 +169,7 @@ async def test_the_async_forms_refuse_alike(store: Any, mode: str) -> None:
     ]
 
 
-async def test_a_bound_manager_creates_as_its_user_and_erases_it_all(
-    store: Any, mode: str
-) -> None:
+async def test_a_bound_manager_creates_as_its_user_and_erases_it_all(store: Any, mode: str) -> None:
     admin = MemoryManager(store=store)
     bob = MemoryManager(store=store, user_id="bob")
     await call(mode, bob, "add_turn", "made-by-add-turn", "bob: hi", "hi")
@@ -216,9 +214,7 @@ async def test_a_bound_clear_all_and_listing_cover_the_users_conversations_only(
         ann.for_user("bob")
 
 
-async def test_a_bound_long_term_memory_imports_for_its_user_only(
-    store: Any, mode: str
-) -> None:
+async def test_a_bound_long_term_memory_imports_for_its_user_only(store: Any, mode: str) -> None:
     bob_items = LongTermMemory(store=store, user_id="bob")
     kept = await call(mode, bob_items, "remember", "bob's own note")
     ann_items = LongTermMemory(store=store, user_id="ann")
