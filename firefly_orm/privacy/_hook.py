@@ -12,10 +12,11 @@ Every path a memory layer takes to the store goes through it:
 
 On every save, in this order: the entry is validated (nothing is written when
 it is bad); the redactor (when configured) replaces what it detects in
-``content`` and ``search_text`` and the saved entry's ``metadata`` records
-what was redacted under :data:`REDACTIONS_KEY` (kind, path, count: never the
-value); then the content is encrypted (when the namespace is) and
-``search_text`` dropped unless kept in clear (``Encryption(searchable=...)``).
+``content``, ``search_text`` and ``metadata`` (all but its own record), and the
+saved entry's ``metadata`` records what was redacted under
+:data:`REDACTIONS_KEY` (kind, path, count: never the value); then the content
+is encrypted (when the namespace is) and ``search_text`` dropped unless kept in
+clear (``Encryption(searchable=...)``).
 On every read the content is decrypted.  Fast paths that build a row in SQL
 (``append_turn``) or return contents without their row (``list_contents_before``)
 cannot be protected: the wrapper answers "not supported" for the namespaces it
@@ -170,6 +171,12 @@ class Protection:
         if search_text is not None:
             search_text = self._redact(search_text, "search_text", records)
         metadata = entry.metadata_
+        if self.redactor is not None and metadata:
+            # The entry's own metadata too (a fact's source, an artifact's reason),
+            # all but the record of earlier redactions.
+            own = {k: v for k, v in metadata.items() if k != REDACTIONS_KEY}
+            kept = {k: v for k, v in metadata.items() if k == REDACTIONS_KEY}
+            metadata = {**self._redact(own, "metadata", records), **kept}
         if records:
             metadata = dict(metadata)
             earlier = metadata.get(REDACTIONS_KEY)
