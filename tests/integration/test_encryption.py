@@ -175,6 +175,8 @@ async def test_no_plaintext_at_rest_and_every_layer_round_trips(
 async def test_rotation_moves_every_row_to_the_new_key(
     layer_backend: OpenedBackend, mode: str
 ) -> None:
+    if mode == "async" and layer_backend.name not in {"sqlite", "postgres", "mongo"}:
+        pytest.skip("one async rotation per kind of unit of work (SQL, MongoDB) is enough")
     store = layer_backend.store
     await _write_everything(protect(store, encryption=_encryption(("k1", K1))), mode)
     both = _encryption(("k2", K2), ("k1", K1))
