@@ -81,13 +81,19 @@ class RedactionRecord(Protocol):
     """What one redaction rule replaced: its kind, where, how many times (never the value)."""
 
     @property
-    def kind(self) -> str: ...
+    def kind(self) -> str:
+        """What was found (``"email"``, ``"phone"``...)."""
+        ...
 
     @property
-    def path(self) -> str: ...
+    def path(self) -> str:
+        """Where in the value (a JSON path such as ``$.text``)."""
+        ...
 
     @property
-    def count(self) -> int: ...
+    def count(self) -> int:
+        """How many were replaced there."""
+        ...
 
 
 @runtime_checkable

@@ -84,7 +84,13 @@ class RotationReport:
 
 @dataclass(frozen=True)
 class RotationProgress:
-    """Handed to ``on_batch`` after each committed batch."""
+    """Handed to ``on_batch`` after each committed batch.
+
+    Attributes:
+        namespace: The namespace the batch was in.
+        written: Rows of that namespace written so far.
+        report: The rotation's report so far.
+    """
 
     namespace: str
     written: int
