@@ -453,6 +453,11 @@ def migrate_advice(url: str | URL, schema_name: str | None, managed_by: str | No
             f"revisions are recorded in its {HOST_VERSION_TABLE} table)"
         )
     parsed = normalize_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.get_driver_name() != "pysqlite":
+        # An async store's engine (aiosqlite): the command migrates with the sync driver.
+        parsed = parsed.set(drivername="sqlite")
+    elif parsed.get_backend_name() == "postgresql" and parsed.get_driver_name() == "asyncpg":
+        parsed = parsed.set(drivername="postgresql+psycopg")
     cli = f"firefly-orm migrate --url {redact_url(parsed)}"
     if parsed.get_backend_name() != "sqlite":
         cli += f" --schema {schema_name}" if schema_name else " --schema ''"

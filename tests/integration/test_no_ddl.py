@@ -154,21 +154,21 @@ def test_a_store_on_the_apps_engine_runs_no_ddl(app_db: AppDb, operation: str) -
 def test_async_paths_run_no_ddl(app_db: AppDb, how: str) -> None:
     """The async twins: on the app's sync engine (worker threads), its AsyncEngine, its session."""
 
-    async def first_use() -> list[str]:
+    async def first_use() -> tuple[list[str], str]:
         sync = app_engine(app_db) if how == "engine" else None
         async_engine = create_async_engine(app_db.async_url()) if how != "engine" else None
         if async_engine is not None and app_db.sqlite:
             enable_sqlite_savepoints(async_engine)
         store = SQLAlchemyStore(engine=sync, async_engine=async_engine)
         try:
-            with captured() as statements, pytest.raises(MigrationRequiredError):
+            with captured() as statements, pytest.raises(MigrationRequiredError) as info:
                 if how == "async_session":
                     assert async_engine is not None
                     async with AsyncSession(async_engine) as session:
                         await store.bind_session(session).async_save("ns", MemoryEntry(content="x"))
                 else:
                     await store.async_save("ns", MemoryEntry(content="x"))
-            return statements
+            return statements, str(info.value)
         finally:
             await store.async_close()
             if async_engine is not None:
@@ -176,8 +176,9 @@ def test_async_paths_run_no_ddl(app_db: AppDb, how: str) -> None:
             if sync is not None:
                 sync.dispose()
 
-    statements = asyncio.run(first_use())
+    statements, message = asyncio.run(first_use())
     assert statements and ddl_in(statements) == [] and writes_in(statements) == []
+    assert "aiosqlite" not in message  # the command to run takes the sync driver
     assert app_db.tables(app_db.app_schema) == set()
 
 
