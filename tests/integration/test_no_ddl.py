@@ -271,6 +271,22 @@ def test_a_store_at_head_works_without_migrating(app_db: AppDb) -> None:
     assert ddl_in(statements) == []
 
 
+@pytest.mark.parametrize("app_db", ["sqlite"], indirect=True)  # the same on PostgreSQL
+def test_a_refusing_store_works_once_the_app_has_migrated(app_db: AppDb) -> None:
+    """The refusal is not remembered: the next operation checks again."""
+    engine = app_engine(app_db)
+    store = SQLAlchemyStore(engine=engine)
+    try:
+        with pytest.raises(MigrationRequiredError):
+            store.save("ns", MemoryEntry(content="x"))
+        migrate.upgrade(engine)  # the app's deploy step
+        store.save("ns", MemoryEntry(content="x"))
+        assert [e.content for e in store.load("ns")] == ["x"]
+    finally:
+        store.close()
+        engine.dispose()
+
+
 def test_the_migrate_option_is_checked() -> None:
     with pytest.raises(ValueError, match="migrate"):
         SQLAlchemyStore("sqlite:///unused.db", migrate="no")  # type: ignore[arg-type]
