@@ -183,10 +183,12 @@ def run_step(
         state.files["promoted.md"] = state.files[path]
     elif name == "read_text":
         expected = None if state is None else state.files.get(path)
-        assert handle.read_text(path, None) == expected
+        read = handle.read(path)
+        assert (None if read is None else read.text()) == expected
+        assert handle.read_text(path, "") == (expected or "")
     elif name == "stat":
-        info = handle.stat(path)
-        assert (info is None) is (state is None or path not in state.files)
+        stat = handle.stat(path)
+        assert (stat is None) is (state is None or path not in state.files)
     elif name == "list_paths":
         assert handle.list_paths() == ([] if state is None else sorted(state.files))
     elif name == "append":

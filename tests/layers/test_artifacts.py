@@ -492,8 +492,9 @@ async def test_an_agent_cannot_promote_into_its_read_only_area(
     plain = artifacts.workspace("self-approve")
     await call(mode, plain, "promote", "user/q.md", "memory/q.md", actor="rev", reason="ok")
     assert await call(mode, agent, "list_paths", "memory/") == ["memory/p.md", "memory/q.md"]
+    not_a_bool: Any = "yes"
     with pytest.raises(EntryValidationError, match="reviewer"):
-        artifacts.workspace("self-approve", reviewer="yes")
+        artifacts.workspace("self-approve", reviewer=not_a_bool)
 
 
 async def test_history_and_read_version(store: Any, mode: str) -> None:
