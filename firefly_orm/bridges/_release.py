@@ -1,4 +1,4 @@
-"""No transaction held across a model call: a run's hold on a caller's session.
+"""No transaction held across a model call: an operation's hold on a caller's session.
 
 A store bound to a caller's session (``store.bind_session(session)``: the
 :class:`~firefly_orm.protocols.JoinsSession` fact) runs our reads and writes
@@ -7,8 +7,9 @@ transaction.  Left open while the model thinks, it keeps the app's pooled
 connection ``idle in transaction`` for the whole call (seconds, or a timeout):
 the connection is out of the pool, its snapshot and locks held.
 
-A :class:`SessionHold`, taken when a run starts, decides whose transaction it
-is.  The session had none and nothing pending (no new, changed or deleted
+A :class:`SessionHold`, taken when a run (of :mod:`firefly_orm.pydantic_ai`'s
+``MemoryAgent``, or any operation that calls out) starts, decides whose
+transaction it is.  The session had none and nothing pending (no new, changed or deleted
 objects): then what the run's reads (and its tools) begin is the run's own,
 and :meth:`SessionHold.release` commits it (the reads wrote nothing; what a
 tool wrote is the tool's doing, as on a store of its own) before each model
@@ -37,7 +38,7 @@ from firefly_orm.protocols import JoinsSession, MemoryStore, declares
 
 __all__ = ["SessionHold", "released_before_callouts"]
 
-logger = logging.getLogger("firefly_orm.pydantic_ai")
+logger = logging.getLogger("firefly_orm")
 
 T = TypeVar("T")
 

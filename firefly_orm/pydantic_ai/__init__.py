@@ -105,13 +105,13 @@ except ImportError as exc:
 
 from firefly_orm.assemble import ContextShares
 from firefly_orm.bridges import _steps as steps
+from firefly_orm.bridges._release import SessionHold, released_before_callouts
 from firefly_orm.bridges._steps import Operation
 from firefly_orm.conversation._model import ConversationTurn, check_conversation_id, check_int
 from firefly_orm.entry import validate_user_id
 from firefly_orm.long_term import LongTermMemory
 from firefly_orm.manager import MemoryManager
 from firefly_orm.pydantic_ai._context import ContextOptions, load_context
-from firefly_orm.pydantic_ai._release import SessionHold, released_before_callouts
 from firefly_orm.pydantic_ai._result import (
     MemoryDeps,
     MemoryRunResult,

@@ -1,7 +1,7 @@
 """The capability a :class:`~firefly_orm.pydantic_ai.MemoryAgent` run adds on a session-bound store.
 
 :class:`ReleaseSession` ends the run's own transaction in the caller's session
-(:class:`~firefly_orm.pydantic_ai._release.SessionHold`) while the run goes on:
+(:class:`~firefly_orm.bridges._release.SessionHold`) while the run goes on:
 after its tools ran (a tool that read or wrote memory through the session
 began one), and, where no code of the app runs between the run's model
 requests (``run``, ``run_sync``, the requests ``run_stream`` makes before it
@@ -21,7 +21,7 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.tools import RunContext, ToolDefinition
 
-from firefly_orm.pydantic_ai._release import SessionHold
+from firefly_orm.bridges._release import SessionHold
 
 __all__ = ["ReleaseSession"]
 

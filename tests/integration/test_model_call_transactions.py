@@ -308,7 +308,7 @@ def test_a_transaction_of_the_app_is_left_open_and_the_probe_sees_it(
         memory = MemoryManager(store=app.store.bind_session(session), user_id=user)
         session.execute(sa.text("SELECT 1"))  # the app's own transaction, begun before the run
         support = sync_memory_agent(model, memory)
-        with caplog.at_level(logging.WARNING, logger="firefly_orm.pydantic_ai"):
+        with caplog.at_level(logging.WARNING, logger="firefly_orm"):
             result = support.run_sync("Hello")
         assert app.probe.seen == [IN_TRANSACTION]  # the app's: not ended by the run
         assert "already in a transaction" in caplog.text
