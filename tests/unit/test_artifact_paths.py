@@ -213,7 +213,11 @@ def _all_rows(store: InMemoryStore) -> list[tuple[str, str, Any]]:
     return sorted(found, key=repr)
 
 
-KEYS = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=80)
+KEYS = st.text(
+    st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp"), blacklist_characters=BIDI),
+    min_size=1,
+    max_size=80,
+)
 USERS = st.one_of(
     st.none(),
     st.text(
