@@ -41,6 +41,7 @@ from firefly_orm.protocols import (
     AsyncMemoryStore,
     AsyncUnitOfWork,
     EntryRepository,
+    JoinsSession,
     ListOptions,
     MemoryStore,
     SearchHit,
@@ -521,6 +522,17 @@ class ProtectedStore:
     def locks_rows(self) -> bool:
         """The wrapped store's fact (``SELECT ... FOR UPDATE`` on PostgreSQL)."""
         return locks_rows(self.inner)
+
+    @property
+    def session(self) -> Any:
+        """The caller's session the wrapped store joins (``bind_session``), else ``None``.
+
+        So an agent run on a protected session-bound store still ends the
+        transaction its reads began before calling the model.
+        """
+        if declares(self.inner, JoinsSession):
+            return cast(JoinsSession, self.inner).session
+        return None
 
     # ------------------------------------------------------------------ lifecycle, maintenance
     def initialize(self, **options: Any) -> None:

@@ -365,3 +365,25 @@ def test_rotate_keys_command(sqlite_backend: OpenedBackend) -> None:
     assert bad.returncode == 2 and "short" not in bad.stderr
     only_old = run_cli("--url", url, "rotate-keys", env={ENV_ENCRYPTION_KEYS: f"k1:{K1}"})
     assert only_old.returncode == 3 and "no key 'k2'" in only_old.stderr
+
+
+# --------------------------------------------------------------------------- the app's session
+
+
+def test_a_protected_session_bound_store_joins_the_callers_session(
+    sqlite_backend: OpenedBackend,
+) -> None:
+    from sqlalchemy.orm import Session
+
+    from firefly_orm.bridges._release import SessionHold
+
+    inner = sqlite_backend.store
+    with Session(inner.engine) as session:
+        store = protect(inner.bind_session(session), encryption=_encryption(("k1", K1)))
+        assert store.session is session  # an agent run releases it before a model call
+        assert SessionHold.of(store).joined
+        _conversation(store).add_turn("c", f"hello {SECRET}", "hi")
+        session.commit()
+    assert protect(inner, encryption=_encryption(("k1", K1))).session is None
+    assert SECRET not in _raw(sqlite_backend)
+    assert _conversation(protect(inner, encryption=_encryption(("k1", K1)))).get_turns("c")
