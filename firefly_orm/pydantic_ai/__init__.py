@@ -343,8 +343,9 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         Raises:
             TypeError: ``message_history`` or ``conversation`` among the
                 keyword arguments, or no user prompt.
-            EntryValidationError: A bad id, or a ``user_id`` other than the one
-                the manager is bound to.
+            EntryValidationError: A bad id, a ``user_id`` other than the one
+                the manager is bound to, or ``deps`` a :class:`MemoryDeps` of
+                another user's (or an unbound) memory.
             ConversationNotFoundError: The conversation is another user's
                 (the model is not called, nothing is written).
             Exception: Whatever the run raised (nothing is written).
@@ -539,6 +540,10 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         owner = memory.user_id
         if deps is None:
             deps = self._deps_for(MemoryDeps(memory, conversation_id, owner))
+        elif isinstance(deps, MemoryDeps) and owner is not None and deps.memory.user_id != owner:
+            raise EntryValidationError(
+                "deps", f"a run for user {owner!r} takes MemoryDeps of that user's memory"
+            )
         return _Run(
             memory=memory,
             conversation_id=conversation_id,

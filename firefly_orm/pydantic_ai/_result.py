@@ -20,6 +20,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.usage import RunUsage
 
 from firefly_orm.conversation._model import ConversationTurn
+from firefly_orm.errors import EntryValidationError
 from firefly_orm.manager import MemoryManager
 
 __all__ = ["MemoryDeps", "MemoryRunResult", "prompt_text", "response_text", "usage_metadata"]
@@ -50,11 +51,24 @@ class MemoryDeps:
         conversation_id: The conversation the run belongs to (it may not be
             stored yet: a new conversation is written with the run's turn).
         user_id: The user the run is for, or ``None``.
+
+    Raises:
+        EntryValidationError: ``user_id`` given and ``memory`` is not bound to
+            that user (an unbound manager would give the tools every user's
+            memory): pass ``memory.for_user(user_id)``.
     """
 
     memory: MemoryManager
     conversation_id: str
     user_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.user_id is not None and self.memory.user_id != self.user_id:
+            raise EntryValidationError(
+                "user_id",
+                f"the deps' memory serves {self.memory.user_id!r}, not {self.user_id!r}: "
+                "give the user's memory (memory.for_user(user_id))",
+            )
 
 
 #: Where a :class:`MemoryRunResult` keeps its turn (beside pydantic-ai's own state).

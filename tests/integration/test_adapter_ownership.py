@@ -236,6 +236,23 @@ async def test_tools_act_as_the_runs_user(store: Any) -> None:
     assert await admin.async_user_conversations("ada") == [ada_cid]
 
 
+async def test_deps_of_another_users_memory_are_refused(store: Any) -> None:
+    admin = MemoryManager(store=store)
+    bob = MemoryManager(store=store, user_id="bob")
+    with pytest.raises(EntryValidationError, match=r"memory\.for_user"):
+        MemoryDeps(admin, "c", user_id="bob")  # an unbound memory would reach everyone's
+    with pytest.raises(EntryValidationError, match=r"memory\.for_user"):
+        MemoryDeps(MemoryManager(store=store, user_id="ada"), "c", user_id="bob")
+    assert MemoryDeps(bob, "c", user_id="bob").memory is bob
+    model = Model()
+    support = make_agent(model, admin)
+    for deps in (MemoryDeps(admin, "c"), MemoryDeps(admin.for_user("ada"), "c", "ada")):
+        with pytest.raises(EntryValidationError, match="deps"):
+            await support.run("Hello", user_id="bob", deps=deps)
+    assert model.calls == []
+    assert await admin.async_user_conversations("bob") == []
+
+
 # --------------------------------------------------------------------------- property
 
 USERS = ("ada", "bob")
