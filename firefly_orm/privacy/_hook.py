@@ -555,6 +555,18 @@ class ProtectedStore:
         if declares(self.inner, _Closes):
             await cast(_Closes, self.inner).async_close()
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.async_close()
+
     def analyze(self) -> bool:
         """The wrapped store's ``analyze`` (``False`` when it has none)."""
         if declares(self.inner, _Analyzes):
