@@ -10,22 +10,24 @@ can be checked so that ordinary numbers survive:
 
 * :class:`EmailDetector`: ``local@domain.tld`` (Unicode letters allowed, a
   top-level domain of two letters or more, or an ``xn--`` one).
-* :class:`PhoneDetector`: ``+`` and 7 to 15 digits (E.164); or a national number:
-  a trunk ``0`` and 9 to 11 digits, an area code in parentheses and 9 to 11
-  digits, or the North American 3-3-4 shape (``555-123-4567``, ``1 800 555 0100``).
+* :class:`PhoneDetector`: ``+`` (or ``00``) and 7 to 15 digits (E.164); or a
+  national number: a trunk ``0`` and 9 to 11 digits, an area code in
+  parentheses and 9 to 11 digits, or the North American 3-3-4 shape
+  (``555-123-4567``, ``1 800 555 0100``).
 * :class:`CardDetector`: 13 to 19 digits, whole or in groups of three or more
   digits, that pass the Luhn check.
-* :class:`IbanDetector`: a country code, two check digits and up to 30 letters
-  and digits (compact or in groups), of the country's length, that pass the
-  ISO 13616 mod-97 check.
+* :class:`IbanDetector`: a country code, two check digits and the rest
+  (compact or in groups), of the length the IBAN registry sets for that
+  country, that pass the ISO 13616 mod-97 check.
 
-Numbers are only ever taken whole: a digit run is never cut, so a 20-digit
-number holding a Luhn-valid 16-digit part is left alone.
+Digit groups are only ever taken whole: a run of digits is never cut, so a
+20-digit number holding a Luhn-valid 16-digit part is left alone, and a group
+glued to a letter (``A4111...``, ``...1111x``) belongs to a word, not a number.
 
 Every detector runs in time linear in the text: the expressions are possessive
-(no backtracking into a run), each start is tried once, and the checks after a
-match look at a bounded window (at most 6 groups for a card, 15 digits for a
-phone, 34 characters for an IBAN).
+(no backtracking into a run) and only start where a run starts, and the checks
+after a match look at a bounded window (at most 7 groups for a card, 15 digits
+for a phone, 67 characters for an IBAN).
 """
 
 from __future__ import annotations
@@ -221,7 +223,7 @@ class EmailDetector:
 _DIGIT_RUN = re.compile(
     r"(?<![\w+])\+?(?:\(\d++\)|\d++)(?:[ \u00a0.\-]?+(?:\(\d++\)|\d++))*+",
 )
-_GROUP = re.compile(r"\((\d+)\)|(\d+)")
+_GROUP = re.compile(r"\((\d++)\)|(\d++)")
 _ANY_DIGIT = re.compile(r"\d")
 _GLUED = re.compile(r"\w")
 
@@ -343,13 +345,16 @@ class PhoneDetector:
     """Phone numbers (kind ``"phone"``).
 
     Found: ``+`` and 7 to 15 digits in any grouping (``+44 20 7946 0958``,
-    ``+1 (555) 123-4567``); a national number of 9 to 11 digits opening with a
+    ``+1 (555) 123-4567``), or ``00`` and a country code
+    (``0044 20 7946 0958``); a national number of 9 to 11 digits opening with a
     trunk ``0`` (``020 7946 0958``, ``01 23 45 67 89``) or with an area code in
     parentheses (``(555) 123-4567``), in groups of two digits or more; the
     North American shape 3-3-4, with or without a leading ``1``
     (``555.123.4567``, ``1-800-555-0100``).  A bare run of digits is a phone
     number only with a ``+`` or a trunk ``0`` and 10 or 11 digits: dates,
-    amounts, years and ids are left alone.
+    amounts, years and ids are left alone.  A national number after other
+    digit groups must stand apart from them (``2024 555-123-4567``), so the
+    groups of a longer number (``3000 0123 45678``) are not taken for one.
     """
 
     __slots__ = ()
@@ -475,7 +480,7 @@ _IBAN_START = re.compile(r"(?<![A-Za-z0-9])[A-Za-z]{2}[0-9]{2}")
 #: within a window of at most 67 characters: 34 and the spaces between them).
 _IBAN_BODY = re.compile(r"[A-Za-z0-9]++(?: [A-Za-z0-9]++)*+")
 _IBAN_WINDOW = _IBAN_MAX * 2 - 1
-_IBAN_ALNUM = re.compile(r"[A-Z0-9]+")
+_IBAN_ALNUM = re.compile(r"[A-Z0-9]++")
 
 
 def _mod97(compact: str) -> int:
