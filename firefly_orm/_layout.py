@@ -15,6 +15,11 @@ A conversation (see :mod:`firefly_orm.conversation._rows` for the row codecs):
   turns kept with ``keep_evicted=True``;
 * namespace :data:`INDEX_NAMESPACE`: one row per conversation (key = the id).
 
+Working memory lives in ``working:<scope>`` and ``working-user:...`` namespaces,
+artifacts in :data:`ARTIFACTS_NAMESPACE` and ``artifacts:...``;
+:func:`layer_of_namespace` says which layer a namespace belongs to, so that a
+layer with free namespaces (long-term memory) never writes into another's.
+
 The eviction rule (:func:`within_caps`) is written once, over numbers or SQL
 expressions alike.
 """
@@ -25,6 +30,7 @@ from typing import Any
 
 __all__ = [
     "ARCHIVE_NAMESPACE_PREFIX",
+    "ARTIFACTS_NAMESPACE",
     "CONVERSATION_NAMESPACE_PREFIX",
     "HEAD_CONVERSATION_ID",
     "HEAD_COUNTERS",
@@ -41,8 +47,11 @@ __all__ = [
     "TURN_ID_DIGITS",
     "TURN_ID_FIELD",
     "TURN_KEY_PREFIX",
+    "USER_WORKING_NAMESPACE_PREFIX",
+    "WORKING_NAMESPACE_PREFIX",
     "archive_namespace",
     "conversation_namespace",
+    "layer_of_namespace",
     "turn_key",
     "within_caps",
 ]
@@ -53,6 +62,12 @@ CONVERSATION_NAMESPACE_PREFIX = "conversation:"
 ARCHIVE_NAMESPACE_PREFIX = "conversation-archive:"
 #: Namespace holding one index row per conversation.
 INDEX_NAMESPACE = "conversation-index"
+#: Namespace prefix of a shared working-memory scope (``working:<scope_id>``).
+WORKING_NAMESPACE_PREFIX = "working:"
+#: Namespace prefix of a user's own working-memory scope.
+USER_WORKING_NAMESPACE_PREFIX = "working-user:"
+#: The artifact registry's namespace; a workspace's namespaces are ``artifacts:...``.
+ARTIFACTS_NAMESPACE = "artifacts"
 #: Key of a conversation's head row.
 HEAD_KEY = "head"
 #: Key prefix of turn rows (followed by the turn id as :data:`TURN_ID_DIGITS` digits).
@@ -87,6 +102,20 @@ def conversation_namespace(conversation_id: str) -> str:
 def archive_namespace(conversation_id: str) -> str:
     """Namespace of a conversation's archived (evicted) turns."""
     return f"{ARCHIVE_NAMESPACE_PREFIX}{conversation_id}"
+
+
+def layer_of_namespace(namespace: str) -> str | None:
+    """The layer whose rows ``namespace`` holds (``"conversation"``, ``"working"``,
+    ``"artifacts"``), or ``None`` for a namespace of no layer's."""
+    if namespace == INDEX_NAMESPACE or namespace.startswith(
+        (CONVERSATION_NAMESPACE_PREFIX, ARCHIVE_NAMESPACE_PREFIX)
+    ):
+        return "conversation"
+    if namespace.startswith((WORKING_NAMESPACE_PREFIX, USER_WORKING_NAMESPACE_PREFIX)):
+        return "working"
+    if namespace == ARTIFACTS_NAMESPACE or namespace.startswith(f"{ARTIFACTS_NAMESPACE}:"):
+        return "artifacts"
+    return None
 
 
 def turn_key(turn_id: int) -> str:

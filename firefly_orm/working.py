@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+from firefly_orm._layout import USER_WORKING_NAMESPACE_PREFIX, WORKING_NAMESPACE_PREFIX
 from firefly_orm.bridges._steps import (
     MemoryLayer,
     Operation,
@@ -121,8 +122,8 @@ def working_namespace(scope_id: str, user_id: str | None = None) -> str:
     keeps it apart from every shared scope.
     """
     if user_id is None:
-        return f"working:{scope_id}"
-    return f"working-user:{len(user_id)}:{user_id}:{scope_id}"
+        return f"{WORKING_NAMESPACE_PREFIX}{scope_id}"
+    return f"{USER_WORKING_NAMESPACE_PREFIX}{len(user_id)}:{user_id}:{scope_id}"
 
 
 def read_facts(uow: UnitOfWork, namespace: str) -> list[tuple[str, Any]]:

@@ -51,6 +51,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
+from firefly_orm._layout import ARTIFACTS_NAMESPACE
 from firefly_orm.artifacts._results import (
     TEXT,
     ArtifactFile,
@@ -88,7 +89,7 @@ __all__ = [
 ]
 
 #: The namespace of every workspace's head row (one namespace for all of them).
-REGISTRY_NAMESPACE = "artifacts"
+REGISTRY_NAMESPACE = ARTIFACTS_NAMESPACE
 #: Longest encoded key or owner inside a namespace name (longer ones are digested).
 MAX_NAME_SEGMENT = 64
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from firefly_orm._layout import layer_of_namespace
 from firefly_orm._maintenance import refresh_statistics
 from firefly_orm.bridges._steps import (
     MemoryLayer,
@@ -87,6 +88,18 @@ def _check_min_importance(value: Any) -> float | None:
     return None if value <= 0.0 else float(value)
 
 
+def _own_namespace(namespace: Any) -> str:
+    """``namespace`` validated, and not one of another layer's (where items would be
+    read as that layer's rows: a turn, a fact, a workspace file)."""
+    checked: str = validate_namespace(namespace)
+    layer = layer_of_namespace(checked)
+    if layer is not None:
+        raise EntryValidationError(
+            "namespace", f"{checked!r} holds the {layer} layer's rows; pick one of your own"
+        )
+    return checked
+
+
 class LongTermMemory(MemoryLayer):
     """Facts and events kept beyond a conversation, found again by what they say.
 
@@ -109,7 +122,8 @@ class LongTermMemory(MemoryLayer):
             when ``None``.
         namespace: The store namespace of the items (default
             :data:`DEFAULT_NAMESPACE`); memories that should share items use
-            the same one.
+            the same one.  Another layer's namespaces (``conversation:...``,
+            ``working:...``, ``artifacts...``) are refused.
         user_id: The default owner (see above).
         language: The PostgreSQL text-search configuration items are indexed
             and searched with (``"english"``: stemming and stop words); ``None``
@@ -144,7 +158,7 @@ class LongTermMemory(MemoryLayer):
         long_term_limit: int | None = None,
         episodic_retention_days: float | None = None,
     ) -> None:
-        self._namespace = validate_namespace(namespace)
+        self._namespace = _own_namespace(namespace)
         self._user_id = None if user_id is None else validate_user_id(user_id)
         self._language = (
             None if language is None else validate_search_language(language, "language")

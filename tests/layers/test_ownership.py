@@ -225,3 +225,17 @@ async def test_a_bound_long_term_memory_imports_for_its_user_only(store: Any, mo
     assert new_id != kept
     assert (await call(mode, bob_items, "get", kept)).text == "bob's own note"
     assert (await call(mode, ann_items, "get", new_id)).user_id == "ann"
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    ["conversation:c1", "conversation-archive:c1", "conversation-index", "working:s", "artifacts"],
+)
+def test_long_term_memory_never_writes_into_another_layers_namespace(
+    store: Any, namespace: str
+) -> None:
+    # A long-term item there would read as a turn, a fact or a workspace file of its owner.
+    with pytest.raises(EntryValidationError, match="namespace"):
+        LongTermMemory(store=store, namespace=namespace, user_id="ann")
+    with pytest.raises(EntryValidationError, match="namespace"):
+        LongTermMemory(store=store, namespace="artifacts:w@bob")
