@@ -28,13 +28,14 @@ session, and left for the caller to commit with its own rows.
 from __future__ import annotations
 
 import logging
-from typing import Any, TypeVar, cast
-
-from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import Session
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from firefly_orm.bridges._steps import CallOut, LocksRows, Operation, Sleep, Step, Transaction
 from firefly_orm.protocols import JoinsSession, MemoryStore, declares
+
+if TYPE_CHECKING:  # SQLAlchemy's session types, imported when a store joins a session
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
 
 __all__ = ["SessionHold", "released_before_callouts"]
 
@@ -45,6 +46,9 @@ T = TypeVar("T")
 
 def _sync_session(session: object) -> Session | None:
     """The sync ``Session`` of ``session`` (an ``AsyncSession``'s own), else ``None``."""
+    from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
+
     if isinstance(session, AsyncSession):
         return session.sync_session
     return session if isinstance(session, Session) else None
@@ -67,8 +71,11 @@ class SessionHold:
     """
 
     def __init__(self, session: Session | AsyncSession | None, owned: bool) -> None:
-        self._session = session
         self._sync = _sync_session(session)
+        #: The AsyncSession whose commit is awaited (``None``: a sync Session).
+        self._async: AsyncSession | None = (
+            None if session is None or session is self._sync else cast("AsyncSession", session)
+        )
         self.owned = owned and self._sync is not None
 
     @classmethod
@@ -91,7 +98,7 @@ class SessionHold:
                 "pending changes): it stays open across the model call, holding its "
                 "connection 'idle in transaction'; commit or roll back before the run"
             )
-        return cls(cast(Session | AsyncSession, session), owned)
+        return cls(cast("Session | AsyncSession", session), owned)
 
     @property
     def joined(self) -> bool:
@@ -116,7 +123,7 @@ class SessionHold:
         sync = self._endable()
         if sync is None:
             return
-        if isinstance(self._session, AsyncSession):  # sync code cannot await its commit
+        if self._async is not None:  # sync code cannot await its commit
             return
         sync.commit()
         logger.debug("ended the session's transaction before the model call")
@@ -126,8 +133,8 @@ class SessionHold:
         sync = self._endable()
         if sync is None:
             return
-        if isinstance(self._session, AsyncSession):
-            await self._session.commit()
+        if self._async is not None:
+            await self._async.commit()
         else:
             sync.commit()
         logger.debug("ended the session's transaction before the model call")

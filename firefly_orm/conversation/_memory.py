@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from firefly_orm.bridges._release import SessionHold, released_before_callouts
 from firefly_orm.bridges._steps import (
     Operation,
     arun,
@@ -338,18 +339,21 @@ class ConversationMemory(ConversationReads, ConversationChanges):
             token_estimate=tokens,
             metadata=checked_metadata,
         )
-        appended = yield from ops.add_turn(
-            conversation_id,
-            ops.EncodedTurn(
-                turn,
-                encoded,
-                per_message,
-                owner,
-                key,
-                None if key is None else fingerprint(prompt, response, encoded),
+        appended = yield from released_before_callouts(  # no summarizer inside your transaction
+            ops.add_turn(
+                conversation_id,
+                ops.EncodedTurn(
+                    turn,
+                    encoded,
+                    per_message,
+                    owner,
+                    key,
+                    None if key is None else fingerprint(prompt, response, encoded),
+                ),
+                self._policy,
+                self._summarizer,
             ),
-            self._policy,
-            self._summarizer,
+            SessionHold.of(self._store, warn=False),
         )
         plan = appended.plan
         if plan is None:

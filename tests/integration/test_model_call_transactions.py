@@ -298,6 +298,42 @@ def test_the_summarizer_of_the_runs_write_runs_with_the_connection_idle(app: App
     assert stored.get_summary(cid) == "summary: q0"
 
 
+@pytest.mark.parametrize("open_before", [False, True])
+def test_add_turn_on_the_apps_session_summarizes_with_the_connection_idle(
+    app: App, open_before: bool
+) -> None:
+    """Plain ``add_turn`` (no agent): its first attempt began the session's
+    transaction and wrote nothing, so it is ended before the summarizer runs;
+    a transaction the app had open before is the app's and stays."""
+    user = new_user()
+    app.probe.pid = sync_pid(app)
+    summarized: list[str] = []
+
+    def summarizer(turns: list[ConversationTurn]) -> str:
+        summarized.append(app.probe.state())
+        return "summary"
+
+    cid = f"c-{uuid.uuid4().hex}"
+    with Session(app.engine) as session:
+        memory = MemoryManager(
+            store=app.store.bind_session(session),
+            user_id=user,
+            summarizer=summarizer,
+            max_messages=4,
+            summarize_threshold=1,
+        )
+        for n in range(2):
+            memory.add_turn(cid, f"q{n}", f"a{n}")
+            session.commit()
+        summarized.clear()
+        if open_before:
+            session.execute(sa.text("SELECT 1"))
+        memory.add_turn(cid, "q2", "a2")
+        session.commit()
+    assert summarized == [IN_TRANSACTION if open_before else IDLE]
+    assert MemoryManager(store=app.other).conversation.get_summary(cid) == "summary"
+
+
 def test_a_transaction_of_the_app_is_left_open_and_the_probe_sees_it(
     app: App, caplog: pytest.LogCaptureFixture
 ) -> None:
