@@ -11,9 +11,10 @@ key id lives inside the envelope, so no migration is needed and every store
 (SQL, MongoDB, files, memory) stores it the same way.
 
 The associated data binds the ciphertext to its row: the envelope's version,
-algorithm and key id, the namespace and the entry id.  A ciphertext copied
-into another row (another id, another namespace, another user's conversation)
-or altered in any bit fails to decrypt with :class:`DecryptionError`; so does
+algorithm and key id, the namespace, the entry id and the row's ``user_id``.
+A ciphertext copied into another row (another id, another namespace, another
+user's conversation), a row given to another user, or a ciphertext altered in
+any bit fails to decrypt with :class:`DecryptionError`; so does
 a row of an encrypted namespace whose content is not an envelope (unless
 ``allow_plaintext=True``, meant for a store that held plaintext before, until
 :func:`~firefly_orm.privacy.rotate_keys` has encrypted every row).
@@ -162,14 +163,28 @@ class Encryption:
         return cipher
 
     @staticmethod
-    def _associated_data(key_id: str, namespace: str, entry_id: str) -> bytes:
-        bound = ["firefly_orm.privacy", ENVELOPE_VERSION, ALGORITHM, key_id, namespace, entry_id]
+    def _associated_data(key_id: str, namespace: str, entry_id: str, user_id: str | None) -> bytes:
+        bound = [
+            "firefly_orm.privacy",
+            ENVELOPE_VERSION,
+            ALGORITHM,
+            key_id,
+            namespace,
+            entry_id,
+            user_id,
+        ]
         return json.dumps(bound, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     def seal(
-        self, namespace: str, entry_id: str, content: Any, *, key_id: str | None = None
+        self,
+        namespace: str,
+        entry_id: str,
+        content: Any,
+        *,
+        user_id: str | None = None,
+        key_id: str | None = None,
     ) -> Any:
-        """``content`` encrypted for the row ``(namespace, entry_id)``: its envelope.
+        """``content`` encrypted for the row ``(namespace, entry_id)`` of ``user_id``: its envelope.
 
         ``key_id`` defaults to the current key.
         """
@@ -177,7 +192,7 @@ class Encryption:
         plain = json.dumps(content, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         nonce = os.urandom(_NONCE_BYTES)
         sealed = self._cipher(kid).encrypt(
-            nonce, plain.encode("utf-8"), self._associated_data(kid, namespace, entry_id)
+            nonce, plain.encode("utf-8"), self._associated_data(kid, namespace, entry_id, user_id)
         )
         return {
             ENVELOPE_KEY: {
@@ -189,8 +204,10 @@ class Encryption:
             }
         }
 
-    def open(self, namespace: str, entry_id: str, content: Any) -> Any:
-        """The plain content of the row ``(namespace, entry_id)`` stored as ``content``.
+    def open(
+        self, namespace: str, entry_id: str, content: Any, *, user_id: str | None = None
+    ) -> Any:
+        """The plain content of the row ``(namespace, entry_id)`` of ``user_id``.
 
         Raises:
             DecryptionError: Not an envelope (and plaintext is not allowed),
@@ -220,11 +237,12 @@ class Encryption:
         except UnknownKeyError as exc:
             raise UnknownKeyError(f"{where} is encrypted with key {kid!r}: {exc}") from None
         try:
-            plain = cipher.decrypt(nonce, sealed, self._associated_data(kid, namespace, entry_id))
+            bound = self._associated_data(kid, namespace, entry_id, user_id)
+            plain = cipher.decrypt(nonce, sealed, bound)
         except Exception:  # InvalidTag, or a nonce of the wrong length
             raise DecryptionError(
                 f"{where} cannot be decrypted with key {kid!r}: the wrong key, or the row "
-                "was altered or copied from another row"
+                "was altered (its content or owner) or copied from another row"
             ) from None
         try:
             return load_json(plain)

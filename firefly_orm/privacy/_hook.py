@@ -197,7 +197,7 @@ class Protection:
         search_language = entry.search_language
         encryption = self.encryption
         if encryption is not None and encryption.encrypts(namespace):
-            content = encryption.seal(namespace, entry.entry_id, content)
+            content = encryption.seal(namespace, entry.entry_id, content, user_id=entry.user_id)
             if not encryption.keeps_search_text(namespace):
                 search_text = search_language = None
         stored = MemoryEntry.from_dict(
@@ -223,7 +223,9 @@ class Protection:
         """A stored entry as the caller sees it (decrypted in place; it is the caller's copy)."""
         encryption = self.encryption
         if entry is not None and encryption is not None and encryption.encrypts(namespace):
-            entry.content = encryption.open(namespace, entry.entry_id, entry.content)
+            entry.content = encryption.open(
+                namespace, entry.entry_id, entry.content, user_id=entry.user_id
+            )
         return entry
 
     def outbound_all(self, namespace: str, entries: Iterable[MemoryEntry]) -> list[MemoryEntry]:
@@ -232,7 +234,9 @@ class Protection:
         rows = list(entries)
         if encryption is not None and encryption.encrypts(namespace):
             for entry in rows:
-                entry.content = encryption.open(namespace, entry.entry_id, entry.content)
+                entry.content = encryption.open(
+                    namespace, entry.entry_id, entry.content, user_id=entry.user_id
+                )
         return rows
 
 

@@ -161,9 +161,10 @@ def _reencrypt(
         if stored is None or not _needs_rotation(encryption, current, stored.content):
             continue  # deleted, or rewritten under the current key meanwhile
         was_plain = envelope_key_id(stored.content) is None
-        plain = encryption.open(namespace, entry_id, stored.content)
+        owner = stored.user_id
+        plain = encryption.open(namespace, entry_id, stored.content, user_id=owner)
         changed: MemoryEntry = stored.copy_entry(
-            content=encryption.seal(namespace, entry_id, plain, key_id=current)
+            content=encryption.seal(namespace, entry_id, plain, user_id=owner, key_id=current)
         )
         if not keeps_search:
             changed.search_text = changed.search_language = None

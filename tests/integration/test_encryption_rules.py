@@ -1,7 +1,8 @@
 """The rules of field-level encryption, on SQLite read and altered with raw SQL.
 
 * A row altered at rest (a flipped bit, a ciphertext moved to another row,
-  plain content slipped in, a key id the provider lacks) is refused with one
+  a row given to another user, plain content slipped in, a key id the
+  provider lacks) is refused with one
   clear error that names the row, never the plaintext or the key.
 * ``allow_plaintext=True`` reads rows written before encryption was turned on,
   and a rotation encrypts them (dropping their clear search text).
@@ -132,10 +133,18 @@ def test_a_row_altered_at_rest_is_refused(sqlite_backend: OpenedBackend) -> None
     with pytest.raises(DecryptionError, match="not encrypted"):
         memory.get_context("c")
 
-    # A key id the provider does not have (the first row put back as it was).
+    # The first row put back as it was, but given to another user.
     _sql(
         sqlite_backend, "UPDATE memory_entries SET content = ? WHERE entry_id = ?", first, first_id
     )
+    _sql(
+        sqlite_backend, "UPDATE memory_entries SET user_id = 'mallory' WHERE entry_id = ?", first_id
+    )
+    with pytest.raises(DecryptionError, match="owner"):
+        memory.get_context("c")
+
+    # A key id the provider does not have (the first row's owner put back).
+    _sql(sqlite_backend, "UPDATE memory_entries SET user_id = NULL WHERE entry_id = ?", first_id)
     assert [t.user_prompt for t in memory.get_turns("c")] == [f"first {SECRET}", f"second {SECRET}"]
     envelope = json.loads(second)
     envelope["$enc"]["kid"] = "gone"
@@ -325,14 +334,16 @@ ENCRYPTION = Encryption(KeyRing({"k1": K1}))
     content=JSON, namespace=st.text(min_size=1, max_size=12), other=st.text(min_size=1, max_size=12)
 )
 def test_an_envelope_opens_only_in_its_own_row(content: Any, namespace: str, other: str) -> None:
-    sealed = ENCRYPTION.seal(namespace, "id1", content)
+    sealed = ENCRYPTION.seal(namespace, "id1", content, user_id="u1")
     assert envelope_key_id(sealed) == "k1"
-    assert ENCRYPTION.open(namespace, "id1", sealed) == content
+    assert ENCRYPTION.open(namespace, "id1", sealed, user_id="u1") == content
     with pytest.raises(DecryptionError):
-        ENCRYPTION.open(namespace, "id2", sealed)
+        ENCRYPTION.open(namespace, "id2", sealed, user_id="u1")
+    with pytest.raises(DecryptionError):
+        ENCRYPTION.open(namespace, "id1", sealed, user_id="u2")
     if other != namespace:
         with pytest.raises(DecryptionError):
-            ENCRYPTION.open(other, "id1", sealed)
+            ENCRYPTION.open(other, "id1", sealed, user_id="u1")
 
 
 # --------------------------------------------------------------------------- the command
