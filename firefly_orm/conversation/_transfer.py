@@ -23,6 +23,7 @@ from typing import Any, TypeAlias
 
 from firefly_orm._maintenance import ANALYZE_AFTER_ROWS, refresh_statistics
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
+from firefly_orm.conversation._append import save_head
 from firefly_orm.conversation._codec import check_encoded, encode_raw_messages
 from firefly_orm.conversation._model import (
     ConversationTurn,
@@ -38,16 +39,20 @@ from firefly_orm.conversation._rows import (
     conversation_namespace,
     head_from_entry,
     stored_raw,
+    turn_entry,
     turn_from_entry,
 )
 from firefly_orm.entry import utcnow
-from firefly_orm.errors import EntryValidationError
+from firefly_orm.errors import ConcurrencyError, ConversationNotFoundError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
     "ANALYZE_AFTER_ROWS",
+    "IMPORT_BATCH_TURNS",
     "ParsedImport",
+    "append_imported",
     "import_conversations",
+    "import_in_batches",
     "parse_import",
     "parse_imports",
     "read_export",
@@ -56,6 +61,10 @@ __all__ = [
 ]
 
 logger = logging.getLogger("firefly_orm")
+
+#: The most turns one unit of work of an import writes: a single conversation
+#: with more is imported batch by batch (:func:`import_in_batches`).
+IMPORT_BATCH_TURNS = 500
 
 #: One validated conversation to import: its id, its turns and its summary.
 ParsedImport: TypeAlias = tuple[str, list[EncodedTurn], str | None]
@@ -179,10 +188,96 @@ def import_conversations(
     All or nothing: when any write fails, no conversation is changed.  Once it
     is committed, a large import refreshes the store's planner statistics
     (:func:`refresh_statistics`).
+
+    A single conversation of more than :data:`IMPORT_BATCH_TURNS` turns is
+    written in batches instead (:func:`import_in_batches`), each its own short
+    unit of work, so no transaction outlives a server's limit (MongoDB aborts
+    transactions older than 60 seconds).
     """
-    yield from retrying(Transaction.write(replace_conversations, conversations, owner))
+    if len(conversations) == 1 and len(conversations[0][1]) > IMPORT_BATCH_TURNS:
+        yield from import_in_batches(conversations[0], owner)
+    else:
+        yield from retrying(Transaction.write(replace_conversations, conversations, owner))
     yield from refresh_statistics(sum(len(turns) for _cid, turns, _summary in conversations))
     return [cid for cid, _turns, _summary in conversations]
+
+
+def import_in_batches(conversation: ParsedImport, owner: str | None = None) -> Operation[None]:
+    """Replace one conversation's turns in units of work of :data:`IMPORT_BATCH_TURNS` turns.
+
+    The first unit of work replaces the conversation with the first batch
+    (:func:`~firefly_orm.conversation._ops.replace_conversation`: old turns and
+    archive deleted, owner checked); each next one appends a batch and moves
+    the head on (:func:`append_imported`).  Every commit leaves a consistent
+    conversation, a prefix of the import, so a reader sees either the old
+    conversation or a growing prefix of the new one.  Each batch is retried
+    on a write conflict; should one still fail, the conversation holds the
+    batches committed so far and running the same import again replaces them,
+    completing it without duplicates (turn rows have derived ids).
+    """
+    cid, turns, summary = conversation
+    size = IMPORT_BATCH_TURNS
+    yield from retrying(Transaction.write(replace_conversation, cid, turns[:size], summary, owner))
+    for start in range(size, len(turns), size):
+        expected_next = turns[start - 1].turn.turn_id + 1
+        batch = turns[start : start + size]
+        yield from retrying(Transaction.write(append_imported, cid, batch, expected_next, owner))
+    logger.info(
+        "imported conversation %r: %d turns in %d units of work",
+        cid,
+        len(turns),
+        -(-len(turns) // size),
+    )
+
+
+def append_imported(
+    uow: UnitOfWork,
+    conversation_id: str,
+    batch: Sequence[EncodedTurn],
+    expected_next: int,
+    owner: str | None = None,
+) -> None:
+    """Transaction: append the next batch of an import (:func:`import_in_batches`).
+
+    The head must still be where the previous batch left it
+    (``next_turn_id == expected_next``); a head already past this batch (its
+    commit landed, then reported failed) is left as it is.
+
+    Raises:
+        ConversationNotFoundError: The conversation is gone, or not ``owner``'s.
+        ConcurrencyError: Another writer changed the conversation meanwhile.
+    """
+    namespace = conversation_namespace(conversation_id)
+    stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
+    if stored_head is None or (owner is not None and stored_head.user_id != owner):
+        raise ConversationNotFoundError(conversation_id)
+    head = head_from_entry(stored_head)
+    last = batch[-1].turn.turn_id
+    if head.next_turn_id == last + 1 and head.turn_count >= len(batch):
+        return  # this batch is in already
+    if head.next_turn_id != expected_next:
+        raise ConcurrencyError(
+            f"conversation {conversation_id!r} changed while it was imported "
+            f"(next turn {head.next_turn_id}, expected {expected_next}); import it again"
+        )
+    user_id = stored_head.user_id
+    for item in batch:
+        uow.entries.save(
+            namespace,
+            turn_entry(namespace, item.turn, item.encoded_raw, item.message_tokens, user_id),
+        )
+    save_head(
+        uow,
+        conversation_id,
+        stored_head,
+        head,
+        next_turn_id=last + 1,
+        total_tokens=head.total_tokens + sum(t.turn.token_estimate for t in batch),
+        turn_count=head.turn_count + len(batch),
+        summary=head.summary,
+        total_messages=(head.total_messages or 0) + sum(t.turn.message_count for t in batch),
+        user_id=user_id,
+    )
 
 
 def replace_conversations(

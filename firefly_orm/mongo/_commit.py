@@ -182,19 +182,20 @@ async def check_version_room(
 ) -> None:
     """Refuse, before anything is written, to update an entry at the largest version.
 
-    One lookup on the unique ``entry_id`` index that returns no document unless
-    a written entry is already at :data:`~firefly_orm.entry.MAX_ENTRY_VERSION`.
+    One lookup on the unique ``entry_id`` index, the versions compared here
+    (a condition on ``version`` in the query makes SecantusDB scan the
+    collection instead): at most one small document per written entry.
     """
     ids = sorted({entry_id for (_, entry_id), entry in changes.writes.items() if entry})
     if not ids:
         return
-    found = await col.find_one(
-        {"entry_id": {"$in": ids}, "version": {"$gte": MAX_ENTRY_VERSION}},
-        {"entry_id": 1},
-        session=session,
+    cursor = col.find(
+        {"entry_id": {"$in": ids}}, {"_id": 0, "entry_id": 1, "version": 1}, session=session
     )
-    if found is not None:
-        raise version_exhausted(found["entry_id"])
+    async for found in cursor:
+        version = found.get("version")
+        if isinstance(version, int) and version >= MAX_ENTRY_VERSION:
+            raise version_exhausted(found["entry_id"])
 
 
 async def _check_preconditions(

@@ -35,8 +35,9 @@ converts between the two shapes.
 Indexes (:func:`memory_indexes`, created through Beanie by the store):
 ``(namespace, created_at, created_at_us, entry_id)`` for ordered loads,
 ``(namespace, key, created_at, created_at_us, entry_id)`` partial on ``key``
-existing (lookups by key and key-prefix ranges),
-``(user_id, namespace, created_at, created_at_us, entry_id)`` partial on
+existing (lookups by key and key-prefix ranges), ``(namespace, key)``
+(:data:`KEY_INDEX`, not partial: the one a planner that ignores partial indexes
+uses for the same lookups), ``(user_id, namespace, created_at, created_at_us, entry_id)`` partial on
 ``user_id`` existing, ``(namespace, search_words)`` (multikey: one key per word
 of an entry; full-text search), ``expires_at`` partial on existing (with
 ``ttl_index=True`` the same index is also a real TTL index,
@@ -81,6 +82,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 __all__ = [
     "COMMIT_FIELD",
     "JSON_WRAPPER_KEY",
+    "KEY_INDEX",
     "MemoryDocument",
     "MemoryDocumentFields",
     "SEARCH_INDEX",
@@ -98,6 +100,8 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 #: The document field holding the words of ``search_text`` (see the module docstring).
 SEARCH_WORDS = "search_words"
+#: The index ``(namespace, key)`` (not partial) of lookups by key and key ranges.
+KEY_INDEX = "ix_namespace_key"
 #: The multikey index ``(namespace, search_words)`` full-text search looks words up in.
 SEARCH_INDEX = "ix_namespace_search_words"
 
@@ -169,6 +173,10 @@ def memory_indexes(*, ttl_index: bool = True) -> list[IndexModel]:
             name="ix_namespace_key_created",
             partialFilterExpression={"key": {"$exists": True}},
         ),
+        # Not partial, and beside the partial one above: SecantusDB's planner
+        # never picks a partial index on its own (it scans the collection), so
+        # a lookup by key or a key range would cost the collection's size there.
+        IndexModel([("namespace", 1), ("key", 1)], name=KEY_INDEX),
         IndexModel(
             [
                 ("user_id", 1),

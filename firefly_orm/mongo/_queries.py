@@ -1,9 +1,21 @@
 """The reads a :class:`~firefly_orm.mongo.MongoDBStore` runs: ordered finds and word searches.
 
-Both return live entries only: the server filters on ``expires_at``
-(:func:`~firefly_orm.mongo._document.live_filter`, one millisecond coarse) and
-the entries expiring within the reading millisecond are dropped here, the
-window read again larger when they took places under the limit.
+Both return live entries only.
+
+Finds (:func:`find_live`)
+    The server gets the query as it is (namespace, key, key range, user) and
+    the expired entries are dropped here (:func:`~firefly_orm.mongo._document.is_live`,
+    microsecond-exact): a condition on ``expires_at`` (which must match a
+    missing field, ``$not``) makes SecantusDB, the test server, scan the whole
+    collection instead of the ``(namespace, ...)`` index, so a lookup in one
+    conversation would cost the size of every conversation.  When expired
+    entries took places under the limit, the window is read again, twice as
+    large each time (the TTL index removes expired entries within about a
+    minute, so there are few).
+Searches (:func:`search_live`)
+    The live filter is the server's (:func:`~firefly_orm.mongo._document.live_filter`,
+    one millisecond coarse), in the pipeline's second ``$match``; the entries
+    expiring within the reading millisecond are dropped here.
 
 Full-text search (:func:`search_live`)
     MongoDB's own text index (``$text``) is not used: SecantusDB, the server
@@ -82,9 +94,9 @@ async def _read_live(
         live = [item for item in found if is_live(entry_of(item), now)]
         if limit is None or wanted is None or len(found) < wanted or len(live) >= limit:
             return live if limit is None else live[:limit]
-        # Entries expiring within now's millisecond took places in the
-        # window: read a window that much larger (rare, and terminates).
-        wanted += limit - len(live)
+        # Expired entries took places in the window: read a larger one (at
+        # least twice as large, so a run of expired entries costs a few reads).
+        wanted = max(2 * wanted, wanted + limit - len(live))
 
 
 async def find_live(
@@ -93,10 +105,13 @@ async def find_live(
     order: list[tuple[str, int]] | None,
     limit: int | None,
 ) -> list[MemoryEntry]:
-    """Live entries matching ``query``, in ``order``, at most ``limit`` (positive or None)."""
+    """Live entries matching ``query``, in ``order``, at most ``limit`` (positive or None).
+
+    ``query`` goes to the server as it is; expired entries are dropped here.
+    """
 
     async def fetch(now: datetime, wanted: int | None) -> list[MemoryEntry]:
-        cursor = col.find({**query, **live_filter(now)}, _WITHOUT_WORDS)
+        cursor = col.find(query, _WITHOUT_WORDS)
         if order is not None:
             cursor = cursor.sort(order)
         if wanted is not None:
