@@ -93,7 +93,7 @@ from typing import (
 from firefly_orm.bridges._loop_thread import loop_running, shared_loop
 from firefly_orm.bridges._threads import call_blocking
 from firefly_orm.errors import ConcurrencyError
-from firefly_orm.protocols import AsyncMemoryStore, MemoryStore, UnitOfWork, declares
+from firefly_orm.protocols import AsyncMemoryStore, JoinsSession, MemoryStore, UnitOfWork, declares
 from firefly_orm.protocols import LocksRows as LocksRowsFact
 from firefly_orm.uow import arun_in_unit_of_work, async_unit_of_work_for, unit_of_work_for
 
@@ -302,13 +302,18 @@ def locks_rows(store: object) -> bool:
 
 @dataclass(frozen=True)
 class LocksRows(Step[bool]):
-    """The store's :func:`locks_rows` (whether a :class:`HoldingTransaction` queues writers)."""
+    """Whether a :class:`HoldingTransaction` may queue writers on the store.
+
+    The store :func:`locks_rows` and does not join a caller's session
+    (:class:`~firefly_orm.protocols.JoinsSession`): holding a lock there would
+    keep the caller's transaction open across the call-out (a model call).
+    """
 
     def perform(self, store: MemoryStore) -> bool:
-        return locks_rows(store)
+        return locks_rows(store) and not declares(store, JoinsSession)
 
     async def aperform(self, store: MemoryStore) -> bool:
-        return locks_rows(store)
+        return self.perform(store)
 
 
 #: The work of a :class:`HoldingTransaction`: over the unit of work, a generator

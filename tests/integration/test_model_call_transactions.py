@@ -47,6 +47,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from firefly_orm import migrate
+from firefly_orm.bridges._steps import LocksRows
 from firefly_orm.conversation import ConversationTurn
 from firefly_orm.manager import MemoryManager
 from firefly_orm.pydantic_ai import MemoryAgent, MemoryDeps
@@ -332,6 +333,38 @@ def test_add_turn_on_the_apps_session_summarizes_with_the_connection_idle(
         session.commit()
     assert summarized == [IN_TRANSACTION if open_before else IDLE]
     assert MemoryManager(store=app.other).conversation.get_summary(cid) == "summary"
+
+
+def test_a_summary_redone_after_a_lost_race_is_not_made_under_the_apps_lock(app: App) -> None:
+    """On a store that locks rows, a writer whose summary went stale redoes it holding
+    the head's lock; on the app's session that lock would be held in the app's
+    transaction, so there the summary is redone outside any transaction instead."""
+    user = new_user()
+    app.probe.pid = sync_pid(app)
+    cid = f"c-{uuid.uuid4().hex}"
+    other = MemoryManager(store=app.other, user_id=user)
+    summarized: list[str] = []
+
+    def summarizer(turns: list[ConversationTurn]) -> str:
+        summarized.append(app.probe.state())
+        if len(summarized) == 1:  # another writer moves the conversation on meanwhile
+            other.add_turn(cid, "q-other", "a-other")
+        return f"summary {len(summarized)}"
+
+    for n in range(2):
+        other.add_turn(cid, f"q{n}", f"a{n}")
+    with Session(app.engine) as session:
+        bound = app.store.bind_session(session)
+        assert LocksRows().perform(app.store) is True  # PostgreSQL: the holding path exists
+        assert LocksRows().perform(bound) is False  # but never on the app's session
+        memory = MemoryManager(
+            store=bound, user_id=user, summarizer=summarizer, max_messages=4, summarize_threshold=1
+        )
+        memory.add_turn(cid, "q2", "a2")
+        session.commit()
+    assert summarized == [IDLE, IDLE]  # the second summary, after the lost race, too
+    stored = MemoryManager(store=app.other).conversation
+    assert [t.user_prompt for t in stored.get_turns(cid)] == ["q-other", "q2"]
 
 
 def test_a_transaction_of_the_app_is_left_open_and_the_probe_sees_it(
