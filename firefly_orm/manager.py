@@ -406,6 +406,33 @@ class MemoryManager(MemoryLayer):
         Raises:
             EntryValidationError: A bad argument (nothing is read).
         """
+        request = self._assemble_request(
+            conversation_id,
+            max_tokens=max_tokens,
+            max_messages=max_messages,
+            query=query,
+            recall_limit=recall_limit,
+            min_importance=min_importance,
+            shares=shares,
+            style=style,
+        )
+        step = Transaction.read(assemble_transaction, request)
+        return (yield from self._conversation._as_owner(request.conversation_id, step))
+
+    def _assemble_request(
+        self,
+        conversation_id: str,
+        *,
+        max_tokens: int | None = None,
+        max_messages: int | None = None,
+        query: str | None = None,
+        recall_limit: int = 5,
+        min_importance: float = 0.0,
+        shares: ContextShares | None = None,
+        style: str | None = None,
+    ) -> AssembleRequest:
+        """The checked :class:`~firefly_orm.assemble.AssembleRequest` of
+        :meth:`assemble_context` (also what ``MemoryAgent`` reads with)."""
         limits = self._conversation.limits
         conversation_id = check_conversation_id(conversation_id)
         budget = limits.max_tokens if max_tokens is None else check_int("max_tokens", max_tokens, 1)
@@ -422,7 +449,7 @@ class MemoryManager(MemoryLayer):
             raise EntryValidationError("shares", "must be a ContextShares")
         long_term = self._long_term
         floor = LongTermMemory.recall_floor(min_importance)
-        request = AssembleRequest(
+        return AssembleRequest(
             conversation_id=conversation_id,
             limits=Limits(
                 max_tokens=budget,
@@ -444,8 +471,6 @@ class MemoryManager(MemoryLayer):
             shares=shares if shares is not None else ContextShares(),
             style=style,
         )
-        step = Transaction.read(assemble_transaction, request)
-        return (yield from self._conversation._as_owner(conversation_id, step))
 
     # ------------------------------------------------------------------ facts
     _set_fact = delegate(WorkingMemory._set, _working_of)

@@ -20,13 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from firefly_orm.assemble import AssembleRequest, ContextShares, LongTermSource
+from firefly_orm.assemble import AssembleRequest, ContextShares
 from firefly_orm.assemble import assemble_context as assemble_transaction
 from firefly_orm.bridges._steps import Operation, Transaction
 from firefly_orm.conversation._owner import read_ownership
-from firefly_orm.conversation._plan import Limits
 from firefly_orm.errors import ConversationNotFoundError
-from firefly_orm.long_term import LongTermMemory
 from firefly_orm.manager import MemoryManager
 from firefly_orm.protocols import UnitOfWork
 
@@ -86,30 +84,13 @@ def _request(
     memory: MemoryManager, conversation_id: str, query: str, options: ContextOptions
 ) -> AssembleRequest:
     """The :class:`AssembleRequest` ``memory.assemble_context`` would make for these options."""
-    conversation = memory.conversation
-    limits = conversation.limits
-    long_term = memory.long_term
-    return AssembleRequest(
-        conversation_id=conversation_id,
-        limits=Limits(
-            max_tokens=limits.max_tokens if options.max_tokens is None else options.max_tokens,
-            summarize_threshold=limits.summarize_threshold,
-            max_messages=(
-                limits.max_messages if options.max_messages is None else options.max_messages
-            ),
-            pin_count=limits.pin_count,
-            recent_count=limits.recent_count,
-        ),
-        estimator=conversation.estimator,
-        long_term=LongTermSource(
-            namespace=long_term.namespace,
-            user_id=long_term.user_id,
-            language=long_term.language,
-            limit=options.recall_limit,
-            min_importance=LongTermMemory.recall_floor(options.min_importance),
-        ),
-        working_namespace=memory.working.namespace,
+    return memory._assemble_request(
+        conversation_id,
+        max_tokens=options.max_tokens,
+        max_messages=options.max_messages,
         query=query,
-        shares=options.shares if options.shares is not None else ContextShares(),
+        recall_limit=options.recall_limit,
+        min_importance=options.min_importance,
+        shares=options.shares,
         style="pydantic-ai",
     )
