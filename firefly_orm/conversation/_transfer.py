@@ -36,6 +36,7 @@ from firefly_orm.conversation._rows import (
     HEAD_KEY,
     MAX_TURN_ID,
     TURN_KEY_PREFIX,
+    archive_namespace,
     conversation_namespace,
     head_from_entry,
     stored_raw,
@@ -53,6 +54,7 @@ __all__ = [
     "append_imported",
     "import_conversations",
     "import_in_batches",
+    "imported_batches",
     "parse_import",
     "parse_imports",
     "read_export",
@@ -211,14 +213,22 @@ def import_in_batches(conversation: ParsedImport, owner: str | None = None) -> O
     the head on (:func:`append_imported`).  Every commit leaves a consistent
     conversation, a prefix of the import, so a reader sees either the old
     conversation or a growing prefix of the new one.  Each batch is retried
-    on a write conflict; should one still fail, the conversation holds the
-    batches committed so far and running the same import again replaces them,
-    completing it without duplicates (turn rows have derived ids).
+    on a write conflict.  Should one still fail, the conversation holds the
+    batches committed so far; the same import run again resumes after them
+    (:func:`imported_batches`: the stored turns are exactly those batches,
+    compared row by row), else starts over.  Either way it completes without
+    duplicates (turn rows have derived ids).
     """
     cid, turns, summary = conversation
     size = IMPORT_BATCH_TURNS
-    yield from retrying(Transaction.write(replace_conversation, cid, turns[:size], summary, owner))
-    for start in range(size, len(turns), size):
+    done = yield from Transaction.read(imported_batches, cid, turns, summary, owner)
+    if done == 0:
+        first = turns[:size]
+        yield from retrying(Transaction.write(replace_conversation, cid, first, summary, owner))
+        done = 1
+    else:
+        logger.info("resuming the import of conversation %r after %d turns", cid, done * size)
+    for start in range(done * size, len(turns), size):
         expected_next = turns[start - 1].turn.turn_id + 1
         batch = turns[start : start + size]
         yield from retrying(Transaction.write(append_imported, cid, batch, expected_next, owner))
@@ -228,6 +238,50 @@ def import_in_batches(conversation: ParsedImport, owner: str | None = None) -> O
         len(turns),
         -(-len(turns) // size),
     )
+
+
+def imported_batches(
+    uow: UnitOfWork,
+    conversation_id: str,
+    turns: Sequence[EncodedTurn],
+    summary: str | None,
+    owner: str | None = None,
+) -> int:
+    """Transaction (read): how many leading batches of this import are stored already.
+
+    Non-zero only when the conversation holds exactly the first ``k`` batches
+    (``k`` at least 1, fewer than all): the head counts them and carries the
+    import's summary, and every stored turn row equals the row the import
+    writes for it; the archive is empty.  Anything else (another
+    conversation, another import, turns added since) gives 0: start over.
+    """
+    size = IMPORT_BATCH_TURNS
+    namespace = conversation_namespace(conversation_id)
+    stored_head = uow.entries.get_by_key(namespace, HEAD_KEY)
+    if stored_head is None or (owner is not None and stored_head.user_id != owner):
+        return 0
+    head = head_from_entry(stored_head)
+    done, partial = divmod(head.turn_count, size)
+    if partial or not 0 < done * size < len(turns) or (summary and head.summary != summary):
+        return 0
+    if head.next_turn_id != turns[done * size - 1].turn.turn_id + 1:
+        return 0
+    if uow.entries.list(archive_namespace(conversation_id), limit=1):
+        return 0
+    rows = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX)
+    if len(rows) != done * size:
+        return 0
+    user_id = stored_head.user_id
+    for row, item in zip(rows, turns, strict=False):
+        expected = turn_entry(namespace, item.turn, item.encoded_raw, item.message_tokens, user_id)
+        if (row.key, row.content) != (expected.key, _as_stored(expected.content)):
+            return 0
+    return done
+
+
+def _as_stored(value: Any) -> Any:
+    """``value`` as a store gives it back (through JSON)."""
+    return json.loads(json.dumps(value))
 
 
 def append_imported(

@@ -21,12 +21,14 @@ import math
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from firefly_orm.conversation import ConversationMemory
 from firefly_orm.conversation import _transfer as transfer
+from firefly_orm.conversation._ops import replace_conversation
 from firefly_orm.errors import StoreError
 
 BATCH = 10
@@ -34,10 +36,19 @@ UNLIMITED = 10**12
 
 
 def _export(n: int, tag: str = "q") -> dict[str, Any]:
-    return {
-        "turns": [{"user_prompt": f"{tag}{i}", "assistant_response": f"a{i}"} for i in range(n)],
-        "summary": "imported",
-    }
+    """An export as ``export_conversation`` writes it (with timestamps)."""
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    turns = [
+        {
+            "turn_id": i,
+            "user_prompt": f"{tag}{i}",
+            "assistant_response": f"a{i}",
+            "timestamp": (start + timedelta(seconds=i)).isoformat(),
+            "metadata": {"n": i},
+        }
+        for i in range(n)
+    ]
+    return {"turns": turns, "summary": "imported"}
 
 
 @pytest.fixture
@@ -86,11 +97,68 @@ def test_a_failed_batch_leaves_a_prefix_and_a_rerun_completes_it(
     assert [t.user_prompt for t in prefix] == [f"q{i}" for i in range(2 * BATCH)]
     assert memory.verify("c") == []  # consistent: the head counts exactly the prefix
 
-    memory.import_conversation(data, conversation_id="c")  # the same import, again
+    # The same import, again: it resumes after the two batches stored.
+    monkeypatch.setattr(transfer, "append_imported", real)
+    written = _count_batches(monkeypatch)
+    memory.import_conversation(data, conversation_id="c")
+    assert written == Counter({"append": 3})  # batches 3, 4 and the last 3 turns
     turns = memory.get_turns("c")
     assert [t.user_prompt for t in turns] == [f"q{i}" for i in range(4 * BATCH + 3)]
     assert len({t.turn_id for t in turns}) == len(turns)
     assert memory.verify("c") == []
+
+
+def _count_batches(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Counts the units of work an import writes: ``replace`` (the first) and ``append``."""
+    written = Counter[str]()
+    replace, append = replace_conversation, transfer.append_imported
+
+    def counted_replace(*args: Any) -> None:
+        written["replace"] += 1
+        replace(*args)
+
+    def counted_append(*args: Any) -> None:
+        written["append"] += 1
+        append(*args)
+
+    monkeypatch.setattr(transfer, "replace_conversation", counted_replace)
+    monkeypatch.setattr(transfer, "append_imported", counted_append)
+    return written
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_an_interrupted_import_is_not_resumed_by_another_one(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    memory = ConversationMemory(store=store, max_tokens=UNLIMITED, summarize_threshold=UNLIMITED)
+    real = transfer.append_imported
+
+    def failing(*args: Any) -> None:
+        raise StoreError("injected")
+
+    monkeypatch.setattr(transfer, "append_imported", failing)
+    with pytest.raises(StoreError):
+        memory.import_conversation(_export(2 * BATCH + 1), conversation_id="c")
+    monkeypatch.setattr(transfer, "append_imported", real)
+    assert len(memory.get_turns("c")) == BATCH
+
+    # Another import (other texts) starts over: first unit of work replaces.
+    written = _count_batches(monkeypatch)
+    memory.import_conversation(_export(2 * BATCH + 1, tag="other"), conversation_id="c")
+    assert written == Counter({"replace": 1, "append": 2})
+    assert [t.user_prompt for t in memory.get_turns("c")] == [
+        f"other{i}" for i in range(2 * BATCH + 1)
+    ]
+    # A turn added after the interrupted import: starting over too.
+    monkeypatch.setattr(transfer, "append_imported", failing)
+    with pytest.raises(StoreError):
+        memory.import_conversation(_export(2 * BATCH + 1), conversation_id="d")
+    monkeypatch.setattr(transfer, "append_imported", real)
+    memory.add_turn("d", "added", "meanwhile")
+    written = _count_batches(monkeypatch)
+    memory.import_conversation(_export(2 * BATCH + 1), conversation_id="d")
+    assert written["replace"] == 1
+    assert [t.user_prompt for t in memory.get_turns("d")] == [f"q{i}" for i in range(2 * BATCH + 1)]
 
 
 @pytest.mark.usefixtures("small_batches")
