@@ -310,7 +310,8 @@ class LocksRows(Step[bool]):
     """
 
     def perform(self, store: MemoryStore) -> bool:
-        return locks_rows(store) and not declares(store, JoinsSession)
+        joins = declares(store, JoinsSession) and cast(JoinsSession, store).session is not None
+        return locks_rows(store) and not joins
 
     async def aperform(self, store: MemoryStore) -> bool:
         return self.perform(store)
