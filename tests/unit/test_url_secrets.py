@@ -182,9 +182,15 @@ def test_sqlalchemy_store_repr_hides_a_query_password(tmp_path: Any) -> None:
 @pytest.mark.parametrize(("url", "secrets"), _params(MONGO_URLS + SRV_URLS))
 def test_mongodb_repr_hides_secrets(url: str, secrets: tuple[str, ...]) -> None:
     pytest.importorskip("pymongo")
+    from firefly_orm.errors import EntryValidationError
     from firefly_orm.mongo import MongoDBStore
 
-    assert_no_secret(repr(MongoDBStore(url)), secrets)
+    try:
+        store = MongoDBStore(url)
+    except EntryValidationError as exc:  # a malformed URL (two +srv hosts) is refused at once
+        assert_no_secret(str(exc), secrets)
+        return
+    assert_no_secret(repr(store), secrets)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # pymongo: "Unknown option password"
