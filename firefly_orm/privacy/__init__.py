@@ -59,7 +59,12 @@ from firefly_orm.privacy._hook import (
     protect,
 )
 from firefly_orm.privacy._keys import CallbackKeys, KeyProvider, KeyRing, generate_key
-from firefly_orm.privacy._redaction import DEFAULT_REPLACEMENT, Redaction, Redactor
+from firefly_orm.privacy._redaction import (
+    DEFAULT_REPLACEMENT,
+    MAX_REDACTION_PASSES,
+    Redaction,
+    Redactor,
+)
 from firefly_orm.privacy._rotate import (
     RotationProgress,
     RotationReport,
@@ -73,6 +78,7 @@ __all__ = [
     "DEFAULT_DETECTORS",
     "DEFAULT_REPLACEMENT",
     "ENVELOPE_KEY",
+    "MAX_REDACTION_PASSES",
     "REDACTIONS_KEY",
     "CallbackKeys",
     "CardDetector",

@@ -177,16 +177,36 @@ class RegexDetector:
 _EMAIL = re.compile(r"(?<![\w.%+'-])([\w.%+'-]++)@(?=([\w.-]++))")
 
 
+_LETTERS = re.compile(r"[^\W\d_]++")
+_WORD = re.compile(r"\w")
+_PUNYCODE = re.compile(r"xn--[\w-]++", re.IGNORECASE)
+
+
 def _domain_length(domain: str) -> int:
-    """How much of ``domain`` is an e-mail domain (0: none)."""
-    domain = domain.rstrip(".-")
-    labels = domain.split(".")
-    if len(labels) < 2 or not all(labels):
+    """How long the longest e-mail domain opening ``domain`` is (0: none).
+
+    Labels separated by dots, at least two, none empty, the last (the
+    top-level domain) of two letters or more or an ``xn--`` one, not glued to
+    a letter or digit: ``b.co`` in ``b.co-00``, none in ``b.co00``.  So cutting
+    the text after a domain (a phone number redacted there) never makes one
+    appear.
+    """
+    best = 0
+    dot = domain.find(".")
+    if dot <= 0:
         return 0
-    tld = labels[-1]
-    if (tld.isalpha() and len(tld) >= 2) or (tld[:4].lower() == "xn--" and len(tld) > 4):
-        return len(domain)
-    return 0
+    while dot != -1:
+        tld = _PUNYCODE.match(domain, dot + 1) or _LETTERS.match(domain, dot + 1)
+        if tld is not None:
+            end = len(domain[: tld.end()].rstrip("-"))
+            glued = end < len(domain) and _WORD.match(domain, end) is not None
+            if end - dot > 2 and not glued:
+                best = end
+        following = domain.find(".", dot + 1)
+        if following == dot + 1:
+            break  # an empty label: no longer domain
+        dot = following
+    return best
 
 
 class EmailDetector:
@@ -217,11 +237,11 @@ class EmailDetector:
 # --------------------------------------------------------------------------- digit runs
 
 #: A run of digit groups: an optional ``+``, then groups (``123`` or ``(123)``)
-#: separated by at most one space, no-break space, ``-`` or ``.``.  Possessive
+#: separated by at most one space, no-break space, ``-``, ``.`` or ``/``.  Possessive
 #: throughout and started only where no word character precedes: each character
 #: is read once.
 _DIGIT_RUN = re.compile(
-    r"(?<![\w+])\+?(?:\(\d++\)|\d++)(?:[ \u00a0.\-]?+(?:\(\d++\)|\d++))*+",
+    r"(?<![\w+])\+?(?:\(\d++\)|\d++)(?:[ \u00a0./\-]?+(?:\(\d++\)|\d++))*+",
 )
 _GROUP = re.compile(r"\((\d++)\)|(\d++)")
 _ANY_DIGIT = re.compile(r"\d")
@@ -326,9 +346,9 @@ class CardDetector:
         return "CardDetector()"
 
 
-#: The shapes of a date's three groups: ``01.02.2024``, ``31-12-2024``, ``2024-12-31``.
+#: The shapes of a date's three groups: ``01.02.2024``, ``31/12/2024``, ``2024-12-31``.
 _DATE_SHAPES = frozenset(
-    ((a, ""), (b, sep), (c, sep)) for a, b, c in ((2, 2, 4), (4, 2, 2)) for sep in ".-"
+    ((a, ""), (b, sep), (c, sep)) for a, b, c in ((2, 2, 4), (4, 2, 2)) for sep in ".-/"
 )
 
 
@@ -368,34 +388,39 @@ class PhoneDetector:
         """The phone numbers in ``text``."""
         for plus, groups in _runs(text):
             dates_until = 0
+            # Where a number may start as at the start of the run: the run's
+            # first group, or the group right after a number found (as it
+            # would once that number is redacted).
+            fresh = 0
             for index in range(len(groups)):
-                end = self._international(groups, plus) if index == 0 else None
+                end = self._international(groups, index, plus) if index == fresh else None
                 if end is None and _is_date(groups, index):
                     dates_until = index + 3  # no phone number starts within a date
                 if end is None and index >= dates_until:
-                    end = self._national(groups, index)
+                    end = self._national(groups, index, index == fresh)
                 if end is not None:
                     start = groups[index].start - (1 if plus and index == 0 else 0)
                     yield start, groups[end].end
+                    fresh = max(fresh, end + 1)
 
     @staticmethod
-    def _international(groups: list[_Group], plus: bool) -> int | None:
+    def _international(groups: list[_Group], first: int, plus: bool) -> int | None:
         """The last group of ``+44 20 7946 0958`` or ``0044 20 7946 0958``, or ``None``."""
-        head = groups[0]
-        if plus:
+        head = groups[first]
+        if plus and first == 0:
             count = 0
         elif head.digits.startswith("00") and not head.parenthesized:
             # The international call prefix (not part of the number), then a
             # country code (never opening with 0).
-            country = head.digits[2:] or (groups[1].digits if len(groups) > 1 else "0")
-            if country[0] == "0":
+            after = groups[first + 1].digits if first + 1 < len(groups) else "0"
+            if (head.digits[2:] or after)[0] == "0":
                 return None
             count = -2
         else:
             return None
         found = None
-        for index, group in enumerate(groups):
-            count += len(group.digits)
+        for index in range(first, len(groups)):
+            count += len(groups[index].digits)
             if count > 15:
                 break
             if count >= 7:
@@ -403,13 +428,13 @@ class PhoneDetector:
         return found
 
     @staticmethod
-    def _national(groups: list[_Group], first: int) -> int | None:
+    def _national(groups: list[_Group], first: int, fresh: bool) -> int | None:
         head = groups[first]
         if head.parenthesized or head.digits[:1] == "0":
             end = PhoneDetector._trunk_or_area(groups, first)
         else:
             end = PhoneDetector._north_american(groups, first)
-        if end is None or first == 0 or head.parenthesized or groups[first - 1].parenthesized:
+        if end is None or fresh or head.parenthesized or groups[first - 1].parenthesized:
             return end
         # Within a run, a number must stand apart from the groups before it:
         # ``2024 555-123-4567`` holds one, ``3000 0123 45678`` (a card-like

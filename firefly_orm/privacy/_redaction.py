@@ -33,12 +33,16 @@ from firefly_orm.privacy._detectors import (
     check_kind,
 )
 
-__all__ = ["DEFAULT_REPLACEMENT", "Redaction", "Redactor"]
+__all__ = ["DEFAULT_REPLACEMENT", "MAX_REDACTION_PASSES", "Redaction", "Redactor"]
 
 logger = logging.getLogger("firefly_orm")
 
 #: The default replacement text; ``{kind}`` is the detector's kind.
 DEFAULT_REPLACEMENT = "[REDACTED:{kind}]"
+#: How many times the detectors may run over one string before the redactor
+#: refuses it with :class:`RedactionError` (the built-in ones settle in two or
+#: three: a value told once its neighbour is redacted, then nothing).
+MAX_REDACTION_PASSES = 8
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -200,6 +204,36 @@ class Redactor:
         return root[0], record
 
     def _redact_text(self, text: str, path: str, record: list[Redaction]) -> str:
+        """``text`` redacted until the detectors find nothing more in it.
+
+        A value can only be told once its neighbour is gone (a phone number
+        right after a card number is read as part of a longer number until the
+        card is redacted), so the detectors run again over the result until
+        they find nothing: the stored text holds nothing any detector finds.
+        """
+        counts: dict[str, int] = {}
+        passes = 0
+        while regions := self._regions(text):
+            passes += 1
+            if passes > MAX_REDACTION_PASSES:
+                raise RedactionError(
+                    f"the detectors still find values in the string at {path} after "
+                    f"{MAX_REDACTION_PASSES} passes (does one find its own replacement text?)"
+                )
+            pieces: list[str] = []
+            position = 0
+            for start, end, kind in regions:
+                pieces.append(text[position:start])
+                pieces.append(self._replacements[kind])
+                counts[kind] = counts.get(kind, 0) + 1
+                position = end
+            pieces.append(text[position:])
+            text = "".join(pieces)
+        record.extend(Redaction(kind, path, count) for kind, count in counts.items())
+        return text
+
+    def _regions(self, text: str) -> list[tuple[int, int, str]]:
+        """What the detectors find in ``text``: overlapping finds merged, named by the first."""
         spans: list[tuple[int, int, int, str]] = []
         for order, detector in enumerate(self._detectors):
             kind = detector.kind
@@ -207,10 +241,7 @@ class Redactor:
                 start, end = _checked_span(span, len(text), kind)
                 if start < end:
                     spans.append((start, -end, order, kind))
-        if not spans:
-            return text
         spans.sort()
-        # Overlapping finds merge into one region, named by its first find.
         regions: list[tuple[int, int, str]] = []
         for start, negative_end, _order, kind in spans:
             end = -negative_end
@@ -219,17 +250,7 @@ class Redactor:
                 regions[-1] = (first, max(last, end), name)
             else:
                 regions.append((start, end, kind))
-        pieces: list[str] = []
-        counts: dict[str, int] = {}
-        position = 0
-        for start, end, kind in regions:
-            pieces.append(text[position:start])
-            pieces.append(self._replacements[kind])
-            counts[kind] = counts.get(kind, 0) + 1
-            position = end
-        pieces.append(text[position:])
-        record.extend(Redaction(kind, path, count) for kind, count in counts.items())
-        return "".join(pieces)
+        return regions
 
     def __repr__(self) -> str:
         return f"Redactor({list(self._detectors)!r})"
