@@ -226,6 +226,21 @@ def test_redact_replaces_and_records_kind_path_count_never_the_value() -> None:
     assert "ada@" not in repr(record)
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"kind": "email", "path": "$"},
+        ["email", "$", 1],
+        {"kind": 1, "path": "$", "count": 1},
+        {"kind": "email", "path": "$", "count": 0},
+        {"kind": "email", "path": "$", "count": True},
+    ],
+)
+def test_a_record_that_is_not_one_is_refused(value: Any) -> None:
+    with pytest.raises(RedactionError, match="a redaction record"):
+        Redaction.from_dict(value)
+
+
 def test_redact_a_string_and_non_containers() -> None:
     redactor = Redactor()
     assert redactor.redact("ada@example.org") == ("[REDACTED:email]", [Redaction("email", "$", 1)])
