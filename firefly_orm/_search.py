@@ -26,7 +26,10 @@ Case
     the rules it indexed the stored text with, so a word always finds itself,
     including the characters whose lower case changes length or differs
     between Python and the database (``"İ"``: Python ``"i̇"``, SQLite's
-    ``unicode61`` ``"İ"``, PostgreSQL ``"i"`` under a libc locale).
+    ``unicode61`` ``"İ"``, PostgreSQL ``"i"`` under a libc locale).  They also
+    receive each run of letters, digits and combining marks that the word rule
+    splits (Devanagari vowel signs, Arabic harakat: marks beyond U+0300-U+036F),
+    as SQLite's tokenizer keeps such a run whole.
 
 Matching and order
     An entry matches when its ``search_text`` contains at least one of the
@@ -66,9 +69,11 @@ Cost
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypedDict
@@ -177,8 +182,42 @@ def _words(text: str) -> Iterable[tuple[str, str]]:
             yield spelling, word
 
 
+@functools.cache
+def _database_word() -> re.Pattern[str]:
+    """A word as a database's tokenizer may see it: letters and digits with every combining mark.
+
+    SQLite's ``unicode61`` keeps combining marks (the vowel signs of
+    Devanagari, Arabic harakat, ...) inside a token, where :data:`_WORD`
+    keeps only U+0300-U+036F.  Built on first use (the marks of planes 0, 1
+    and 14 of this Python's Unicode tables).
+    """
+    marks: list[str] = []
+    for low, high in ((0, 0x20000), (0xE0000, 0xE1000)):
+        run: list[int] = []
+        for code in range(low, high):
+            if unicodedata.category(chr(code))[0] == "M":
+                if run and run[-1] == code - 1:
+                    run[-1] = code
+                else:
+                    if run:
+                        marks.append(_char_range(*run))
+                    run = [code, code]
+        if run:
+            marks.append(_char_range(*run))
+    return re.compile(r"(?:[^\W_]|[" + "".join(marks) + "])+")
+
+
+def _char_range(low: int, high: int) -> str:
+    return re.escape(chr(low)) + ("" if low == high else "-" + re.escape(chr(high)))
+
+
 def query_words(query: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """``(terms, spellings)`` of ``query``: :func:`query_terms`, :attr:`SearchRequest.spellings`.
+
+    The spellings are each term's first spelling in the query and the term,
+    and each run of letters, digits and combining marks that :data:`_WORD`
+    splits (as a database's tokenizer may keep it whole) holding a term, as
+    typed and lower-cased.
 
     Raises:
         EntryValidationError: ``query`` is not a string.
@@ -195,6 +234,19 @@ def query_words(query: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         spellings[word] = None
         if len(terms) == MAX_QUERY_TERMS:
             break
+    if len(spellings) < 4 * MAX_QUERY_TERMS and not query.isascii():
+        for match in _database_word().finditer(query):
+            run = match.group()
+            if (
+                len(run) > MAX_TERM_LENGTH
+                or _WORD.fullmatch(run)  # a word of its own: its term is sent already
+                or not any(w in terms for _, w in _words(run))
+            ):
+                continue
+            spellings[run] = None
+            spellings[fold_word(run)] = None
+            if len(spellings) >= 4 * MAX_QUERY_TERMS:
+                break
     return tuple(terms), tuple(spellings)
 
 
