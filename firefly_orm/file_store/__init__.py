@@ -175,13 +175,14 @@ class FileStore(AsyncTwins):
     bounded, strictly, over all namespaces: at most
     :data:`~firefly_orm.file_store._commit.CACHE_MAX_ENTRIES` entries (100,000)
     and :data:`~firefly_orm.file_store._commit.CACHE_MAX_BYTES` bytes of records
-    (16 MiB; parsed, about three times that), least recently used namespaces
+    (32 MiB; parsed, about three times that), least recently used namespaces
     dropped first.  A namespace dropped, or over a bound on its own (a very
     long conversation), is parsed again in full at its next use.
 
     Files written by earlier versions are read and converted on their first
-    write; earlier versions cannot read the new files (they report them as corrupt and leave them alone), so
-    upgrade every process sharing a directory together.
+    write; earlier versions cannot read the new files (they report them as
+    corrupt and leave them alone), so upgrade every process sharing a
+    directory together.
 
     The ``async_*`` methods are derived from the sync ones
     (:class:`~firefly_orm.bridges.twins.AsyncTwins`) and run in a worker

@@ -63,7 +63,7 @@ CACHE_MAX_ENTRIES = 100_000
 #: Bytes of live records (as written in the files) whose parsed entries a
 #: process keeps in memory over all namespaces; parsed, they take about three
 #: to four times as much.  Read at every use: assign to change it.
-CACHE_MAX_BYTES = 16 * 1024 * 1024
+CACHE_MAX_BYTES = 32 * 1024 * 1024
 
 
 class _StateCache:

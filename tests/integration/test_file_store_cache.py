@@ -112,4 +112,4 @@ def test_a_long_conversation_stays_right_and_the_cache_bounded(tmp_path: Path) -
 
 def test_the_default_bounds() -> None:
     assert file_commit.CACHE_MAX_ENTRIES == 100_000
-    assert file_commit.CACHE_MAX_BYTES == 16 * 1024 * 1024
+    assert file_commit.CACHE_MAX_BYTES == 32 * 1024 * 1024
