@@ -171,6 +171,7 @@ def test_a_bound_user_imports_in_batches_as_its_own(store: Any) -> None:
         assert ada.owner_of(cid) == "ada"
 
 
+@pytest.mark.usefixtures("small_batches")
 def test_a_small_import_stays_one_unit_of_work(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     def unexpected(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("a small import must not be batched")
