@@ -157,9 +157,14 @@ class ConversationChanges(OwnedLayer):
         store's planner statistics once committed (as :meth:`import_conversations`).
         Bound to a user, a new conversation becomes the user's and an existing
         one must be theirs (else ``ConversationNotFoundError``, nothing written).
+        More than 500 turns (``IMPORT_BATCH_TURNS``) are written in units of
+        work of 500, each leaving a consistent prefix of the import, so no
+        transaction outlives a server's limit; after a failure, the same
+        import run again resumes it (:meth:`import_conversations` stays one
+        unit of work).
         """
         parsed = parse_import(data, conversation_id, self._estimate)
-        (cid,) = yield from import_conversations([parsed], self._user_id)
+        (cid,) = yield from import_conversations([parsed], self._user_id, batched=True)
         return cid
 
     def _import_conversations(

@@ -183,7 +183,7 @@ def parse_imports(
 
 
 def import_conversations(
-    conversations: Sequence[ParsedImport], owner: str | None = None
+    conversations: Sequence[ParsedImport], owner: str | None = None, *, batched: bool = False
 ) -> Operation[list[str]]:
     """Replace every conversation of ``conversations`` in ONE unit of work; return their ids.
 
@@ -191,12 +191,13 @@ def import_conversations(
     is committed, a large import refreshes the store's planner statistics
     (:func:`refresh_statistics`).
 
-    A single conversation of more than :data:`IMPORT_BATCH_TURNS` turns is
-    written in batches instead (:func:`import_in_batches`), each its own short
-    unit of work, so no transaction outlives a server's limit (MongoDB aborts
-    transactions older than 60 seconds).
+    With ``batched`` (``import_conversation``), a single conversation of more
+    than :data:`IMPORT_BATCH_TURNS` turns is written in batches instead
+    (:func:`import_in_batches`), each its own short unit of work, so no
+    transaction outlives a server's limit (MongoDB aborts transactions older
+    than 60 seconds).
     """
-    if len(conversations) == 1 and len(conversations[0][1]) > IMPORT_BATCH_TURNS:
+    if batched and len(conversations) == 1 and len(conversations[0][1]) > IMPORT_BATCH_TURNS:
         yield from import_in_batches(conversations[0], owner)
     else:
         yield from retrying(Transaction.write(replace_conversations, conversations, owner))

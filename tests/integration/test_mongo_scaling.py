@@ -334,3 +334,18 @@ def test_mongodb_append_and_window_cost_the_same_at_n_and_2n_turns(
         assert at_n["window"][2] <= 50 + 1 and at_2n["window"][2] <= 100 + 1
     else:
         assert at_2n["window"][2] == at_n["window"][2]
+
+
+@pytest.mark.usefixtures("small_batches")
+def test_import_conversations_stays_all_or_nothing(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plural form keeps its promise: one unit of work, however many turns."""
+
+    def unexpected(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("import_conversations must not be batched")
+
+    monkeypatch.setattr(transfer, "import_in_batches", unexpected)
+    memory = ConversationMemory(store=store)
+    [cid] = memory.import_conversations([_export(3 * BATCH) | {"conversation_id": "all"}])
+    assert len(memory.get_turns(cid)) == 3 * BATCH
