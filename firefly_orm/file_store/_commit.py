@@ -57,12 +57,13 @@ __all__ = [
 
 logger = logging.getLogger("firefly_orm")
 
-#: Parsed entries a process keeps in memory over all namespaces (about 3.7 KB
-#: each for a conversation turn).  Read at every use: assign to change it.
+#: Entries a process keeps in memory over all namespaces (packed, see
+#: :mod:`~firefly_orm.file_store._index`: about 1.7 KB each for a conversation
+#: turn of 1.5 KB in the file).  Read at every use: assign to change it.
 CACHE_MAX_ENTRIES = 100_000
-#: Bytes of live records (as written in the files) whose parsed entries a
-#: process keeps in memory over all namespaces; parsed, they take about three
-#: to four times as much.  Read at every use: assign to change it.
+#: Bytes of live records (as written in the files) whose entries a process
+#: keeps in memory over all namespaces (packed, they take about as much).
+#: Read at every use: assign to change it.
 CACHE_MAX_BYTES = 32 * 1024 * 1024
 
 

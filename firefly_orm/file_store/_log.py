@@ -271,7 +271,7 @@ class NamespaceLog:
             self.live_bytes = 0
         share = line_bytes // max(1, len(edit.deletes) + len(edit.puts))
         for entry_id in edit.deletes:
-            if self.index.remove(entry_id) is not None:
+            if self.index.remove(entry_id):
                 self.live_bytes -= self._sizes.pop(entry_id, 0)
         for entry in edit.puts:
             self.index.put(entry)

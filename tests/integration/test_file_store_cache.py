@@ -113,3 +113,21 @@ def test_a_long_conversation_stays_right_and_the_cache_bounded(tmp_path: Path) -
 def test_the_default_bounds() -> None:
     assert file_commit.CACHE_MAX_ENTRIES == 100_000
     assert file_commit.CACHE_MAX_BYTES == 32 * 1024 * 1024
+
+
+def test_entries_are_kept_packed_and_handed_out_fresh(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    _fill(store, "packed", 20, text="the same words again and again " * 20)
+    state = file_commit.load_state(store.path_for("packed"), "packed")
+    assert state is not None
+    kept = sum(len(packed.blob) for packed in state.index._entries.values())
+    assert kept < state.live_bytes / 2  # JSON, compressed
+    first, second = store.load("packed"), store.load("packed")
+    assert first == second and first[0] is not second[0]
+    first[0].content["i"] = -1  # a reader's change stays the reader's
+    assert store.load("packed")[0].content["i"] == 0
+    assert store.read_by_key("packed", "k00003")[0].content["i"] == 3
+    assert [e.key for e in store.read_list("packed", newest_first=True, limit=2)] == [
+        "k00019",
+        "k00018",
+    ]
