@@ -109,6 +109,7 @@ __all__ = [
     "query_terms",
     "query_words",
     "text_terms",
+    "tokenised_score",
     "websearch_query",
 ]
 
@@ -423,6 +424,11 @@ def _score(matched: int, request: SearchRequest) -> float:
     return matched / len(request.terms)
 
 
+def tokenised_score(matched: int, request: SearchRequest) -> float:
+    """The score of the tokenised match: the share of the query's words an entry holds."""
+    return _score(matched, request)
+
+
 def match_entries(entries: Iterable[MemoryEntry], request: SearchRequest) -> list[SearchHit]:
     """The tokenised match over ``entries`` (each tokenised now), best first, cut to the limit.
 
@@ -479,12 +485,17 @@ class TermIndex:
         self._postings.clear()
         self._terms.clear()
 
-    def hits(self, entries: Mapping[str, MemoryEntry], request: SearchRequest) -> list[SearchHit]:
-        """The matches among ``entries`` (id -> entry), best first, cut (entries not copied)."""
+    def counts(self, terms: Iterable[str]) -> dict[str, int]:
+        """``entry id -> how many of terms it holds``, for the entries holding any."""
         counts: dict[str, int] = {}
-        for term in request.terms:
+        for term in terms:
             for entry_id in self._postings.get(term, ()):
                 counts[entry_id] = counts.get(entry_id, 0) + 1
+        return counts
+
+    def hits(self, entries: Mapping[str, MemoryEntry], request: SearchRequest) -> list[SearchHit]:
+        """The matches among ``entries`` (id -> entry), best first, cut (entries not copied)."""
+        counts = self.counts(request.terms)
         found: list[SearchHit] = []
         for entry_id, matched in counts.items():
             entry = entries.get(entry_id)

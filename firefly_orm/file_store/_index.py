@@ -27,14 +27,15 @@ hands it out: each read gets entries of its own.
 
 from __future__ import annotations
 
+import heapq
 import json
 import zlib
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator
 from datetime import datetime
 from typing import Any
 
-from firefly_orm._search import SearchHit, SearchRequest, TermIndex
+from firefly_orm._search import SearchHit, SearchRequest, TermIndex, tokenised_score
 from firefly_orm.entry import MemoryEntry, MemoryScope, key_prefix_upper_bound, utcnow
 
 __all__ = ["COMPRESS_OVER", "EntryIndex"]
@@ -49,13 +50,14 @@ COMPRESS_OVER = 256
 class _Packed:
     """One entry as the index keeps it: what reads order and filter by, and its JSON."""
 
-    __slots__ = ("blob", "created_at", "expires_at", "key", "user_id", "zipped")
+    __slots__ = ("blob", "created_at", "expires_at", "importance", "key", "user_id", "zipped")
 
     def __init__(self, entry: MemoryEntry) -> None:
         self.created_at = entry.created_at
         self.key = entry.key
         self.expires_at = entry.expires_at
         self.user_id = entry.user_id
+        self.importance = entry.importance
         data = json.dumps(_json_fields(entry), ensure_ascii=False, separators=(",", ":"))
         raw = data.encode("utf-8", "surrogatepass")
         self.zipped = len(raw) > COMPRESS_OVER
@@ -69,6 +71,18 @@ class _Packed:
     def expired(self, now: datetime) -> bool:
         """Whether the entry is expired at ``now`` (as :attr:`MemoryEntry.is_expired`)."""
         return self.expires_at is not None and now >= self.expires_at
+
+    def accepted_by(self, request: SearchRequest, now: datetime) -> bool:
+        """:meth:`SearchRequest.accepts <firefly_orm._search.SearchRequest.accepts>` at ``now``."""
+        if request.user_id is not None and self.user_id != request.user_id:
+            return False
+        if request.key_prefix is not None and (
+            self.key is None or not self.key.startswith(request.key_prefix)
+        ):
+            return False
+        if request.min_importance is not None and self.importance < request.min_importance:
+            return False
+        return not self.expired(now)
 
 
 def _json_fields(entry: MemoryEntry) -> dict[str, Any]:
@@ -89,22 +103,6 @@ def _json_fields(entry: MemoryEntry) -> dict[str, Any]:
         "search_text": entry.search_text,
         "search_language": entry.search_language,
     }
-
-
-class _Unpacking(Mapping[str, MemoryEntry]):
-    """The entries by id, each built when looked up (for :meth:`TermIndex.hits`)."""
-
-    def __init__(self, packed: dict[str, _Packed]) -> None:
-        self._packed = packed
-
-    def __getitem__(self, entry_id: str) -> MemoryEntry:
-        return self._packed[entry_id].unpack()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._packed)
-
-    def __len__(self) -> int:
-        return len(self._packed)
 
 
 class EntryIndex:
@@ -229,8 +227,25 @@ class EntryIndex:
         return [packed.unpack() for packed in found]
 
     def search(self, request: SearchRequest) -> list[SearchHit]:
-        """The live matches of ``request`` (tokenised match), best first, cut (new objects)."""
-        return self._words.hits(_Unpacking(self._entries), request)
+        """The live matches of ``request`` (tokenised match), best first, cut (new objects).
+
+        Filtered and ranked on the packed fields (as :func:`~firefly_orm._search.best_hits`
+        ranks: score, importance, ``created_at``, ``entry_id``, all descending);
+        only the hits returned are built.
+        """
+        now, entries = utcnow(), self._entries
+        ranked: list[tuple[float, float, datetime, str]] = []
+        for entry_id, matched in self._words.counts(request.terms).items():
+            packed = entries.get(entry_id)
+            if packed is not None and packed.accepted_by(request, now):
+                score = tokenised_score(matched, request)
+                ranked.append((score, packed.importance, packed.created_at, entry_id))
+        best = (
+            sorted(ranked, reverse=True)
+            if request.limit is None
+            else heapq.nlargest(request.limit, ranked)
+        )
+        return [SearchHit(entries[i].unpack(), score) for score, _, _, i in best]
 
 
 def _discard(items: list[Any], item: Any) -> None:
