@@ -24,6 +24,7 @@ __all__ = [
     "ENV_SUMMARY_MODEL",
     "MAX_TIMEOUT_SECONDS",
     "database_url_from_env",
+    "database_url_variable",
     "env_var",
 ]
 
@@ -67,4 +68,16 @@ def database_url_from_env() -> str | None:
     path = os.environ.get(ENV_SQLITE_PATH)
     if path:
         return f"sqlite:///{path}"
+    return None
+
+
+def database_url_variable() -> str | None:
+    """The variable :func:`database_url_from_env` takes its URL from now, or ``None``.
+
+    So an error about that database can name the variable to fix.
+    """
+    if os.environ.get(ENV_POSTGRES_URL):
+        return ENV_POSTGRES_URL
+    if os.environ.get(ENV_SQLITE_PATH):
+        return ENV_SQLITE_PATH
     return None

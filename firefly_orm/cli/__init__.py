@@ -73,7 +73,14 @@ from firefly_orm.cli._migrate import (
     _cmd_stamp,
 )
 from firefly_orm.cli._privacy import add_rotate_keys
-from firefly_orm.cli._target import EXIT_ERROR, EXIT_NOT_AT_HEAD, EXIT_OK, EXIT_USAGE, Progress
+from firefly_orm.cli._target import (
+    EXIT_ERROR,
+    EXIT_NOT_AT_HEAD,
+    EXIT_OK,
+    EXIT_USAGE,
+    Progress,
+    env_database_variable,
+)
 from firefly_orm.cli._target import CliError as CliError
 from firefly_orm.cli._target import Target as Target
 from firefly_orm.cli._transfer import _cmd_export, _cmd_import, _cmd_import_upstream
@@ -82,6 +89,7 @@ from firefly_orm.envnames import ENV_POSTGRES_SCHEMA as ENV_POSTGRES_SCHEMA
 from firefly_orm.envnames import ENV_POSTGRES_URL as ENV_POSTGRES_URL
 from firefly_orm.envnames import ENV_SQLITE_PATH as ENV_SQLITE_PATH
 from firefly_orm.errors import (
+    DatabaseConnectionError,
     EntryValidationError,
     FireflyOrmError,
     MigrationRequiredError,
@@ -309,7 +317,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"firefly-orm: {_one_line(exc, args)}", file=sys.stderr)
         return EXIT_USAGE
     except (FireflyOrmError, ImportError, OSError, sa.exc.SQLAlchemyError) as exc:
-        print(f"firefly-orm: {type(exc).__name__}: {_one_line(exc, args)}", file=sys.stderr)
+        message = _one_line(exc, args)
+        source = env_database_variable(args)
+        if source and isinstance(exc, DatabaseConnectionError | sa.exc.SQLAlchemyError):
+            message = f"{source}: {message}"  # the variable to fix
+        print(f"firefly-orm: {type(exc).__name__}: {message}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("firefly-orm: interrupted", file=sys.stderr)

@@ -23,6 +23,7 @@ from firefly_orm.envnames import (
     ENV_POSTGRES_URL,
     ENV_SQLITE_PATH,
     database_url_from_env,
+    database_url_variable,
 )
 from firefly_orm.errors import (
     redact_url,
@@ -38,6 +39,7 @@ __all__ = [
     "EXIT_USAGE",
     "Progress",
     "Target",
+    "env_database_variable",
 ]
 
 EXIT_OK = 0
@@ -117,6 +119,8 @@ class Target:
     def __init__(self, url: URL, schema: str | None) -> None:
         self.url = url
         self.schema = schema
+        #: The environment variable the URL came from (``None``: ``--url``).
+        self.source: str | None = None
 
     @property
     def display(self) -> str:
@@ -140,17 +144,24 @@ class Target:
         return self.display + (f" (schema {self.schema})" if self.schema else "")
 
 
+def env_database_variable(args: argparse.Namespace) -> str | None:
+    """The environment variable that named this command's database (``None``: ``--url``)."""
+    return None if getattr(args, "url", None) else database_url_variable()
+
+
 def _resolve_target(args: argparse.Namespace) -> Target:
     raw: str | None = args.url or database_url_from_env()
     if not raw:
         raise CliError(
             f"no database: pass --url or set {ENV_POSTGRES_URL} / {ENV_SQLITE_PATH}", EXIT_USAGE
         )
+    source = env_database_variable(args)
     url = migrate.normalize_url(raw)
     backend = url.get_backend_name()
     if backend not in ("sqlite", "postgresql"):
         raise CliError(
-            f"unsupported database {backend!r} in {redact_url(url)} (sqlite or postgresql)",
+            (f"{source}: " if source else "")
+            + f"unsupported database {backend!r} in {redact_url(url)} (sqlite or postgresql)",
             EXIT_USAGE,
         )
     schema: str | None
@@ -166,13 +177,16 @@ def _resolve_target(args: argparse.Namespace) -> Target:
         else:
             schema = os.environ.get(ENV_POSTGRES_SCHEMA, migrate.DEFAULT_SCHEMA) or None
         schema = migrate.validate_schema_name(schema)
-    return Target(url, schema)
+    target = Target(url, schema)
+    target.source = source
+    return target
 
 
 def _require_existing_sqlite(target: Target) -> None:
     path = target.sqlite_path
     if path is not None and not path.exists():
-        raise CliError(f"no such database file: {path} (run `firefly-orm migrate` first)")
+        where = f"{target.source}: " if target.source else ""
+        raise CliError(f"{where}no such database file: {path} (run `firefly-orm migrate` first)")
 
 
 def _open_store(target: Target, args: argparse.Namespace) -> Any:

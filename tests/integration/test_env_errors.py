@@ -139,3 +139,57 @@ def test_other_bad_values_name_their_variable(
     env.setenv(env_var(field), value)
     with pytest.raises(ConfigurationError, match=env_var(field)):
         load_settings()
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        (
+            "postgres_url",
+            f"postgresql+psycopg://u:{SECRET}@127.0.0.1:99999/x",
+            "DatabaseConnectionError: FIREFLY_AGENTIC_MEMORY_POSTGRES_URL: ",
+        ),
+        (
+            "postgres_url",
+            f"nonsense://u:{SECRET}@h/x",
+            "FIREFLY_AGENTIC_MEMORY_POSTGRES_URL: unsupported database",
+        ),
+        (
+            "sqlite_path",
+            "/nonexistent-dir-of-firefly/x.db",
+            "FIREFLY_AGENTIC_MEMORY_SQLITE_PATH: no such database file",
+        ),
+    ],
+)
+def test_the_cli_names_the_variable_its_database_came_from(
+    env: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    variable: str,
+    value: str,
+    expected: str,
+) -> None:
+    pytest.importorskip("psycopg")
+    from firefly_orm.cli import main
+
+    env.setenv(env_var(variable), value)
+    assert main(["current", "--timeout", "1"]) != 0
+    err = capsys.readouterr().err
+    assert expected in err
+    assert SECRET not in err
+
+
+def test_the_cli_names_no_variable_for_an_explicit_url(
+    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("psycopg")
+    from firefly_orm.cli import main
+
+    env.setenv(env_var("postgres_url"), "postgresql+psycopg://u@127.0.0.1:5/unused")
+    url = f"postgresql+psycopg://u:{SECRET}@127.0.0.1:99999/x"
+    assert main(["current", "--url", url, "--timeout", "1"]) != 0
+    err = capsys.readouterr().err
+    assert "DatabaseConnectionError: " in err
+    assert "FIREFLY_AGENTIC_MEMORY" not in err and SECRET not in err
