@@ -26,6 +26,7 @@ from firefly_orm.envnames import (
     database_url_variable,
 )
 from firefly_orm.errors import (
+    EntryValidationError,
     redact_url,
 )
 from firefly_orm.migrate._commands import migration_engine
@@ -173,10 +174,15 @@ def _resolve_target(args: argparse.Namespace) -> Target:
         schema = None
     else:
         if args.schema is not None:
-            schema = args.schema or None
+            schema = migrate.validate_schema_name(args.schema or None)
         else:
             schema = os.environ.get(ENV_POSTGRES_SCHEMA, migrate.DEFAULT_SCHEMA) or None
-        schema = migrate.validate_schema_name(schema)
+            try:
+                schema = migrate.validate_schema_name(schema)
+            except EntryValidationError as exc:
+                raise CliError(
+                    f"{ENV_POSTGRES_SCHEMA}: {str(exc).removeprefix(f'{exc.field}: ')}", EXIT_USAGE
+                ) from None
     target = Target(url, schema)
     target.source = source
     return target

@@ -193,3 +193,15 @@ def test_the_cli_names_no_variable_for_an_explicit_url(
     err = capsys.readouterr().err
     assert "DatabaseConnectionError: " in err
     assert "FIREFLY_AGENTIC_MEMORY" not in err and SECRET not in err
+
+
+def test_the_cli_names_a_bad_schema_variable(
+    env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("psycopg")
+    from firefly_orm.cli import main
+
+    env.setenv(env_var("postgres_schema"), 'Bad"Name;')
+    url = "postgresql+psycopg://u@127.0.0.1:99999/x"
+    assert main(["current", "--url", url]) == 2  # refused before any connection
+    assert "FIREFLY_AGENTIC_MEMORY_POSTGRES_SCHEMA: " in capsys.readouterr().err
