@@ -511,11 +511,16 @@ def _found_elsewhere(conn: Connection, caller_tx: bool, schema: str | None) -> s
     try:
         here = schema or conn.execute(sa.text("SELECT current_schema()")).scalar() or ""
         found: list[tuple[str, str | None]] = []
-        for other in conn.execute(
+        others = conn.execute(
             _OTHER_VERSION_TABLES, {"table": VERSION_TABLE, "schema": here}
-        ).scalars():
+        ).scalars()
+        for other in others.all():
             table = sa.table(VERSION_TABLE, sa.column("version_num"), schema=other)
-            found.append((other, conn.execute(sa.select(table.c.version_num)).scalar()))
+            try:
+                with conn.begin_nested():  # a schema dropped meanwhile is skipped
+                    found.append((other, conn.execute(sa.select(table.c.version_num)).scalar()))
+            except sa.exc.DBAPIError:
+                continue
     finally:
         _end(conn, caller_tx, commit=False)
     found = [(name, at) for name, at in found if at is not None]

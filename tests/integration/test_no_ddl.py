@@ -353,6 +353,32 @@ def test_an_older_copy_elsewhere_is_named_with_its_revision(fresh_pg: AppDb) -> 
 
 
 @pytest.mark.postgres
+def test_a_schema_dropped_while_the_hint_is_made_is_skipped(fresh_pg: AppDb) -> None:
+    """Other processes drop schemas at any time: one listed, then gone, is not an error."""
+    migrate.upgrade(fresh_pg.url, schema_name="gone_memory")
+    migrate.upgrade(fresh_pg.url, schema_name="kept_memory")
+    admin = sa.create_engine(fresh_pg.url, poolclass=sa.pool.NullPool)
+    dropped: list[str] = []
+
+    def drop_it_first(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if "gone_memory.firefly_orm_alembic_version" in statement and not dropped:
+            dropped.append(statement)
+            with admin.begin() as conn:
+                conn.execute(sa.text("DROP SCHEMA gone_memory CASCADE"))
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", drop_it_first)
+    try:
+        with pytest.raises(MigrationRequiredError) as info:
+            migrate.require_head(fresh_pg.url, schema_name="app")
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", drop_it_first)
+        admin.dispose()
+    assert dropped  # the race happened
+    assert "'kept_memory' (at head)" in str(info.value)
+    assert "gone_memory" not in str(info.value)
+
+
+@pytest.mark.postgres
 def test_no_schema_hint_when_our_tables_are_nowhere_else(fresh_pg: AppDb) -> None:
     with pytest.raises(MigrationRequiredError) as info:
         migrate.require_head(fresh_pg.url, schema_name="app")
