@@ -40,6 +40,7 @@ from firefly_orm.errors import (
     scrub_secret,
     url_secrets,
 )
+from firefly_orm.file_store._regular import read_regular_file
 
 __all__ = [
     "DEFAULT_MONGO_COLLECTION",
@@ -67,7 +68,6 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MONGO_SCHEMES = ("mongodb://", "mongodb+srv://")
 #: The largest upstream ``FileStore`` file read (one namespace, read whole).
 MAX_UPSTREAM_FILE_BYTES = 256 * 1024 * 1024
-_CHUNK = 1 << 20
 #: SQLite steps (virtual-machine instructions) one statement may take on a
 #: source: a base, plus this many per byte of the file.  A table scan takes a few
 #: dozen steps a row, and a row takes more than a few bytes, so an upstream file
@@ -193,28 +193,13 @@ def _read_regular_file(path: Path, where: str) -> bytes:
         raise _refuse_entry(where, f"is a symbolic link{about}, not followed")
     if not stat.S_ISREG(seen.st_mode):
         raise _refuse_entry(where, f"is {_kind(seen.st_mode)}")
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        fd = os.open(path, flags | getattr(os, "O_BINARY", 0))
+        data, _ = read_regular_file(
+            path, seen, MAX_UPSTREAM_FILE_BYTES, lambda reason: UpstreamReadError(where, reason)
+        )
     except OSError as exc:
         raise UpstreamReadError(where, f"cannot be read: {exc.strerror or exc}") from exc
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
-            raise UpstreamReadError(where, "changed while it was read")
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            while chunk := handle.read(_CHUNK):
-                size += len(chunk)
-                if size > MAX_UPSTREAM_FILE_BYTES:
-                    raise UpstreamReadError(
-                        where, f"is larger than {MAX_UPSTREAM_FILE_BYTES} bytes"
-                    )
-                chunks.append(chunk)
-        except OSError as exc:
-            raise UpstreamReadError(where, f"cannot be read: {exc.strerror or exc}") from None
-    return b"".join(chunks)
+    return data
 
 
 class _StepBudget:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,6 +57,7 @@ from firefly_orm.bridges._steps import CallOut, Operation, arun, run
 from firefly_orm.conversation._codec import check_encoded, decode_raw_messages
 from firefly_orm.entry import utcnow
 from firefly_orm.errors import EntryValidationError
+from firefly_orm.file_store._regular import read_regular_file
 
 __all__ = [
     "MAX_BOOKKEEPING_BYTES",
@@ -76,7 +76,6 @@ _AUDIT_KEYS = frozenset(
 _AUDIT_OPS = frozenset({"create", "update", "delete", "promote"})
 #: Largest bookkeeping file an import reads (the transcript, the audit log, metadata).
 MAX_BOOKKEEPING_BYTES = 256 * 1024 * 1024
-_CHUNK = 1 << 20
 
 
 # --------------------------------------------------------------------------- reading a directory
@@ -99,31 +98,15 @@ def _limit(rel: str) -> int:
 
 def _read_regular(full: Path, rel: str, seen: os.stat_result) -> _Found:
     """The bytes of regular file ``full``, refusing anything else (or a file swapped meanwhile)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    flags |= getattr(os, "O_BINARY", 0)
-    limit = _limit(rel)
     try:
-        fd = os.open(full, flags)
+        data, st = read_regular_file(
+            full, seen, _limit(rel), lambda reason: DirectoryLayoutError(rel, reason)
+        )
     except OSError as exc:
         if os.path.islink(full):
             raise DirectoryLayoutError(rel, "is a symbolic link") from None
         raise DirectoryLayoutError(rel, f"cannot be read ({exc.strerror or exc})") from exc
-    with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (seen.st_dev, seen.st_ino):
-            raise DirectoryLayoutError(rel, "changed while it was read; nothing imported")
-        chunks: list[bytes] = []
-        size = 0
-        try:
-            while chunk := handle.read(_CHUNK):
-                size += len(chunk)
-                if size > limit:
-                    raise DirectoryLayoutError(rel, f"is larger than {limit} bytes")
-                chunks.append(chunk)
-        except OSError as exc:
-            raise DirectoryLayoutError(rel, f"cannot be read ({exc.strerror or exc})") from None
-    mtime = mtime_of(st.st_mtime_ns)
-    return _Found(b"".join(chunks), mtime)
+    return _Found(data, mtime_of(st.st_mtime_ns))
 
 
 def _scan(root: Path) -> dict[str, _Found]:
