@@ -98,8 +98,9 @@ class MemorySettings(BaseSettings):
         backend: ``in_memory`` (default), ``file``, ``sqlite``, ``postgres`` or
             ``mongodb``; case and surrounding blanks are ignored.
         max_conversation_tokens: Token budget of a conversation's history.
-        summarize_threshold: Token total above which evicted turns are summarised
-            (when a summarizer is configured).
+        summarize_threshold: Token total above which the oldest turns are
+            evicted (and summarised when a summarizer is configured), down to it;
+            unset (the default): above ``max_conversation_tokens``.
         max_messages: At most this many model messages per conversation
             (unset: no limit).
         pin_count: The first turns of a conversation that are never evicted.
@@ -144,7 +145,7 @@ class MemorySettings(BaseSettings):
 
     backend: Backend = "in_memory"
     max_conversation_tokens: int = Field(default=128_000, ge=1)
-    summarize_threshold: int = Field(default=10, ge=0)
+    summarize_threshold: int | None = Field(default=None, ge=0)
     max_messages: int | None = Field(default=None, ge=1)
     pin_count: int = Field(default=0, ge=0)
     recent_count: int = Field(default=0, ge=0)

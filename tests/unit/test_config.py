@@ -31,7 +31,7 @@ def test_defaults(env: pytest.MonkeyPatch) -> None:
     s = load_settings()
     assert s.backend == "in_memory"
     assert s.max_conversation_tokens == 128_000
-    assert s.summarize_threshold == 10
+    assert s.summarize_threshold is None  # no threshold: eviction above the budget
     assert s.file_dir == ".firefly_memory"
     assert s.sqlite_path is None
     assert s.resolved_sqlite_path() == Path(".firefly_memory") / "memory.sqlite3"
