@@ -38,6 +38,7 @@ from firefly_orm.entry import (
     validate_namespace,
     validate_user_id,
 )
+from firefly_orm.entry._rules import check_unit_interval
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import AsyncMemoryStore, ContentReads, UnitOfWork, declares
 from firefly_orm.store import InMemoryStore, MemoryStore
@@ -132,16 +133,7 @@ def read_facts(uow: UnitOfWork, namespace: str) -> list[tuple[str, Any]]:
 
 
 def _check_importance(importance: Any) -> float:
-    if (
-        isinstance(importance, bool)
-        or not isinstance(importance, int | float)
-        or importance != importance  # NaN
-        or not 0.0 <= importance <= 1.0
-    ):
-        raise EntryValidationError(
-            "importance", f"must be a number between 0.0 and 1.0, got {importance!r}"
-        )
-    return float(importance)
+    return check_unit_interval(importance, "importance", "must be a number between 0.0 and 1.0")
 
 
 def _check_metadata(metadata: Any) -> dict[str, Any]:

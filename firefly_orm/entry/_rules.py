@@ -18,7 +18,6 @@ which the model's field uses), so there is no import cycle.
 from __future__ import annotations
 
 import enum
-import math
 import re
 import reprlib
 from collections.abc import Mapping
@@ -187,6 +186,25 @@ def _check_aware(field: str, value: Any, *, optional: bool) -> None:
         raise EntryValidationError(field, "is out of range once converted to UTC") from None
 
 
+def check_unit_interval(
+    value: Any, field: str, message: str = "must be a number from 0.0 to 1.0"
+) -> float:
+    """``value`` as a float if it is a number from 0.0 to 1.0 (an importance, a threshold).
+
+    A bool, NaN or anything outside the interval raises
+    :class:`~firefly_orm.errors.EntryValidationError` naming ``field``, with
+    ``message`` followed by the value.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or value != value  # NaN (math.isnan would overflow on a huge int)
+        or not 0.0 <= value <= 1.0
+    ):
+        raise EntryValidationError(field, f"{message}, got {value!r}")
+    return float(value)
+
+
 def _check_fields(fields: Mapping[str, Any]) -> None:
     """The rules of :func:`validate_entry`, over a mapping of field values."""
     entry_id = fields["entry_id"]
@@ -208,14 +226,7 @@ def _check_fields(fields: Mapping[str, Any]) -> None:
         _check_search_text(fields["search_text"])
     if fields["search_language"] is not None:
         validate_search_language(fields["search_language"])
-    importance = fields["importance"]
-    if (
-        isinstance(importance, bool)
-        or not isinstance(importance, int | float)
-        or math.isnan(importance)
-        or not 0.0 <= importance <= 1.0
-    ):
-        raise EntryValidationError("importance", f"must be between 0.0 and 1.0, got {importance!r}")
+    check_unit_interval(fields["importance"], "importance", "must be between 0.0 and 1.0")
     validate_json_value("content", fields["content"])
     metadata_value = fields[_METADATA_FIELD]
     if not isinstance(metadata_value, dict):

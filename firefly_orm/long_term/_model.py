@@ -19,7 +19,6 @@ store, and two users' items with the same key never collide.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,6 +38,7 @@ from firefly_orm.entry import (
     validate_key,
     validate_user_id,
 )
+from firefly_orm.entry._rules import check_unit_interval
 from firefly_orm.errors import EntryValidationError, StoreCorruptedError
 
 __all__ = [
@@ -225,14 +225,7 @@ def _check_key(key: Any, field: str = "key") -> str | None:
 
 
 def _check_importance(importance: Any, field: str = "importance") -> float:
-    if (
-        isinstance(importance, bool)
-        or not isinstance(importance, int | float)
-        or math.isnan(importance)
-        or not 0.0 <= importance <= 1.0
-    ):
-        raise EntryValidationError(field, f"must be a number from 0.0 to 1.0, got {importance!r}")
-    return float(importance) + 0.0  # -0.0 -> 0.0
+    return check_unit_interval(importance, field) + 0.0  # -0.0 -> 0.0
 
 
 # --------------------------------------------------------------------------- entries

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from firefly_orm.bridges._steps import CallOut, Operation
 from firefly_orm.conversation._model import ConversationTurn
 from firefly_orm.entry import MAX_SEARCH_TEXT_LENGTH, MemoryEntry
-from firefly_orm.errors import EntryValidationError
+from firefly_orm.entry._rules import check_unit_interval
 from firefly_orm.long_term._model import SEMANTIC
 from firefly_orm.protocols import UnitOfWork
 
@@ -105,14 +105,7 @@ def default_scorer(turn: ConversationTurn) -> float:
 
 def check_threshold(value: Any, field: str = "importance_threshold") -> float:
     """``value`` if it is a number from 0.0 to 1.0."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or math.isnan(value)
-        or not 0.0 <= value <= 1.0
-    ):
-        raise EntryValidationError(field, f"must be a number from 0.0 to 1.0, got {value!r}")
-    return float(value)
+    return check_unit_interval(value, field)
 
 
 def promoted_key(conversation_id: str, turn_id: int) -> str:
