@@ -30,8 +30,9 @@ stays.)
 
     result = await support.run("My order 1042 has not arrived.", user_id="ada")
     cid = result.conversation_id                # a new conversation, owned by "ada"
-    result = await support.run("Any news?", conversation_id=cid, user_id="ada")
-    result.turn_id                              # 1: the turn this run stored
+    result = await support.run("Any news?", user_id="ada")
+    result.turn_id                              # 1: ada's current conversation continued
+    result = await support.run("New topic", user_id="ada", new_conversation=True)
 
 The runs return pydantic-ai's own objects (``StreamedRunResult``,
 ``AgentRun``; ``run`` and ``run_sync`` a :class:`MemoryRunResult`, which is an
@@ -41,6 +42,15 @@ The runs return pydantic-ai's own objects (``StreamedRunResult``,
 run's messages).  ``run`` / ``run_sync`` / ``run_stream`` / ``iter`` take the
 agent's own keyword arguments (``deps``, ``model``, ``usage_limits``...),
 except ``message_history`` and ``conversation``: the history comes from memory.
+
+**Which conversation.** ``conversation_id=`` names it.  Without one, a run
+for a user continues that user's *current conversation*: their newest
+(:meth:`MemoryManager.user_conversations
+<firefly_orm.manager.MemoryManager.user_conversations>`, an indexed read), so
+``run(prompt, user_id="ada")`` call after call is one conversation whose
+history the model sees.  ``new_conversation=True`` starts a new one (it then
+becomes the current one); a run for no user (no ``user_id``, a manager bound to
+none) starts a new conversation each time.
 
 **Users.** ``user_id=`` (or a manager bound to a user) runs for one user: a
 new conversation becomes theirs, and another user's conversation is refused
@@ -86,10 +96,8 @@ extra; importing this module without it raises
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from firefly_orm.errors import EntryValidationError, MissingExtraError
@@ -106,8 +114,8 @@ except ImportError as exc:
 from firefly_orm.assemble import ContextShares
 from firefly_orm.bridges import _steps as steps
 from firefly_orm.bridges._release import SessionHold, released_before_callouts
-from firefly_orm.bridges._steps import Operation
-from firefly_orm.conversation._model import ConversationTurn, check_conversation_id, check_int
+from firefly_orm.bridges._steps import CallOut, Operation
+from firefly_orm.conversation._model import ConversationTurn, check_int
 from firefly_orm.entry import validate_user_id
 from firefly_orm.long_term import LongTermMemory
 from firefly_orm.manager import MemoryManager
@@ -118,6 +126,15 @@ from firefly_orm.pydantic_ai._result import (
     prompt_text,
     response_text,
     usage_metadata,
+)
+from firefly_orm.pydantic_ai._run import (
+    Prepared,
+    Release,
+    RunHold,
+    Started,
+    current_conversation,
+    prepare,
+    release_capabilities,
 )
 
 __all__ = [
@@ -138,48 +155,6 @@ OutputT = TypeVar("OutputT")
 
 #: The working scope of a delegated sub-agent is this prefix and its name.
 DELEGATION_SCOPE_PREFIX = "delegation:"
-#: Between a manager's working scope and a user id in that user's scope.
-#: pydantic-ai reads this conversation id as "start a new conversation".
-_PYDANTIC_AI_NEW = "new"
-#: Keyword arguments of the agent's run methods that memory supplies instead.
-_SUPPLIED_BY_MEMORY = ("message_history", "conversation")
-
-
-@dataclass(frozen=True)
-class _Run:
-    """One run, prepared: where it reads and writes, and what the agent gets."""
-
-    memory: MemoryManager
-    conversation_id: str
-    user_id: str | None
-    prompt: str | Sequence[UserContent]
-    text: str
-    deps: Any
-    agent_kwargs: dict[str, Any]
-
-
-def _release_capabilities(hold: SessionHold, *, between_requests: bool) -> list[Any]:
-    """The capabilities a run adds for ``hold`` (none when the run owns no transaction).
-
-    A :class:`~firefly_orm.pydantic_ai._capability.ReleaseSession`; none with a
-    pydantic-ai that has no capabilities (there, only the transaction of the
-    run's read is ended before the model call).
-    """
-    if not hold.owned:
-        return []
-    try:
-        from firefly_orm.pydantic_ai._capability import ReleaseSession
-    except ImportError:  # pragma: no cover - pydantic-ai before capabilities
-        return []
-    return [ReleaseSession(hold, between_requests=between_requests)]
-
-
-def _with_capabilities(agent_kwargs: Mapping[str, Any], added: list[Any]) -> dict[str, Any]:
-    """``agent_kwargs`` with ``added`` after the caller's own ``capabilities``."""
-    kwargs = dict(agent_kwargs)
-    if added:
-        kwargs["capabilities"] = [*(kwargs.get("capabilities") or ()), *added]
-    return kwargs
 
 
 class MemoryAgent(Generic[DepsT, OutputT]):
@@ -319,6 +294,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         *,
         conversation_id: str | None = None,
         user_id: str | None = None,
+        new_conversation: bool = False,
         deps: DepsT | None = None,
         **agent_kwargs: Any,
     ) -> MemoryRunResult[OutputT]:
@@ -326,11 +302,17 @@ class MemoryAgent(Generic[DepsT, OutputT]):
 
         Args:
             user_prompt: The user's message.
-            conversation_id: The conversation to continue; ``None`` starts a new
-                one (written with this run's turn; read it from
-                ``result.conversation_id``).
+            conversation_id: The conversation to continue.  ``None``: the
+                user's current conversation (their newest, see
+                :meth:`MemoryManager.user_conversations
+                <firefly_orm.manager.MemoryManager.user_conversations>`), or a
+                new one when the user has none, when the run is for no user,
+                or with ``new_conversation=True``; a new one is written with
+                this run's turn (read its id from ``result.conversation_id``).
             user_id: The user the run is for (see :meth:`memory_for`); default:
                 the user the manager is bound to, if any.
+            new_conversation: Start a new conversation even though the user
+                has one (not with ``conversation_id``).
             deps: The agent's deps for this run (default: see ``deps_factory``).
             **agent_kwargs: Passed to the agent's ``run`` (``model``,
                 ``usage_limits``, ``instructions``...).
@@ -343,34 +325,24 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         Raises:
             TypeError: ``message_history`` or ``conversation`` among the
                 keyword arguments, or no user prompt.
-            EntryValidationError: A bad id, a ``user_id`` other than the one
+            EntryValidationError: A bad id, ``conversation_id`` with
+                ``new_conversation=True``, a ``user_id`` other than the one
                 the manager is bound to, or ``deps`` a :class:`MemoryDeps` of
                 another user's (or an unbound) memory.
             ConversationNotFoundError: The conversation is another user's
                 (the model is not called, nothing is written).
             Exception: Whatever the run raised (nothing is written).
         """
-        prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
-        store = prepared.memory.store
-        hold = SessionHold.of(store)
+        prepared = self._prepare(
+            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
+        )
+        held = RunHold(SessionHold.of(prepared.memory.store))
         try:
-            history = await steps.arun(store, self._load(prepared))
-        finally:
-            await hold.arelease()
-        try:
-            result = await self._agent.run(
-                prepared.prompt,
-                message_history=history,
-                conversation_id=prepared.conversation_id,
-                deps=prepared.deps,
-                **_with_capabilities(
-                    prepared.agent_kwargs, _release_capabilities(hold, between_requests=True)
-                ),
-            )
-        finally:
-            await hold.arelease()  # what its tools began, also when the run failed
-        turn = await steps.arun(store, self._write(prepared, result))
-        return MemoryRunResult.of(cast(AgentRunResult[OutputT], result), turn)
+            return await steps.arun(prepared.memory.store, self._whole_run(prepared, held))
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # cancelled: no step saw it
+                await held.arelease_unless_writing()
+            raise
 
     def run_sync(
         self,
@@ -378,6 +350,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         *,
         conversation_id: str | None = None,
         user_id: str | None = None,
+        new_conversation: bool = False,
         deps: DepsT | None = None,
         **agent_kwargs: Any,
     ) -> MemoryRunResult[OutputT]:
@@ -386,27 +359,16 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         Returns:
             A :class:`MemoryRunResult`, as :meth:`run`.
         """
-        prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
-        store = prepared.memory.store
-        hold = SessionHold.of(store)
+        prepared = self._prepare(
+            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
+        )
+        held = RunHold(SessionHold.of(prepared.memory.store))
         try:
-            history = steps.run(store, self._load(prepared))
-        finally:
-            hold.release()
-        try:
-            result = self._agent.run_sync(
-                prepared.prompt,
-                message_history=history,
-                conversation_id=prepared.conversation_id,
-                deps=prepared.deps,
-                **_with_capabilities(
-                    prepared.agent_kwargs, _release_capabilities(hold, between_requests=True)
-                ),
-            )
-        finally:
-            hold.release()
-        turn = steps.run(store, self._write(prepared, result))
-        return MemoryRunResult.of(cast(AgentRunResult[OutputT], result), turn)
+            return steps.run(prepared.memory.store, self._whole_run(prepared, held))
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # interrupted: no step saw it
+                held.release_unless_writing()
+            raise
 
     @asynccontextmanager
     async def run_stream(
@@ -415,6 +377,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         *,
         conversation_id: str | None = None,
         user_id: str | None = None,
+        new_conversation: bool = False,
         deps: DepsT | None = None,
         **agent_kwargs: Any,
     ) -> AsyncIterator[StreamedRunResult[DepsT, OutputT]]:
@@ -430,23 +393,17 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         read it with ``memory.conversation.async_get_recent(cid, 1)`` (its
         ``metadata["run_id"]`` is the run's ``run_id``).
         """
-        prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
-        store = prepared.memory.store
-        hold = SessionHold.of(store)
-        try:
-            history = await steps.arun(store, self._load(prepared))
-        finally:
-            await hold.arelease()
+        prepared = self._prepare(
+            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
+        )
+        held = RunHold(SessionHold.of(prepared.memory.store))
+        started = await self._astart(prepared, held)
         settled: AgentRunResult[Any] | None = None
-        added = _release_capabilities(hold, between_requests=True)
+        added = release_capabilities(held.hold, between_requests=True)
         async with self._agent.run_stream(
-            prepared.prompt,
-            message_history=history,
-            conversation_id=prepared.conversation_id,
-            deps=prepared.deps,
-            **_with_capabilities(prepared.agent_kwargs, added),
+            prepared.prompt, **started.agent_arguments(added)
         ) as stream:
-            await hold.arelease()  # what the tools before the stream began
+            await held.hold.arelease()  # what the tools before the stream began
             for capability in added:  # the app's block runs from here on
                 capability.between_requests = False
             yield cast(StreamedRunResult[DepsT, OutputT], stream)
@@ -458,10 +415,10 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         if settled is None:
             logger.info(
                 "stream on conversation %r left before its end: nothing stored",
-                prepared.conversation_id,
+                started.conversation_id,
             )
             return
-        await steps.arun(store, self._write(prepared, settled))
+        await steps.arun(prepared.memory.store, self._write(started, settled))
 
     @asynccontextmanager
     async def iter(
@@ -470,6 +427,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         *,
         conversation_id: str | None = None,
         user_id: str | None = None,
+        new_conversation: bool = False,
         deps: DepsT | None = None,
         **agent_kwargs: Any,
     ) -> AsyncIterator[AgentRun[DepsT, OutputT]]:
@@ -482,31 +440,22 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         stores nothing.  Arguments and errors as for :meth:`run`; the stored
         turn as for :meth:`run_stream`.
         """
-        prepared = self._prepare(user_prompt, conversation_id, user_id, deps, agent_kwargs)
-        store = prepared.memory.store
-        hold = SessionHold.of(store)
-        try:
-            history = await steps.arun(store, self._load(prepared))
-        finally:
-            await hold.arelease()
-        async with self._agent.iter(
-            prepared.prompt,
-            message_history=history,
-            conversation_id=prepared.conversation_id,
-            deps=prepared.deps,
-            **_with_capabilities(
-                prepared.agent_kwargs, _release_capabilities(hold, between_requests=False)
-            ),
-        ) as agent_run:
+        prepared = self._prepare(
+            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
+        )
+        held = RunHold(SessionHold.of(prepared.memory.store))
+        started = await self._astart(prepared, held)
+        added = release_capabilities(held.hold, between_requests=False)
+        async with self._agent.iter(prepared.prompt, **started.agent_arguments(added)) as agent_run:
             yield cast(AgentRun[DepsT, OutputT], agent_run)
         result = agent_run.result
         if result is None:
             logger.info(
                 "run on conversation %r left before its end: nothing stored",
-                prepared.conversation_id,
+                started.conversation_id,
             )
             return
-        await steps.arun(store, self._write(prepared, result))
+        await steps.arun(prepared.memory.store, self._write(started, result))
 
     # ------------------------------------------------------------------ shared core
     def _prepare(
@@ -514,45 +463,61 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         user_prompt: str | Sequence[UserContent],
         conversation_id: str | None,
         user_id: str | None,
+        new_conversation: bool,
         deps: DepsT | None,
         agent_kwargs: Mapping[str, Any],
-    ) -> _Run:
-        """Check a run's arguments and decide its memory, conversation and deps (no I/O)."""
-        supplied = sorted(set(agent_kwargs) & set(_SUPPLIED_BY_MEMORY))
-        if supplied:
-            raise TypeError(
-                f"MemoryAgent loads the history from memory: drop {', '.join(supplied)} "
-                "and pass conversation_id= to continue a conversation"
-            )
-        if user_prompt is None or not isinstance(user_prompt, str | Sequence):
-            raise TypeError("a user prompt (str or a sequence of user contents) is required")
-        if conversation_id is None:
-            conversation_id = uuid.uuid4().hex
-        else:
-            conversation_id = check_conversation_id(conversation_id)
-            if conversation_id == _PYDANTIC_AI_NEW:
-                raise EntryValidationError(
-                    "conversation_id",
-                    f"{_PYDANTIC_AI_NEW!r} means a new conversation to pydantic-ai; "
-                    "pass None to start one",
-                )
+    ) -> Prepared:
+        """Check a run's arguments and decide its memory (no I/O)."""
         memory = self.memory_for(user_id)
-        owner = memory.user_id
+        return prepare(memory, user_prompt, conversation_id, new_conversation, deps, agent_kwargs)
+
+    async def _astart(self, prepared: Prepared, held: RunHold) -> Started:
+        """:meth:`_start` from async code (``run_stream`` and ``iter``)."""
+        try:
+            return await steps.arun(prepared.memory.store, self._start(prepared, held.hold))
+        except BaseException as exc:
+            if not isinstance(exc, Exception):  # cancelled: no step saw it
+                await held.arelease_unless_writing()
+            raise
+
+    def _start(self, prepared: Prepared, hold: SessionHold) -> Operation[Started]:
+        """Decide the conversation, read the model call's context, end the read's transaction.
+
+        The run's transaction in the caller's session (its read's) is ended
+        before the model call, also when the read failed.
+        """
+        try:
+            conversation_id = yield from current_conversation(prepared)
+            history = yield from self._load(prepared, conversation_id)
+        except Exception:
+            yield from Release(hold)
+            raise
+        yield from Release(hold)
+        deps = prepared.deps
         if deps is None:
-            deps = self._deps_for(MemoryDeps(memory, conversation_id, owner))
-        elif isinstance(deps, MemoryDeps) and owner is not None and deps.memory.user_id != owner:
-            raise EntryValidationError(
-                "deps", f"a run for user {owner!r} takes MemoryDeps of that user's memory"
-            )
-        return _Run(
-            memory=memory,
-            conversation_id=conversation_id,
-            user_id=owner,
-            prompt=user_prompt,
-            text=prompt_text(user_prompt),
-            deps=deps,
-            agent_kwargs=dict(agent_kwargs),
-        )
+            deps = self._deps_for(MemoryDeps(prepared.memory, conversation_id, prepared.user_id))
+        return Started(prepared, conversation_id, deps, history)
+
+    def _whole_run(self, prepared: Prepared, held: RunHold) -> Operation[MemoryRunResult[OutputT]]:
+        """``run`` and ``run_sync``: start, call the agent (one step), write the turn."""
+        started = yield from self._start(prepared, held.hold)
+        arguments = started.agent_arguments(release_capabilities(held.hold, between_requests=True))
+
+        def call_sync() -> AgentRunResult[OutputT]:
+            return self._agent.run_sync(prepared.prompt, **arguments)
+
+        async def call_async() -> AgentRunResult[OutputT]:
+            return await self._agent.run(prepared.prompt, **arguments)
+
+        try:
+            result = yield from CallOut(call_sync, async_fn=call_async, what="the agent")
+        except Exception:
+            yield from Release(held.hold)  # what its tools began, also when the run failed
+            raise
+        yield from Release(held.hold)
+        held.writing = True
+        turn = yield from self._write(started, result)
+        return MemoryRunResult.of(result, turn)
 
     def _deps_for(self, memory_deps: MemoryDeps) -> DepsT | None:
         if self._deps_factory is not None:
@@ -571,9 +536,8 @@ class MemoryAgent(Generic[DepsT, OutputT]):
             )
         return None
 
-    def _load(self, prepared: _Run) -> Operation[list[ModelMessage]]:
+    def _load(self, prepared: Prepared, cid: str) -> Operation[list[ModelMessage]]:
         """The context of the run's model call; a conversation of another user is refused."""
-        cid = prepared.conversation_id
         loaded = yield from load_context(
             prepared.memory,
             cid,
@@ -589,7 +553,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         )
         return cast(list[ModelMessage], loaded.context)
 
-    def _write(self, prepared: _Run, result: AgentRunResult[Any]) -> Operation[ConversationTurn]:
+    def _write(self, started: Started, result: AgentRunResult[Any]) -> Operation[ConversationTurn]:
         """:meth:`_store`; on a session-bound store, no call-out inside the run's transaction.
 
         Taken when the write starts: if the session has no transaction then,
@@ -597,17 +561,18 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         promotion scorer) is called, as long as nothing was written.  The
         turn's write is left for the caller to commit.
         """
-        hold = SessionHold.of(prepared.memory.store, warn=False)
-        return released_before_callouts(self._store(prepared, result), hold)
+        hold = SessionHold.of(started.prepared.memory.store, warn=False)
+        return released_before_callouts(self._store(started, result), hold)
 
-    def _store(self, prepared: _Run, result: AgentRunResult[Any]) -> Operation[ConversationTurn]:
+    def _store(self, started: Started, result: AgentRunResult[Any]) -> Operation[ConversationTurn]:
         """Store the run's new messages as one turn, with its usage in the metadata."""
+        prepared = started.prepared
         metadata: dict[str, Any] = {"usage": usage_metadata(result.usage), "run_id": result.run_id}
         if self._name is not None:
             metadata["agent"] = self._name
         new_messages = result.new_messages()
         turn = yield from prepared.memory._add_turn(
-            prepared.conversation_id,
+            started.conversation_id,
             prepared.text,
             response_text(result.output),
             new_messages,
@@ -616,7 +581,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         )
         logger.debug(
             "conversation %r: stored turn %d (%d message(s), %d tokens used)",
-            prepared.conversation_id,
+            started.conversation_id,
             turn.turn_id,
             len(new_messages),
             metadata["usage"]["total_tokens"],

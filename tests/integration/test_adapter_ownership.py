@@ -119,20 +119,25 @@ HOWS = ("run_sync", "run", "run_stream", "iter")
 Support = MemoryAgent[MemoryDeps, str]
 
 
-async def run_once(support: Support, how: str, cid: str | None, user: str | None) -> str:
-    """One run of ``support`` the way ``how`` names; the conversation id it ran on."""
+async def run_once(
+    support: Support, how: str, cid: str | None, user: str | None, *, new: bool = False
+) -> str:
+    """One run of ``support`` the way ``how`` names; the conversation id it ran on.
+
+    ``new``: ``new_conversation=True`` (else a run without ``cid`` continues
+    the user's current conversation).
+    """
+    ids: dict[str, Any] = {"conversation_id": cid, "user_id": user, "new_conversation": new}
     if how == "run_sync":
-        result = await asyncio.to_thread(
-            support.run_sync, PROMPT, conversation_id=cid, user_id=user
-        )
+        result = await asyncio.to_thread(support.run_sync, PROMPT, **ids)
         return result.conversation_id
     if how == "run":
-        return (await support.run(PROMPT, conversation_id=cid, user_id=user)).conversation_id
+        return (await support.run(PROMPT, **ids)).conversation_id
     if how == "run_stream":
-        async with support.run_stream(PROMPT, conversation_id=cid, user_id=user) as stream:
+        async with support.run_stream(PROMPT, **ids) as stream:
             await stream.get_output()
         return stream.conversation_id
-    async with support.iter(PROMPT, conversation_id=cid, user_id=user) as agent_run:
+    async with support.iter(PROMPT, **ids) as agent_run:
         async for _node in agent_run:
             pass
     assert agent_run.result is not None
@@ -175,7 +180,7 @@ async def test_a_conversation_a_run_starts_is_its_users(store: Any) -> None:
     started = []
     for support, user in agents_of_bob(store, model):
         for how in HOWS:
-            started.append(await run_once(support, how, None, user))
+            started.append(await run_once(support, how, None, user, new=True))
     assert len(set(started)) == len(started)
     for cid in started:
         assert await admin.async_owner_of(cid) == "bob"
