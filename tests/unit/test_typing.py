@@ -238,7 +238,7 @@ def test_planner() -> None:
     plan = plan_append(HeadState(), turn, [], 10, 0)
     assert assert_type(plan.turn, ConversationTurn).turn_id == 0
     assert_type(plan.evicted_turn_ids, tuple[int, ...])
-    assert assert_type(history_suffix([turn], 2), list[ConversationTurn]) == []
+    assert assert_type(history_suffix([turn], 2), list[ConversationTurn]) == [turn]
 
 
 MaybeEntry = MemoryEntry | None
