@@ -40,7 +40,10 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
     # runs layers' work in units of work: one floor, no cycle between them.
     ("bridges", frozenset({"bridges", "uow"})),
     # privacy wraps any store (and reads the SQL table to rotate keys): a store itself.
-    ("stores", frozenset({"store", "file_store", "sql", "mongo", "migrate", "privacy"})),
+    (
+        "stores",
+        frozenset({"store", "file_store", "sql", "mongo", "redis", "migrate", "privacy"}),
+    ),
     (
         "layers",
         frozenset(
