@@ -31,6 +31,7 @@ from firefly_orm.bridges._steps import (
 from firefly_orm.conversation._model import check_int
 from firefly_orm.conversation._transfer import refresh_statistics
 from firefly_orm.entry import validate_user_id
+from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.store import InMemoryStore, MemoryStore
 
@@ -94,11 +95,7 @@ class Artifacts(MemoryLayer):
             EntryValidationError: A bad ``user_id``, or this registry is bound
                 to another user.
         """
-        user_id = validate_user_id(user_id)
-        if self._user_id is not None and self._user_id != user_id:
-            raise EntryValidationError(
-                "user_id", f"this registry serves user {self._user_id!r} only"
-            )
+        user_id = check_bound_user(user_id, self._user_id, "registry")
         return Artifacts(store=self._store, user_id=user_id)
 
     def workspace(self, key: str, **options: Unpack[WorkspaceOptions]) -> ArtifactWorkspace:

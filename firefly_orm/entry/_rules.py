@@ -115,6 +115,20 @@ def validate_user_id(user_id: Any) -> str:
     return user_id
 
 
+def check_bound_user(user_id: Any, bound: str | None, serving: str) -> str:
+    """``user_id``, validated; where the caller is ``bound`` to a user, it must be that user.
+
+    ``serving`` names the caller in the error (``"this memory serves user 'ada' only"``).
+
+    Raises:
+        EntryValidationError: A bad ``user_id``, or another user than ``bound``.
+    """
+    checked = validate_user_id(user_id)
+    if bound is not None and checked != bound:
+        raise EntryValidationError("user_id", f"this {serving} serves user {bound!r} only")
+    return checked
+
+
 def validate_search_language(language: Any, field: str = "search_language") -> str:
     """Return ``language`` if it is a well-formed text-search configuration name, else raise.
 

@@ -32,6 +32,7 @@ from firefly_orm.entry import (
     validate_search_language,
     validate_user_id,
 )
+from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import _ops as ops
 from firefly_orm.long_term._model import (
@@ -217,10 +218,7 @@ class LongTermMemory(MemoryLayer):
         """
         if user_id is None:
             return self._user_id
-        checked: str = validate_user_id(user_id)
-        if self._user_id is not None and checked != self._user_id:
-            raise EntryValidationError("user_id", f"this memory serves user {self._user_id!r} only")
-        return checked
+        return check_bound_user(user_id, self._user_id, "memory")
 
     def _own_draft(self, draft: ItemDraft, position: int) -> ItemDraft:
         """``draft`` as this memory imports it: a bound memory's user owns it."""

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 # the tool's return schema; typing_extensions is a dependency of pydantic.
 from typing_extensions import TypedDict
 
-from firefly_orm.entry import validate_user_id
+from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError, MissingExtraError
 from firefly_orm.long_term._memory import LongTermMemory
 from firefly_orm.long_term._model import Recalled
@@ -204,9 +204,7 @@ def long_term_toolset(
         raise MissingExtraError("long_term_toolset", "pydantic-ai", "pydantic_ai") from exc
 
     ltm = _memory_of(memory)
-    owner = ltm.user_id if user_id is None else validate_user_id(user_id)
-    if ltm.user_id is not None and owner != ltm.user_id:
-        raise EntryValidationError("user_id", f"this memory serves user {ltm.user_id!r} only")
+    owner = ltm.user_id if user_id is None else check_bound_user(user_id, ltm.user_id, "memory")
     most = _check_max_results(max_results)
 
     async def remember(content: str, importance: float = 0.5, tags: Sequence[str] = ()) -> str:
