@@ -22,6 +22,7 @@ double as markers.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +38,7 @@ from modes import MODES  # noqa: E402
 from pg_servers import pgbouncer_url  # noqa: E402,F401  (a fixture: PgBouncer in front)
 from store_backends import OpenedBackend, layer_params, open_backend  # noqa: E402
 
-DB_NAMES = ("postgres", "mongo")
+DB_NAMES = ("postgres", "mongo", "redis")
 POSTGRES_ENV = "FIREFLY_ORM_TEST_POSTGRES_URL"
 MONGO_ENV = "FIREFLY_ORM_TEST_MONGO_URL"
 POSTGRES_IMAGE = "postgres:16-alpine"
@@ -54,7 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="",
         metavar="NAMES",
         help=(
-            "comma-separated databases (postgres, mongo) that must be available: their "
+            "comma-separated databases (postgres, mongo, redis) that must be available: their "
             "fixtures fail instead of skipping, and the run fails if a test marked with "
             "one of them was skipped"
         ),
@@ -89,7 +90,14 @@ FAULT_LANES = {
 FAULT_LANE = "faults-kills"
 #: Fixtures that reach a database; tests/unit may not use them.
 DATABASE_FIXTURES = frozenset(
-    {"postgres_url", "postgres_admin_engine", "mongo_url", "layer_backend", "pgbouncer_url"}
+    {
+        "postgres_url",
+        "postgres_admin_engine",
+        "mongo_url",
+        "redis_url",
+        "layer_backend",
+        "pgbouncer_url",
+    }
 )
 
 
@@ -216,6 +224,23 @@ def mongo_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
     required = "mongo" in request.config.stash[_REQUIRED]
     with mongo_url_for_tests(required=required) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A Redis URL: ``FIREFLY_ORM_TEST_REDIS_URL``, else a redis-server started here, else skip.
+
+    The resolution lives in ``tests/redis_server.py``; ``--require-db redis`` fails
+    instead of skipping.
+    """
+    from redis_server import RedisUnavailable, redis_url_for_tests
+
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(redis_url_for_tests())
+        except RedisUnavailable as exc:
+            _unavailable(request.config, "redis", str(exc))
         yield url
 
 

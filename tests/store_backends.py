@@ -57,6 +57,7 @@ class Place:
     postgres_url: str | None = None
     postgres_admin: sa.Engine | None = None
     mongo_url: str | None = None
+    redis_url: str | None = None
 
     def postgres(self) -> str:
         """The PostgreSQL URL (the backend asked for it)."""
@@ -67,6 +68,11 @@ class Place:
         """The MongoDB URL (the backend asked for it)."""
         assert self.mongo_url is not None, "backend did not declare database='mongo'"
         return self.mongo_url
+
+    def redis(self) -> str:
+        """The Redis URL (the backend asked for it)."""
+        assert self.redis_url is not None, "backend did not declare database='redis'"
+        return self.redis_url
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ class Backend:
     aclose: Callable[[Any], Awaitable[None]] | None = None
     #: Remove the test's data once every store is closed (``None``: nothing to drop).
     drop: Callable[[Place], None] | None = None
-    #: ``"postgres"`` or ``"mongo"`` when the backend needs that database.
+    #: ``"postgres"``, ``"mongo"`` or ``"redis"`` when the backend needs that database.
     database: str | None = None
     #: The fixture giving the URL to open when it is not the database's own
     #: (``"pgbouncer_url"``: PostgreSQL through PgBouncer); the admin engine stays direct.
@@ -173,6 +179,8 @@ def open_backend(request: pytest.FixtureRequest, name: str) -> OpenedBackend:
         )
     elif backend.database == "mongo":
         place = replace(place, mongo_url=request.getfixturevalue("mongo_url"))
+    elif backend.database == "redis":
+        place = replace(place, redis_url=request.getfixturevalue("redis_url"))
     return OpenedBackend(backend, place)
 
 
@@ -358,6 +366,18 @@ def _drop_mongo_database(place: Place) -> None:
     drop_mongo_database(place.mongo(), place.name)
 
 
+def _open_redis(place: Place) -> Any:
+    from firefly_orm.redis import RedisStore
+
+    return RedisStore(place.redis(), prefix=place.name)
+
+
+def _drop_redis_prefix(place: Place) -> None:
+    from redis_server import drop_prefix
+
+    drop_prefix(place.redis(), place.name)
+
+
 def _close(store: Any) -> None:
     store.close()
 
@@ -467,6 +487,14 @@ BACKENDS: dict[str, Backend] = {
             aclose=_aclose,
             drop=_drop_mongo_database,
             database="mongo",
+        ),
+        Backend(
+            "redis",
+            _open_redis,
+            close=_close,
+            aclose=_aclose,
+            drop=_drop_redis_prefix,
+            database="redis",
         ),
         Backend(
             "five_method",
