@@ -19,6 +19,7 @@ Differences from the module this library is modelled on, on purpose:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -48,7 +49,9 @@ from firefly_orm.long_term._memory import DEFAULT_NAMESPACE, MAX_RETENTION_DAYS
 from firefly_orm.long_term.promotion import DEFAULT_IMPORTANCE_THRESHOLD
 
 if TYPE_CHECKING:
+    from firefly_orm.mongo import MongoDBStore
     from firefly_orm.protocols import MemoryStore, StoreLifecycle
+    from firefly_orm.sql import PostgreSQLStore
 
 __all__ = [
     "BACKENDS",
@@ -402,6 +405,24 @@ def _constructor_error(
     return ConfigurationError(f"{env_var(field)}: {message}")
 
 
+def _server_store(
+    settings: MemorySettings,
+    url: str,
+    fields: dict[str, str],
+    open_store: Callable[..., PostgreSQLStore | MongoDBStore],
+) -> tuple[MemoryStore, StoreLifecycle, str]:
+    """The database store at ``url``: every other constructor argument from its field in ``fields``.
+
+    A constructor's complaint names the variable it came from (:func:`_constructor_error`).
+    """
+    options = {arg: getattr(settings, field) for arg, field in fields.items() if arg != "url"}
+    try:
+        store = open_store(url, **options)
+    except EntryValidationError as exc:
+        raise _constructor_error(exc, fields, fields["url"], url) from None
+    return store, store, url
+
+
 def _construct(
     settings: MemorySettings,
 ) -> tuple[MemoryStore, StoreLifecycle | None, str | None]:
@@ -440,33 +461,14 @@ def _construct(
             from firefly_orm.sql import PostgreSQLStore
         except ImportError as exc:  # pragma: no cover - depends on the installed extras
             raise MissingExtraError("the postgres memory backend", "postgres") from exc
-        try:
-            store = PostgreSQLStore(
-                url,
-                pool_size=settings.postgres_pool_size,
-                pool_min_size=settings.postgres_pool_min_size,
-                timeout=settings.postgres_timeout,
-                schema_name=settings.postgres_schema,
-            )
-        except EntryValidationError as exc:
-            raise _constructor_error(exc, _POSTGRES_ARGS, "postgres_url", url) from None
-        return store, store, url
+        return _server_store(settings, url, _POSTGRES_ARGS, PostgreSQLStore)
     if backend == "mongodb":
         url = _require(settings, "mongodb_url")
         try:
             from firefly_orm.mongo import MongoDBStore
         except ImportError as exc:
             raise MissingExtraError("the mongodb memory backend", "mongo") from exc
-        try:
-            mongo = MongoDBStore(
-                url,
-                database=settings.mongodb_database,
-                collection=settings.mongodb_collection,
-                pool_size=settings.mongodb_pool_size,
-            )
-        except EntryValidationError as exc:
-            raise _constructor_error(exc, _MONGODB_ARGS, "mongodb_url", url) from None
-        return mongo, mongo, url
+        return _server_store(settings, url, _MONGODB_ARGS, MongoDBStore)
     raise ConfigurationError(  # pragma: no cover - the Literal type rules this out
         f"{env_var('backend')}={backend!r} is not a known backend"
     )
