@@ -1,6 +1,6 @@
 """FlyBrowser's ``BrowserMemoryManager`` rebuilt on firefly_orm: a browser session that survives.
 
-* :mod:`~examples.browser_memory.memory`: :class:`BrowserMemoryManager` (page
+* :mod:`firefly_orm.compat.flybrowser`: :class:`BrowserMemoryManager` (page
   snapshots, current page, navigation graph, obstacle cache, visited URLs,
   facts, ``format_for_prompt``), kept in a :class:`~firefly_orm.MemoryManager`'s
   working memory on any store;
@@ -11,7 +11,7 @@
   and each process resumes the session the previous one left.
 """
 
-from examples.browser_memory.memory import (
+from firefly_orm.compat.flybrowser import (
     RESERVED_KEYS,
     BrowserMemoryManager,
     CurrentPage,

@@ -34,7 +34,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from examples.browser_memory.memory import BrowserMemoryManager
+from firefly_orm.compat.flybrowser import BrowserMemoryManager
 
 __all__ = [
     "HOME",

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from examples.browser_memory.agent import TASKS, TaskRun, run_next_task
-from examples.browser_memory.memory import BrowserMemoryManager
 from examples.browser_memory.stores import (
     DEFAULT_DB,
     DEFAULT_SCHEMA,
@@ -28,6 +27,7 @@ from examples.browser_memory.stores import (
     describe,
     open_store,
 )
+from firefly_orm.compat.flybrowser import BrowserMemoryManager
 from firefly_orm.store import MemoryStore
 
 __all__ = ["DEFAULT_SESSION", "build_parser", "main", "run"]

@@ -40,10 +40,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from store_backends import OpenedBackend, backend_params, open_backend
 
-from examples.browser_memory import memory as browser_memory
 from examples.browser_memory.agent import CART, CHEAPEST, HOME, TASKS, run_next_task
 from examples.browser_memory.demo import main as demo_main
-from examples.browser_memory.memory import (
+from firefly_orm import (
+    EntryValidationError,
+    InMemoryStore,
+    MemoryManager,
+    SQLiteStore,
+    WorkingMemory,
+)
+from firefly_orm.compat.flybrowser import (
     EMPTY_PROMPT,
     PAGE_HISTORY,
     RECENT_PAGES,
@@ -55,13 +61,8 @@ from examples.browser_memory.memory import (
     ObstacleInfo,
     PageSnapshot,
 )
-from firefly_orm import (
-    EntryValidationError,
-    InMemoryStore,
-    MemoryManager,
-    SQLiteStore,
-    WorkingMemory,
-)
+from firefly_orm.compat.flybrowser import _manager as browser_manager
+from firefly_orm.compat.flybrowser import _state as browser_state
 from firefly_orm.uow import arun_in_unit_of_work, async_unit_of_work_for, unit_of_work_for
 
 pytest.importorskip("pydantic_ai")
@@ -247,7 +248,7 @@ async def test_a_failing_action_writes_nothing(
     before_rows = stored_rows(opened.store, namespace)
     before = snapshot(browser)
 
-    encode = browser_memory._encode
+    encode = browser_state.encode
 
     def failing(key: str, value: Any) -> Any:
         # record_page_state writes page_history, current_page, then visited_urls:
@@ -256,10 +257,10 @@ async def test_a_failing_action_writes_nothing(
             raise RuntimeError("disk full")
         return encode(key, value)
 
-    monkeypatch.setattr(browser_memory, "_encode", failing)
+    monkeypatch.setattr(browser_state, "encode", failing)
     with pytest.raises(RuntimeError, match="disk full"):
         await call(mode, browser, "record_page_state", LOGIN, "Sign in", "form")
-    monkeypatch.setattr(browser_memory, "_encode", encode)
+    monkeypatch.setattr(browser_state, "encode", encode)
 
     assert stored_rows(opened.reopen(), namespace) == before_rows
     assert snapshot(browser) == before  # the cache is updated only after a commit
@@ -353,7 +354,7 @@ def test_bad_values_raise_the_library_validation_error() -> None:
 def test_reading_before_loading_is_an_error_and_a_write_loads() -> None:
     store = InMemoryStore()
     BrowserMemoryManager.open(store, session_id="s").set_fact("kept", True)
-    browser = BrowserMemoryManager(store=store, session_id="s")
+    browser = BrowserMemoryManager(store=store, session_id="s", load=False)
     assert not browser.is_loaded
     with pytest.raises(RuntimeError, match="not loaded"):
         browser.format_for_prompt()
@@ -463,7 +464,7 @@ def test_any_session_reads_back_exactly_and_renders_by_the_rules(
 
 
 def test_the_docstring_example_runs() -> None:
-    failures, tried = doctest.testmod(browser_memory, raise_on_error=False, verbose=False)
+    failures, tried = doctest.testmod(browser_manager, raise_on_error=False, verbose=False)
     assert tried > 0 and failures == 0
 
 
@@ -666,3 +667,26 @@ def test_the_demo_refuses_an_unknown_database(capsys: pytest.CaptureFixture[str]
     assert demo_main(["--db", "redis://localhost/0"], out=out) == 2
     assert "not a SQLite, PostgreSQL or MongoDB URL" in capsys.readouterr().err
     assert out.getvalue() == ""
+
+
+def test_the_constructor_starts_the_session_at_once() -> None:
+    """FlyBrowser's shape: ``BrowserMemoryManager()`` works without open()/load()."""
+    browser = BrowserMemoryManager()
+    assert browser.is_loaded and len(browser.conversation_id) == 32
+    assert browser.format_for_prompt() == EMPTY_PROMPT and browser.page_history == []
+    browser.record_page_state(HOME, "Shop", "")
+    assert browser.has_visited_url(HOME)
+    assert BrowserMemoryManager().conversation_id != browser.conversation_id  # a store each
+    with pytest.raises(TypeError, match="load"):
+        BrowserMemoryManager(load="no")  # type: ignore[arg-type]
+
+
+async def test_a_constructed_manager_resumes_the_stored_session(opened: OpenedBackend) -> None:
+    """On a database: the constructor reads (or starts) the stored session."""
+    first = BrowserMemoryManager(store=opened.store, session_id="shop")
+    first.record_page_state(HOME, "Shop", "search box")
+    again = BrowserMemoryManager(store=opened.reopen(), session_id="shop")
+    assert again.conversation_id == first.conversation_id
+    assert again.has_visited_url(HOME) and again.get_current_page() == first.get_current_page()
+    other = BrowserMemoryManager(store=opened.store, session_id="other")
+    assert other.conversation_id != first.conversation_id and other.page_history == []
