@@ -54,6 +54,7 @@ docs: install
 # by tests/integration/test_docs.py), with the 20 slowest tests reported.
 test: install lint
 	./scripts/ensure-pgbouncer.sh
+	./scripts/ensure-redis.sh
 	$(PY) -m pytest -q $(XDIST) --durations=20 $(PYTEST_ARGS)
 
 # tests/unit only: no database, no server process (seconds).
@@ -64,6 +65,7 @@ test-unit: install
 # direct and through PgBouncer, MongoDB, files, memory): a few minutes.
 test-fast: install
 	./scripts/ensure-pgbouncer.sh
+	./scripts/ensure-redis.sh
 	$(PY) -m pytest -q $(XDIST) tests/contract tests/layers $(PYTEST_ARGS)
 
 # The bench also installs the peers it compares with (the `bench` extra).
