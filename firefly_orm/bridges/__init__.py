@@ -15,7 +15,9 @@ of its landing below.
 
    * :class:`~firefly_orm.bridges.twins.AsyncTwins` (the public mixin built on
      this landing): the ``async_*`` twins of the in-memory store (inline, no
-     thread), the file store and custom sync stores (in a thread);
+     thread), the file store, the Redis store (:class:`~firefly_orm.redis.RedisStore`,
+     whose ``async_initialize`` / ``async_close`` call :func:`call_blocking` too)
+     and custom sync stores (in a thread);
    * :class:`~firefly_orm.bridges._threads.SyncBackedAsyncUnitOfWork`: the async
      unit of work of every store whose unit of work is sync
      (:func:`firefly_orm.uow.async_unit_of_work_for`, ``AsyncTwins``, the
