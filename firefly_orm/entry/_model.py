@@ -135,6 +135,12 @@ class _Base(SQLModel, registry=_registry):
     """Declarative base bound to the library's own metadata."""
 
 
+def _where_set(column: str) -> dict[str, Any]:
+    """The options of a partial index over the rows where ``column`` is not NULL (both dialects)."""
+    where = sa.text(f"{column} IS NOT NULL")
+    return {"postgresql_where": where, "sqlite_where": where}
+
+
 class MemoryEntry(_Base, table=True):
     """One stored memory item.
 
@@ -183,8 +189,7 @@ class MemoryEntry(_Base, table=True):
             "key",
             "created_at",
             "entry_id",
-            postgresql_where=sa.text("key IS NOT NULL"),
-            sqlite_where=sa.text("key IS NOT NULL"),
+            **_where_set("key"),
         ),
         sa.Index(
             "ix_memory_entries_user",
@@ -192,14 +197,12 @@ class MemoryEntry(_Base, table=True):
             "namespace",
             "created_at",
             "entry_id",
-            postgresql_where=sa.text("user_id IS NOT NULL"),
-            sqlite_where=sa.text("user_id IS NOT NULL"),
+            **_where_set("user_id"),
         ),
         sa.Index(
             "ix_memory_entries_expires_at",
             "expires_at",
-            postgresql_where=sa.text("expires_at IS NOT NULL"),
-            sqlite_where=sa.text("expires_at IS NOT NULL"),
+            **_where_set("expires_at"),
         ),
     )
 

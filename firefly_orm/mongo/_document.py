@@ -144,6 +144,11 @@ class MemoryDocument(Document, MemoryDocumentFields):
         name = "entries"
 
 
+def _where_set(field: str) -> dict[str, Any]:
+    """The filter of a partial index over the documents that have ``field``."""
+    return {field: {"$exists": True}}
+
+
 def memory_indexes(*, ttl_index: bool = True) -> list[IndexModel]:
     """The indexes of an entries collection.
 
@@ -153,40 +158,25 @@ def memory_indexes(*, ttl_index: bool = True) -> list[IndexModel]:
     """
     expires_options: dict[str, Any] = {
         "name": "ix_expires_at",
-        "partialFilterExpression": {"expires_at": {"$exists": True}},
+        "partialFilterExpression": _where_set("expires_at"),
     }
     if ttl_index:
         expires_options["expireAfterSeconds"] = 0
     return [
+        IndexModel([("namespace", 1), *BY_TIME], name="ix_namespace_created"),
         IndexModel(
-            [("namespace", 1), ("created_at", 1), ("created_at_us", 1), ("entry_id", 1)],
-            name="ix_namespace_created",
-        ),
-        IndexModel(
-            [
-                ("namespace", 1),
-                ("key", 1),
-                ("created_at", 1),
-                ("created_at_us", 1),
-                ("entry_id", 1),
-            ],
+            [("namespace", 1), *BY_KEY],
             name="ix_namespace_key_created",
-            partialFilterExpression={"key": {"$exists": True}},
+            partialFilterExpression=_where_set("key"),
         ),
         # Not partial, and beside the partial one above: SecantusDB's planner
         # never picks a partial index on its own (it scans the collection), so
         # a lookup by key or a key range would cost the collection's size there.
         IndexModel([("namespace", 1), ("key", 1)], name=KEY_INDEX),
         IndexModel(
-            [
-                ("user_id", 1),
-                ("namespace", 1),
-                ("created_at", 1),
-                ("created_at_us", 1),
-                ("entry_id", 1),
-            ],
+            [("user_id", 1), ("namespace", 1), *BY_TIME],
             name="ix_user_namespace_created",
-            partialFilterExpression={"user_id": {"$exists": True}},
+            partialFilterExpression=_where_set("user_id"),
         ),
         # Not partial: SecantusDB's planner cannot use an index whose filter is
         # ``$exists`` for a ``$in`` query; an entry without words costs one key.
