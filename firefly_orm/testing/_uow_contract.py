@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from firefly_orm.entry import utcnow
+from firefly_orm.entry import MemoryEntry, utcnow
 from firefly_orm.errors import ConcurrencyError, EntryValidationError, StoreError
 from firefly_orm.protocols import ListOptions
 from firefly_orm.testing._drivers import StoreDriver
@@ -21,6 +21,22 @@ from firefly_orm.testing._samples import ids_of, in_past, make_entry, to_ms
 from firefly_orm.testing._search_contract import SearchContract
 
 __all__ = ["UnitOfWorkContract"]
+
+
+async def _refused_with_bystander(
+    contract: StoreDriver, ns: str, entry: MemoryEntry, expected_version: int
+) -> None:
+    """A unit of work saving a bystander, then ``entry`` at a wrong ``expected_version``.
+
+    It must raise :class:`~firefly_orm.errors.ConcurrencyError` on commit and
+    write nothing: the bystander is not stored either.
+    """
+    with pytest.raises(ConcurrencyError):
+        async with contract.unit_of_work() as uow:
+            await uow.save(ns, make_entry(key="bystander"))
+            await uow.save(ns, entry, expected_version=expected_version)
+            await uow.commit()
+    assert await contract.load_by_key(ns, "bystander") is None
 
 
 class UnitOfWorkContract(SearchContract):
@@ -335,12 +351,7 @@ class UnitOfWorkContract(SearchContract):
             await uow.commit()
         [stored] = await contract.load(ns)
         assert (stored.content, stored.version) == ("v1", 1)
-        bystander = make_entry(key="bystander")
-        with pytest.raises(ConcurrencyError):
-            async with contract.unit_of_work() as uow:
-                await uow.save(ns, bystander)
-                await uow.save(ns, entry.copy_entry(content="dup"), expected_version=0)
-                await uow.commit()
+        await _refused_with_bystander(contract, ns, entry.copy_entry(content="dup"), 0)
         [stored] = await contract.load(ns)
         assert (stored.entry_id, stored.content, stored.version) == (entry.entry_id, "v1", 1)
 
@@ -355,16 +366,10 @@ class UnitOfWorkContract(SearchContract):
             await uow.commit()
         current = await contract.load_by_key(ns, "head")
         assert current is not None and (current.content, current.version) == ("v2", 2)
-        bystander = make_entry(key="bystander")
         # A writer still holding version 1 loses.
-        with pytest.raises(ConcurrencyError):
-            async with contract.unit_of_work() as uow:
-                await uow.save(ns, bystander)
-                await uow.save(ns, loaded.copy_entry(content="stale"), expected_version=1)
-                await uow.commit()
+        await _refused_with_bystander(contract, ns, loaded.copy_entry(content="stale"), 1)
         current = await contract.load_by_key(ns, "head")
         assert current is not None and (current.content, current.version) == ("v2", 2)
-        assert await contract.load_by_key(ns, "bystander") is None
         # A precondition on an entry that does not exist fails too.
         with pytest.raises(ConcurrencyError):
             async with contract.unit_of_work() as uow:
