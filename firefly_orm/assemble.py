@@ -136,7 +136,7 @@ def system_message(text: str, style: str) -> Any:
 
 
 def _lines_within(
-    header: str, lines: Sequence[str], budget: int, estimator: Estimator
+    header: str, lines: Sequence[str], budget: float, estimator: Estimator
 ) -> tuple[str, int]:
     """``header`` and as many of ``lines`` (in order) as fit ``budget`` tokens; text and cost."""
     kept: list[str] = []
@@ -179,22 +179,28 @@ def _recalled(uow: UnitOfWork, request: AssembleRequest) -> list[Recalled]:
     )
 
 
+def _share(budget: float, share: float) -> float:
+    """The tokens ``share`` of ``budget`` (``inf``: no limit) gives."""
+    return budget if budget == math.inf else math.floor(budget * share)
+
+
 def assemble_context(uow: UnitOfWork, request: AssembleRequest) -> list[Any]:
     """The context of the module docstring, read in one unit of work."""
-    budget = request.limits.max_tokens
+    # No token limit (max_tokens=None): every part is taken whole.
+    budget: float = math.inf if request.limits.max_tokens is None else request.limits.max_tokens
     max_messages = request.limits.max_messages
     estimator = request.estimator
     parts: list[tuple[str, int]] = []
     recalled = _recalled(uow, request)
     if recalled:
         lines = ["- " + " ".join(r.item.text.split()) for r in recalled]
-        share = math.floor(budget * request.shares.long_term)
+        share = _share(budget, request.shares.long_term)
         parts.append(_lines_within(LONG_TERM_CONTEXT_PREFIX, lines, share, estimator))
     if request.working_namespace is not None:
         facts = read_facts(uow, request.working_namespace)
         if facts:
             header, *lines = format_context(facts).split("\n")
-            share = math.floor(budget * request.shares.working)
+            share = _share(budget, request.shares.working)
             parts.append(_lines_within(header, lines, share, estimator))
     parts = [(text, cost) for text, cost in parts if text]
     if max_messages is not None:
@@ -206,7 +212,7 @@ def assemble_context(uow: UnitOfWork, request: AssembleRequest) -> list[Any]:
         uow,
         request.conversation_id,
         Limits(
-            max_tokens=max(remaining, 0),
+            max_tokens=None if remaining == math.inf else max(int(remaining), 0),
             summarize_threshold=request.limits.summarize_threshold,
             max_messages=max_messages,
             pin_count=request.limits.pin_count,
