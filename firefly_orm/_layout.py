@@ -20,8 +20,9 @@ artifacts in :data:`ARTIFACTS_NAMESPACE` and ``artifacts:...``;
 :func:`layer_of_namespace` says which layer a namespace belongs to, so that a
 layer with free namespaces (long-term memory) never writes into another's.
 
-The eviction rule (:func:`within_caps`) is written once, over numbers or SQL
-expressions alike.
+The eviction rule is written once: :func:`token_caps` (where token eviction
+starts and where it stops) and :func:`within_caps` (whether totals need an
+eviction, over numbers or SQL expressions alike).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "INDEX_NAMESPACE",
     "MAX_TURN_ID",
     "NO_MESSAGE_CAP",
+    "NO_TOKEN_CAP",
     "SUMMARY_TURN_ID",
     "TURN_ID_DIGITS",
     "TURN_ID_FIELD",
@@ -52,6 +54,7 @@ __all__ = [
     "archive_namespace",
     "conversation_namespace",
     "layer_of_namespace",
+    "token_caps",
     "turn_key",
     "within_caps",
 ]
@@ -92,6 +95,8 @@ HEAD_COUNTERS = (HEAD_NEXT_TURN_ID, HEAD_TOTAL_TOKENS, HEAD_TURN_COUNT, HEAD_TOT
 TURN_ID_FIELD = "turn_id"
 #: The message cap of a conversation without a message limit (never reached).
 NO_MESSAGE_CAP = 2**62
+#: The token cap of a conversation without a token limit nor a threshold (never reached).
+NO_TOKEN_CAP = 2**62
 
 
 def conversation_namespace(conversation_id: str) -> str:
@@ -123,14 +128,38 @@ def turn_key(turn_id: int) -> str:
     return f"{TURN_KEY_PREFIX}{turn_id:0{TURN_ID_DIGITS}d}"
 
 
+def token_caps(max_tokens: int | None, summarize_threshold: int | None) -> tuple[int, int]:
+    """The token eviction rule: ``(trigger, target)``.
+
+    When a conversation's summed token estimates (its new turn in) exceed
+    ``trigger``, its oldest turns are evicted (and summarised) until the total
+    is at most ``target`` (the newest turn and pinned turns always stay):
+
+    * with a threshold (``summarize_threshold`` of 1 or more) it is the trigger,
+      whatever ``max_tokens`` is, and eviction goes down to the threshold, or to
+      ``max_tokens`` when that is lower (a threshold above ``max_tokens``
+      evicts in batches);
+    * without one (``None`` or ``0``), ``max_tokens`` is both;
+    * with neither (``max_tokens=None``), tokens never evict
+      (:data:`NO_TOKEN_CAP`).
+    """
+    threshold = summarize_threshold or None
+    caps = [cap for cap in (max_tokens, threshold) if cap is not None]
+    if not caps:
+        return NO_TOKEN_CAP, NO_TOKEN_CAP
+    trigger = threshold if threshold is not None else caps[0]
+    return trigger, min(caps)
+
+
 def within_caps(
     total_tokens: Any, total_messages: Any, token_cap: Any, message_cap: Any
 ) -> tuple[Any, Any]:
-    """The eviction rule: a conversation at these totals (its new turn in) needs no eviction
-    when both hold.
+    """The eviction test: a conversation at these totals (its new turn in) needs no
+    eviction when both hold.
 
-    ``token_cap`` is ``max(max_tokens, summarize_threshold)`` (tokens evict above
-    both), ``message_cap`` the message limit (:data:`NO_MESSAGE_CAP`: none).  Works on
-    numbers (``all(...)``) and on SQL expressions (``and_(*...)``) alike.
+    ``token_cap`` is the trigger of :func:`token_caps` (the largest token total
+    that evicts nothing), ``message_cap`` the message limit
+    (:data:`NO_MESSAGE_CAP`: none).  Works on numbers (``all(...)``) and on SQL
+    expressions (``and_(*...)``) alike.
     """
     return (total_tokens <= token_cap, total_messages <= message_cap)

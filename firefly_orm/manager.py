@@ -70,9 +70,12 @@ class MemoryManager(MemoryLayer):
     Args:
         store: The store of conversations and facts; a new
             :class:`~firefly_orm.store.InMemoryStore` when ``None``.
-        max_conversation_tokens: Token budget of a conversation's history.
-        summarize_threshold: Token total above which evicted turns are summarised
-            (passed to :class:`~firefly_orm.conversation.ConversationMemory`).
+        max_conversation_tokens: Token budget of a conversation's history
+            (``None``: no token limit).
+        summarize_threshold: Token total above which the oldest turns are
+            evicted and summarised, down to it (passed to
+            :class:`~firefly_orm.conversation.ConversationMemory`); ``None``
+            (the default) or ``0``: above ``max_conversation_tokens``.
         working_scope_id: Scope of this manager's facts (``working:<scope_id>``).
         summarizer: Called with the evicted turns to build a conversation's summary
             (e.g. :func:`~firefly_orm.summarization.create_llm_summarizer`).
@@ -114,8 +117,8 @@ class MemoryManager(MemoryLayer):
         self,
         *,
         store: MemoryStore | None = None,
-        max_conversation_tokens: int = 128_000,
-        summarize_threshold: int = 10,
+        max_conversation_tokens: int | None = 128_000,
+        summarize_threshold: int | None = None,
         working_scope_id: str = "default",
         summarizer: Summarizer | None = None,
         max_messages: int | None = None,

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from firefly_orm._layout import NO_MESSAGE_CAP, within_caps
+from firefly_orm._layout import NO_MESSAGE_CAP, token_caps, within_caps
 from firefly_orm.bridges._steps import CallOut, Operation, is_coroutine_callable
 from firefly_orm.conversation._idempotency import marker_entry, replayed_turn
 from firefly_orm.conversation._model import AsyncSummarizer, ConversationTurn, Summarizer
@@ -116,7 +116,7 @@ def no_eviction_needed(total_tokens: int, total_messages: int, limits: Limits) -
     """Whether a conversation at these totals (the new turn in) stays within ``limits``.
 
     The planner's trigger (:func:`~firefly_orm.conversation._plan.plan_append`)
-    in reverse: tokens evict above both ``max_tokens`` and the threshold.
+    in reverse: tokens evict above the trigger of :func:`~firefly_orm._layout.token_caps`.
     """
     return all(within_caps(total_tokens, total_messages, *eviction_caps(limits)))
 
@@ -124,7 +124,8 @@ def no_eviction_needed(total_tokens: int, total_messages: int, limits: Limits) -
 def eviction_caps(limits: Limits) -> tuple[int, int]:
     """The token and message caps of :func:`~firefly_orm._layout.within_caps` for ``limits``."""
     messages = NO_MESSAGE_CAP if limits.max_messages is None else limits.max_messages
-    return max(limits.max_tokens, limits.summarize_threshold), messages
+    trigger, _ = token_caps(limits.max_tokens, limits.summarize_threshold)
+    return trigger, messages
 
 
 @dataclass(frozen=True)
@@ -142,13 +143,13 @@ class Policy:
     hints: AppendHints = field(default_factory=AppendHints, compare=False, repr=False)
 
     @property
-    def max_tokens(self) -> int:
-        """The token budget."""
+    def max_tokens(self) -> int | None:
+        """The token budget (``None``: no token limit)."""
         return self.limits.max_tokens
 
     @property
-    def summarize_threshold(self) -> int:
-        """Token eviction starts only above this total."""
+    def summarize_threshold(self) -> int | None:
+        """Token eviction starts above this total (``None``: no threshold)."""
         return self.limits.summarize_threshold
 
 

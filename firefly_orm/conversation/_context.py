@@ -127,11 +127,19 @@ def place_window(
     max_tokens: int | None,
     max_messages: int | None,
     whole_turns: bool,
+    keep_one: bool = False,
 ) -> ContextWindow:
     """The newest valid window over ``turns`` (chronological) within the limits.
 
     The general rule, over every message's :class:`Slot`; a history read tries
     :func:`newest_whole_turns` first.
+
+    ``keep_one``: when nothing fits, never an empty window but the newest
+    messages, over the limits: with ``whole_turns``, the newest messages of the
+    newest turn that fit (or, when none does, the shortest run of its newest
+    messages a window may hold: a call with its results), else its whole turn;
+    without, the shortest valid run of the newest messages
+    (:func:`~firefly_orm.conversation._window.window_start`'s ``keep_one``).
     """
     slots: list[Slot] = []
     owner: list[tuple[int, int]] = []
@@ -140,6 +148,8 @@ def place_window(
             slots.append(slot)
             owner.append((turn_index, message_index))
     start = window_start(slots, max_tokens=max_tokens, max_messages=max_messages)
+    if start >= len(slots) and keep_one and slots:
+        return _kept_one(turns, slots, owner, max_tokens, max_messages, whole_turns)
     # Older turns can change the window only if every message here fits with
     # room to spare: then the window may reach further back, and start at an
     # older message (when none here may start it, or the oldest here may not).
@@ -152,6 +162,37 @@ def place_window(
     return ContextWindow(turn_index, offset, room)
 
 
+def _kept_one(
+    turns: Sequence[Content],
+    slots: Sequence[Slot],
+    owner: Sequence[tuple[int, int]],
+    max_tokens: int | None,
+    max_messages: int | None,
+    whole_turns: bool,
+) -> ContextWindow:
+    """:func:`place_window`'s window when nothing fits and one message must be kept.
+
+    ``reached_oldest`` when no valid run exists in ``turns`` (an older turn may
+    open one).
+    """
+    if whole_turns:  # first the newest messages of the newest turn, within the limits
+        inside = place_window(
+            turns[-1:], max_tokens=max_tokens, max_messages=max_messages, whole_turns=False
+        )
+        if inside.turn == 0:
+            return ContextWindow(len(turns) - 1, inside.offset, False)
+        inside = place_window(
+            turns[-1:], max_tokens=0, max_messages=0, whole_turns=False, keep_one=True
+        )
+        if inside.turn == 0:
+            return ContextWindow(len(turns) - 1, inside.offset, False)
+    start = window_start(slots, max_tokens=0, max_messages=0, keep_one=True)
+    if start >= len(slots):
+        return ContextWindow(len(turns), 0, True)
+    turn_index, offset = owner[start]
+    return ContextWindow(turn_index, offset, False)
+
+
 def newest_whole_turns(
     rows: Sequence[Any],
     namespace: str,
@@ -159,6 +200,7 @@ def newest_whole_turns(
     max_tokens: int | None,
     max_messages: int | None,
     inside_turns: bool = False,
+    keep_one: bool = False,
 ) -> ContextWindow | None:
     """The fast path of the window rule over turn rows read newest first.
 
@@ -177,6 +219,9 @@ def newest_whole_turns(
     it) only the first message may open a history and the whole estimate
     lies on it, as this release records it; ``None`` when a row in reach is of
     another kind.
+
+    ``keep_one``: ``None`` when no whole turn fits (:func:`place_window` then
+    keeps the newest messages).
 
     Raises:
         StoreCorruptedError: A row read has no integer ``token_estimate`` (the
@@ -217,6 +262,8 @@ def newest_whole_turns(
         if max_messages is not None:
             used_messages += inspected or turn_message_count(content)
         if used_tokens > token_room or used_messages > message_room:
+            if keep_one and count == 0:
+                return None
             for older in rows[fitting + 1 :]:  # only checked
                 _estimate(older, namespace)
             return ContextWindow(len(rows) - count, 0, False)

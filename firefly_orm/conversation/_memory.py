@@ -80,11 +80,15 @@ class ConversationMemory(ConversationReads, ConversationChanges):
     """Token-budgeted conversations, persisted through a store.
 
     Args:
-        max_tokens: Token budget of a conversation (history and retained turns).
-        summarize_threshold: Eviction happens only when the total exceeds both this
-            and ``max_tokens``; it then trims down to ``max_tokens``.  (So a
-            threshold below ``max_tokens`` changes nothing; a higher one lets the
-            stored conversation grow to the threshold before trimming.)
+        max_tokens: Token budget of a conversation (history and retained
+            turns); ``None`` turns the token limit off (then only
+            ``max_messages`` and ``summarize_threshold`` bound it).
+        summarize_threshold: When the summed token estimates exceed it, the
+            oldest turns are evicted (and summarised) down to it, whatever
+            ``max_tokens`` is; a threshold above ``max_tokens`` lets the stored
+            conversation grow to the threshold, then trims it to ``max_tokens``
+            (eviction in batches).  ``None`` (the default) or ``0``: no
+            threshold, turns are evicted above ``max_tokens``, down to it.
         estimator: Counts the tokens of ``"{user_prompt}\\n{assistant_response}"``;
             default :class:`TokenEstimator`.
         summarizer: Called with the evicted turns (oldest first, preceded by the
@@ -147,8 +151,8 @@ class ConversationMemory(ConversationReads, ConversationChanges):
     def __init__(
         self,
         *,
-        max_tokens: int = 4096,
-        summarize_threshold: int = 3072,
+        max_tokens: int | None = 4096,
+        summarize_threshold: int | None = None,
         estimator: TokenEstimator | None = None,
         summarizer: Summarizer | None = None,
         store: MemoryStore | None = None,
@@ -193,13 +197,13 @@ class ConversationMemory(ConversationReads, ConversationChanges):
 
     # ------------------------------------------------------------------ settings
     @property
-    def max_tokens(self) -> int:
-        """Token budget of a conversation."""
+    def max_tokens(self) -> int | None:
+        """Token budget of a conversation (``None``: no token limit)."""
         return self._policy.max_tokens
 
     @property
-    def summarize_threshold(self) -> int:
-        """Eviction only happens above this total (and above ``max_tokens``)."""
+    def summarize_threshold(self) -> int | None:
+        """Tokens evict above this total, down to it (``None`` or ``0``: above ``max_tokens``)."""
         return self._policy.summarize_threshold
 
     @property
@@ -364,11 +368,12 @@ class ConversationMemory(ConversationReads, ConversationChanges):
                 key,
             )
             return appended.turn
-        if plan.evicted_turn_ids:
+        over = self._newest_over(plan.turn)
+        if plan.evicted_turn_ids or over is not None:
             evicted = plan.evicted_turns
             event = TrimEvent(
                 conversation_id=conversation_id,
-                reason=plan.reason or "max_tokens",
+                reason=plan.reason or over or "max_tokens",
                 evicted_turn_ids=plan.evicted_turn_ids,
                 turns_removed=len(evicted),
                 messages_removed=sum(t.message_count for t in evicted),
@@ -376,6 +381,7 @@ class ConversationMemory(ConversationReads, ConversationChanges):
                 messages_remaining=plan.total_messages,
                 tokens_remaining=plan.total_tokens,
                 promoted_ids=appended.promoted_ids,
+                newest_over_budget=over is not None,
             )
             logger.debug("conversation %r trimmed: %s", conversation_id, event)
             yield from notify(self._on_trim, event)
@@ -385,6 +391,15 @@ class ConversationMemory(ConversationReads, ConversationChanges):
                 SummarizeEvent(conversation_id, appended.new_summary, plan.evicted_turn_ids),
             )
         return appended.turn
+
+    def _newest_over(self, turn: ConversationTurn) -> str | None:
+        """The limit ``turn`` alone exceeds (``"max_tokens"`` / ``"max_messages"``), or ``None``."""
+        limits = self._limits
+        if limits.max_tokens is not None and turn.token_estimate > limits.max_tokens:
+            return "max_tokens"
+        if limits.max_messages is not None and turn.message_count > limits.max_messages:
+            return "max_messages"
+        return None
 
     def _to_dict(self, conversation_id: str) -> Operation[dict[str, Any]]:
         """:meth:`export_conversation` plus ``"config"``: this memory's configuration."""

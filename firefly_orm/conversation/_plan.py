@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from firefly_orm._layout import token_caps
 from firefly_orm.conversation._model import (
     SUMMARY_TURN_ID,
     SUMMARY_TURN_PROMPT,
@@ -52,16 +53,18 @@ class Limits:
     """What a conversation is held to (see :class:`~firefly_orm.ConversationMemory`).
 
     Attributes:
-        max_tokens: Token budget.
-        summarize_threshold: Token eviction starts only above this total.
+        max_tokens: Token budget (``None``: no token limit).
+        summarize_threshold: Token eviction starts above this total and goes down
+            to it (``None`` or ``0``: no threshold, ``max_tokens`` is both; see
+            :func:`~firefly_orm._layout.token_caps`).
         max_messages: At most this many model messages (``None``: no limit).
         pin_count: The oldest turns that are never evicted.
         recent_count: When eviction starts, every unpinned turn but the newest
             ``recent_count`` is evicted at once (``0``: only as many as needed).
     """
 
-    max_tokens: int
-    summarize_threshold: int = 0
+    max_tokens: int | None
+    summarize_threshold: int | None = None
     max_messages: int | None = None
     pin_count: int = 0
     recent_count: int = 0
@@ -81,8 +84,9 @@ class AppendPlan:
         next_turn_id: The next turn id after the plan.
         expected_version: The head version the plan was made on.
         total_messages: Its number of model messages after the plan.
-        reason: What started the eviction (``"max_tokens"`` or
-            ``"max_messages"``), ``None`` when nothing was evicted.
+        reason: What started the eviction (``"max_tokens"``,
+            ``"summarize_threshold"`` or ``"max_messages"``), ``None`` when
+            nothing was evicted.
     """
 
     turn: ConversationTurn
@@ -105,20 +109,23 @@ def plan_append(
     head: HeadState,
     new_turn: ConversationTurn,
     oldest_turns: OldestTurns,
-    max_tokens: int | Limits,
-    summarize_threshold: int = 0,
+    max_tokens: int | Limits | None,
+    summarize_threshold: int | None = None,
     *,
     has_summarizer: bool = False,
 ) -> AppendPlan:
     """Plan adding ``new_turn`` to a conversation (pure: no I/O of its own).
 
     The new turn gets ``turn_id = head.next_turn_id``.  Eviction starts when,
-    with the new turn, the token total exceeds both ``summarize_threshold`` and
-    ``max_tokens``, or the message count exceeds ``max_messages``.  It then
-    removes the oldest unpinned turns (all but the newest ``recent_count``
-    unpinned ones at once when ``recent_count`` is set), and goes on while the
-    total exceeds ``max_tokens`` or the count ``max_messages``.  The first
-    ``pin_count`` stored turns and the new turn are never evicted.
+    with the new turn, the token total exceeds the trigger of
+    :func:`~firefly_orm._layout.token_caps` (``summarize_threshold`` when set,
+    whatever ``max_tokens`` is, else ``max_tokens``), or the message count
+    exceeds ``max_messages``.  It then removes the oldest unpinned turns (all
+    but the newest ``recent_count`` unpinned ones at once when ``recent_count``
+    is set), and goes on while the total exceeds the target of
+    :func:`~firefly_orm._layout.token_caps` (the lower of the threshold and
+    ``max_tokens``) or the count ``max_messages``.  The first ``pin_count``
+    stored turns and the new turn are never evicted.
 
     Args:
         head: The conversation's head before the turn.
@@ -126,9 +133,10 @@ def plan_append(
         oldest_turns: The stored turns oldest first, either as a sequence or as a
             callable ``n -> the n oldest turns (fewer if there are fewer)``; the
             callable is asked only when eviction is needed, for growing ``n``.
-        max_tokens: The token budget, or every limit as a :class:`Limits`.
-        summarize_threshold: Token eviction happens only above this total
-            (ignored when ``max_tokens`` is a :class:`Limits`).
+        max_tokens: The token budget (``None``: none), or every limit as a
+            :class:`Limits`.
+        summarize_threshold: The token threshold (ignored when ``max_tokens``
+            is a :class:`Limits`).
         has_summarizer: Whether evicted turns are to be summarised.
     """
     limits = (
@@ -141,15 +149,19 @@ def plan_append(
     messages = (head.total_messages or 0) + turn.message_count
     count = head.turn_count + 1
 
+    trigger, target = token_caps(limits.max_tokens, limits.summarize_threshold)
+
     def over() -> str | None:
-        if total > limits.max_tokens:
+        if total > target:
             return "max_tokens"
         if limits.max_messages is not None and messages > limits.max_messages:
             return "max_messages"
         return None
 
-    tokens_triggered = total > limits.summarize_threshold and total > limits.max_tokens
-    reason = "max_tokens" if tokens_triggered else None
+    reason: str | None = None
+    if total > trigger:
+        below_budget = limits.max_tokens is None or trigger < limits.max_tokens
+        reason = "summarize_threshold" if below_budget else "max_tokens"
     if reason is None and limits.max_messages is not None and messages > limits.max_messages:
         reason = "max_messages"
     evicted: list[ConversationTurn] = []
@@ -224,14 +236,20 @@ def summary_input(
     return turns
 
 
-def history_suffix(turns: Sequence[ConversationTurn], max_tokens: int) -> list[ConversationTurn]:
+def history_suffix(
+    turns: Sequence[ConversationTurn], max_tokens: int | None
+) -> list[ConversationTurn]:
     """The newest contiguous run of ``turns`` (chronological) fitting ``max_tokens``.
 
-    Walks from the newest turn back and stops at the first that does not fit, so
-    an oversize newest turn gives ``[]`` (as the module this is modelled on does).
+    Walks from the newest turn back and stops at the first that does not fit.
+    At least the newest turn is kept: an oversize newest turn gives ``[newest]``
+    (the module this is modelled on gave ``[]``).  ``max_tokens=None``: every turn.
     """
+    if max_tokens is None:
+        return list(turns)
     count, _ = fitting_count([t.token_estimate for t in reversed(turns)], max_tokens)
-    return list(turns[len(turns) - count :]) if count else []
+    count = max(count, min(1, len(turns)))
+    return list(turns[len(turns) - count :])
 
 
 def fitting_count(estimates_newest_first: Sequence[int], max_tokens: int) -> tuple[int, bool]:

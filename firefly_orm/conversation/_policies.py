@@ -63,7 +63,9 @@ class TrimEvent:
 
     Attributes:
         conversation_id: The conversation.
-        reason: What started the eviction: ``"max_tokens"`` or ``"max_messages"``.
+        reason: What started the eviction: ``"max_tokens"``,
+            ``"summarize_threshold"`` (a threshold below ``max_tokens``, or
+            without one) or ``"max_messages"``.
         evicted_turn_ids: The turns removed, oldest first (archived when
             ``keep_evicted``).
         turns_removed: How many turns were removed.
@@ -73,6 +75,12 @@ class TrimEvent:
         tokens_remaining: The retained token total afterwards.
         promoted_ids: The long-term items evicted turns were promoted to
             (see ``ConversationMemory(long_term=...)``).
+        newest_over_budget: The newest turn alone exceeds ``max_tokens`` or
+            ``max_messages``.  It is kept (a conversation always keeps its
+            newest turn), and ``get_message_history`` / ``get_context`` return
+            it, or its newest messages, over the budget rather than nothing.
+            Such a write is reported even when it evicted nothing
+            (``turns_removed == 0``).
     """
 
     conversation_id: str
@@ -84,6 +92,7 @@ class TrimEvent:
     messages_remaining: int
     tokens_remaining: int
     promoted_ids: tuple[str, ...] = ()
+    newest_over_budget: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,21 +124,26 @@ def make_limits(
 ) -> Limits:
     """Validated :class:`~firefly_orm.conversation._plan.Limits`.
 
+    ``max_tokens=None`` turns the token limit off; ``summarize_threshold=None``
+    (or ``0``) means no threshold (see :func:`~firefly_orm._layout.token_caps`).
+
     Raises:
         EntryValidationError: A value out of range, or pinned turns that cannot
             fit: every turn counts at least one token and one message, and the
             newest turn needs room beside the pinned ones.
     """
     limits = Limits(
-        max_tokens=check_int("max_tokens", max_tokens, 1),
-        summarize_threshold=check_int("summarize_threshold", summarize_threshold, 0),
+        max_tokens=None if max_tokens is None else check_int("max_tokens", max_tokens, 1),
+        summarize_threshold=None
+        if summarize_threshold is None
+        else check_int("summarize_threshold", summarize_threshold, 0),
         max_messages=None if max_messages is None else check_int("max_messages", max_messages, 1),
         pin_count=check_int("pin_count", pin_count, 0),
         recent_count=check_int("recent_count", recent_count, 0),
     )
     if limits.pin_count:
-        room = min(limits.max_tokens, limits.max_messages or limits.max_tokens)
-        if limits.pin_count + 1 > room:
+        caps = [cap for cap in (limits.max_tokens, limits.max_messages) if cap is not None]
+        if caps and limits.pin_count + 1 > min(caps):
             raise EntryValidationError(
                 "pin_count",
                 f"{limits.pin_count} pinned turns leave no room for the newest turn within "

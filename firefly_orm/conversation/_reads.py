@@ -55,13 +55,19 @@ __all__ = [
 
 
 def read_history(uow: UnitOfWork, conversation_id: str, limits: Limits) -> list[Any]:
-    """The raw messages of the newest whole turns within ``limits``, oldest first."""
+    """The raw messages of the newest whole turns within ``limits``, oldest first.
+
+    Never empty for a conversation with turns: when the newest turn alone
+    exceeds the limits, its newest messages that fit, else the whole turn
+    (:func:`~firefly_orm.conversation._context.place_window`'s ``keep_one``).
+    """
     turns, window = _newest_window(
         uow,
         conversation_namespace(conversation_id),
         max_tokens=limits.max_tokens,
         max_messages=limits.max_messages,
         whole_turns=True,
+        keep_one=True,
     )
     return history_messages(turns, window, None)
 
@@ -69,8 +75,9 @@ def read_history(uow: UnitOfWork, conversation_id: str, limits: Limits) -> list[
 def read_context(
     uow: UnitOfWork, conversation_id: str, limits: Limits, estimator: Estimator
 ) -> list[Any]:
-    """The summary, the pinned turns, then the newest messages, within ``limits``."""
-    summary, messages = read_context_parts(uow, conversation_id, limits, estimator)
+    """The summary, the pinned turns, then the newest messages, within ``limits``
+    (the newest messages always: see :func:`read_context_parts`'s ``keep_one``)."""
+    summary, messages = read_context_parts(uow, conversation_id, limits, estimator, keep_one=True)
     return messages if summary is None else [summary, *messages]
 
 
@@ -80,22 +87,28 @@ def read_context_parts(
     limits: Limits,
     estimator: Estimator,
     style: str | None = None,
+    *,
+    keep_one: bool = False,
 ) -> tuple[Any | None, list[Any]]:
     """:func:`read_context` in two parts: the summary message (``None``: none), the rest.
 
     ``style`` (``"pydantic-ai"`` or ``"dict"``) forces the style of the summary
     and of turns without raw messages; ``None``: the style of the turns read.
+    ``keep_one``: when no newest message fits beside the summary and the pinned
+    turns, the shortest valid run of the newest messages (a call with its
+    results) comes all the same, over the limits; without it, none comes.
     """
     namespace = conversation_namespace(conversation_id)
     head = head_from_entry(uow.entries.get_by_key(namespace, HEAD_KEY))
-    max_tokens: int = limits.max_tokens
+    max_tokens = limits.max_tokens
     max_messages = limits.max_messages
     with_summary = False
     if head.summary:
         cost = int(estimator.estimate(f"{SUMMARY_CONTEXT_PREFIX}{head.summary}"))
-        if cost <= max_tokens and (max_messages is None or max_messages >= 1):
+        fits = max_tokens is None or cost <= max_tokens
+        if fits and (max_messages is None or max_messages >= 1):
             with_summary = True
-            max_tokens -= cost
+            max_tokens = None if max_tokens is None else max_tokens - cost
             max_messages = None if max_messages is None else max_messages - 1
     pinned: list[Content] = []
     if limits.pin_count:
@@ -108,7 +121,7 @@ def read_context_parts(
     kept, pinned_tokens, pinned_messages = pinned_part(
         pinned, max_tokens=max_tokens, max_messages=max_messages
     )
-    max_tokens -= pinned_tokens
+    max_tokens = None if max_tokens is None else max_tokens - pinned_tokens
     max_messages = None if max_messages is None else max_messages - pinned_messages
     last_pinned = pinned[-1]["turn_id"] if pinned else -1
     recent, window = _newest_window(
@@ -118,6 +131,7 @@ def read_context_parts(
         max_messages=max_messages,
         whole_turns=False,
         after_turn_id=last_pinned,
+        keep_one=keep_one,
     )
     if style is None:
         style = message_style([*pinned[:kept], *recent[window.turn :]])
@@ -193,6 +207,7 @@ def _newest_window(
     whole_turns: bool,
     after_turn_id: int = -1,
     first_batch: int | None = None,
+    keep_one: bool = False,
 ) -> tuple[list[Content], ContextWindow]:
     """Read the newest turns, then older ones in batches, until the window fits inside them.
 
@@ -203,7 +218,9 @@ def _newest_window(
     :func:`~firefly_orm.conversation._context.newest_whole_turns` when it
     answers (no turn in reach makes or answers a tool call, nor, for a window
     that may start inside a turn, may be opened inside), else from
-    :func:`~firefly_orm.conversation._context.place_window`.
+    :func:`~firefly_orm.conversation._context.place_window`.  ``keep_one``:
+    the window holds the newest messages even when none fits (see
+    :func:`~firefly_orm.conversation._context.place_window`).
     """
     read_older = _older_reader(uow, namespace)
     batch = _first_batch(max_messages) if first_batch is None else first_batch
@@ -214,7 +231,11 @@ def _newest_window(
         fast = None
         if whole_turns and after_turn_id < 0:
             fast = newest_whole_turns(
-                rows, namespace, max_tokens=max_tokens, max_messages=max_messages
+                rows,
+                namespace,
+                max_tokens=max_tokens,
+                max_messages=max_messages,
+                keep_one=keep_one,
             )
         if fast is not None:
             turns: list[Content] = rows[::-1]
@@ -230,9 +251,14 @@ def _newest_window(
                     max_tokens=max_tokens,
                     max_messages=max_messages,
                     inside_turns=True,
+                    keep_one=keep_one,
                 )
             window = fast or place_window(
-                turns, max_tokens=max_tokens, max_messages=max_messages, whole_turns=whole_turns
+                turns,
+                max_tokens=max_tokens,
+                max_messages=max_messages,
+                whole_turns=whole_turns,
+                keep_one=keep_one,
             )
         if not window.reached_oldest or len(got) < batch or len(turns) < len(rows):
             return turns, window

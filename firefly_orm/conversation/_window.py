@@ -41,6 +41,7 @@ def window_start(
     max_tokens: int | None = None,
     max_messages: int | None = None,
     floor: int = 0,
+    keep_one: bool = False,
 ) -> int:
     """Start of the newest run of ``slots[floor:]`` that fits and is valid on its own.
 
@@ -48,6 +49,10 @@ def window_start(
     tokens sum to at most ``max_tokens`` (``None``: no limit), starts at a slot
     that ``opens``, and every result in it answers a call in it.  It is the
     longest such run; ``len(slots)`` (an empty run) when none exists.
+
+    ``keep_one``: when no run fits, the shortest valid run instead (the newest
+    slot that opens and whose run answers every result in it), over the
+    limits; ``len(slots)`` only when no valid run exists at all.
     """
     n = len(slots)
     cut = n
@@ -72,10 +77,14 @@ def window_start(
             need[j] = min(need[j], call_at.get(result, -1))
     lowest = n
     best = n
-    for start in range(n - 1, cut - 1, -1):
+    for start in range(n - 1, floor - 1, -1):
+        if start < cut and (best < n or not keep_one):
+            break
         lowest = min(lowest, need[start])
         if slots[start].opens and lowest >= start:
             best = start
+            if start < cut:  # keep_one: the newest valid start, over the limits
+                break
     return best
 
 

@@ -24,6 +24,7 @@ from firefly_orm.conversation import (
     SUMMARY_TURN_PROMPT,
     ConversationMemory,
     ConversationTurn,
+    TrimEvent,
     archive_namespace,
     conversation_namespace,
 )
@@ -227,14 +228,52 @@ def test_eviction_without_summarizer_bounds_storage(conv_store: Any) -> None:
     assert [t.turn_id for t in mem.get_turns("c")] == [36, 37, 38, 39]
 
 
-def test_threshold_below_max_tokens_evicts_only_past_max_tokens(conv_store: Any) -> None:
-    mem = ConversationMemory(max_tokens=30, summarize_threshold=5, store=conv_store)
+def test_threshold_below_max_tokens_evicts_down_to_the_threshold(conv_store: Any) -> None:
+    """The model's rule (issue 33): above the threshold the oldest turns are evicted
+    and summarised down to it, whatever max_tokens is."""
+    summarizer = RecordingSummarizer()
+    events: list[TrimEvent] = []
+    mem = ConversationMemory(
+        max_tokens=30,
+        summarize_threshold=25,
+        summarizer=summarizer,
+        store=conv_store,
+        on_trim=events.append,
+    )
+    for _ in range(2):
+        mem.add_turn("c", words(4), words(4))  # 10 each -> 20, not > 25
+    assert len(mem.get_turns("c")) == 2
+    assert summarizer.calls == []
+    mem.add_turn("c", words(4), words(4))  # 30 > 25 (not > 30): down to 20
+    assert [t.turn_id for t in mem.get_turns("c")] == [1, 2]
+    assert mem.get_total_tokens("c") == 20
+    assert [[t.turn_id for t in c] for c in summarizer.calls] == [[0]]
+    assert [(e.reason, e.evicted_turn_ids) for e in events] == [("summarize_threshold", (0,))]
+
+
+@pytest.mark.parametrize("threshold", [None, 0])
+def test_no_threshold_evicts_past_max_tokens(conv_store: Any, threshold: int | None) -> None:
+    mem = ConversationMemory(max_tokens=30, summarize_threshold=threshold, store=conv_store)
     for _ in range(3):
         mem.add_turn("c", words(4), words(4))  # 10 each -> 30, not > 30
     assert len(mem.get_turns("c")) == 3
     mem.add_turn("c", words(4), words(4))
     assert [t.turn_id for t in mem.get_turns("c")] == [1, 2, 3]
     assert mem.get_total_tokens("c") == 30
+
+
+def test_no_token_limit(conv_store: Any) -> None:
+    """selectools' max_tokens=None (issue 33): no token eviction, no token window."""
+    mem = ConversationMemory(max_tokens=None, max_messages=6, store=conv_store)
+    assert mem.max_tokens is None and mem.config()["max_tokens"] is None
+    for i in range(4):
+        mem.add_turn("c", words(400), words(400), [{"m": i}])  # 1064 tokens each
+    assert [t.turn_id for t in mem.get_turns("c")] == [0, 1, 2, 3]  # 4 messages <= 6
+    assert mem.get_message_history("c") == [{"m": i} for i in range(4)]
+    assert len(mem.get_context("c")) == 4
+    for i in range(4, 8):
+        mem.add_turn("c", "p", "a", [{"m": i}])
+    assert mem.get_message_history("c") == [{"m": i} for i in range(2, 8)]  # max_messages
 
 
 def test_threshold_above_max_tokens_lets_storage_grow_to_it(conv_store: Any) -> None:
@@ -263,13 +302,21 @@ def test_history_is_newest_contiguous_suffix(conv_store: Any) -> None:
     assert mem.get_message_history("c") == [{"m": 2}, {"m": 4}]
 
 
-def test_oversize_newest_turn_gives_empty_history(conv_store: Any) -> None:
-    mem = ConversationMemory(max_tokens=5, summarize_threshold=0, store=conv_store)
+def test_oversize_newest_turn_is_kept_in_the_history(conv_store: Any) -> None:
+    """At least one message (issue 33): upstream gave [] here."""
+    events: list[TrimEvent] = []
+    mem = ConversationMemory(
+        max_tokens=5, summarize_threshold=0, store=conv_store, on_trim=events.append
+    )
     mem.add_turn("c", "a", "b", [{"m": 1}])
     assert mem.get_message_history("c") == [{"m": 1}]
+    assert events == []
     mem.add_turn("c", words(10), words(10), [{"m": 2}])
-    assert mem.get_message_history("c") == []  # kept from upstream (documented)
+    assert mem.get_message_history("c") == [{"m": 2}]
+    assert mem.get_context("c") == [{"m": 2}]
     assert [t.turn_id for t in mem.get_turns("c")] == [1]  # the newest turn is never evicted
+    (event,) = events
+    assert (event.evicted_turn_ids, event.newest_over_budget) == ((0,), True)
 
 
 def test_persistence_across_a_new_conversation_memory(conv_env: OpenedBackend) -> None:
@@ -619,7 +666,9 @@ def test_bad_constructor_arguments(kwargs: dict[str, Any]) -> None:
 def test_constructor_defaults_and_repr() -> None:
     mem = ConversationMemory()
     assert mem.max_tokens == 4096
-    assert mem.summarize_threshold == 3072
+    # No threshold by default (issue 33): turns are evicted above max_tokens, as before
+    # the threshold rule (3072 would now evict at 3072).
+    assert mem.summarize_threshold is None
     assert isinstance(mem.store, InMemoryStore)
     assert not mem.keep_evicted
     assert "max_tokens=4096" in repr(mem)

@@ -46,7 +46,8 @@ def test_keyword_only_and_defaults() -> None:
     assert isinstance(mgr.conversation, ConversationMemory)
     assert isinstance(mgr.working, WorkingMemory)
     assert mgr.conversation.max_tokens == 128_000
-    assert mgr.conversation.summarize_threshold == 10
+    # No threshold by default (issue 33): 10 would now evict every turn but the newest.
+    assert mgr.conversation.summarize_threshold is None
     assert mgr.working.scope_id == "default"
     assert mgr.conversation.store is mgr.store
     assert mgr.working.store is mgr.store
@@ -66,6 +67,25 @@ def test_falsy_store_is_used() -> None:
     assert mgr.store is falsy
     mgr.set_fact("k", 1)
     assert falsy.load("working:default")[0].content == 1
+
+
+def test_the_default_keeps_turns_up_to_the_budget_and_none_turns_it_off(store: Any) -> None:
+    """Issue 33: the threshold now evicts down to itself; the manager's default (no
+    threshold) keeps what earlier releases kept, and ``max_conversation_tokens=None``
+    turns the token limit off."""
+    mgr = MemoryManager(store=store, max_conversation_tokens=40)
+    cid = mgr.new_conversation()
+    for n in range(4):
+        mgr.add_turn(cid, f"q{n} " * 4, f"a{n} " * 4, [{"m": n}])  # 10 tokens each
+    assert len(mgr.conversation.get_turns(cid)) == 4  # 40 is not > 40 (10 would evict)
+    mgr.add_turn(cid, "q4 " * 4, "a4 " * 4, [{"m": 4}])
+    assert mgr.get_message_history(cid) == [{"m": n} for n in range(1, 5)]
+    unlimited = MemoryManager(store=store, max_conversation_tokens=None)
+    cid = unlimited.new_conversation()
+    for n in range(3):
+        unlimited.add_turn(cid, "q " * 2000, "a " * 2000, [{"m": n}])
+    assert unlimited.get_message_history(cid) == [{"m": n} for n in range(3)]
+    assert len(unlimited.assemble_context(cid)) == 3
 
 
 def test_parameters_reach_the_parts() -> None:
@@ -365,7 +385,8 @@ def test_from_config_defaults(env: pytest.MonkeyPatch) -> None:
     mgr = MemoryManager.from_config()
     assert isinstance(mgr.store, InMemoryStore)
     assert mgr.conversation.max_tokens == 128_000
-    assert mgr.conversation.summarize_threshold == 10
+    # No threshold by default (issue 33): 10 would now evict every turn but the newest.
+    assert mgr.conversation.summarize_threshold is None
     assert mgr.working.scope_id == "default"
 
 

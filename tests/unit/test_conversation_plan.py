@@ -67,13 +67,46 @@ def test_without_summarizer_it_still_evicts_but_does_not_summarize() -> None:
     assert not plan.summarize
 
 
-def test_threshold_below_max_tokens_changes_nothing_until_max_tokens() -> None:
+def test_threshold_below_max_tokens_evicts_down_to_the_threshold() -> None:
+    """The model's rule (issue 33): above the threshold the oldest turns go, down to
+    it, whatever max_tokens is."""
     existing = stored(10, 10)
-    plan = plan_append(head_for(existing), turn(0, 10), existing, 30, 5)
-    assert plan.evicted_turn_ids == ()  # 30 > 5 but not > 30
-    plan = plan_append(head_for(stored(10, 10, 10)), turn(0, 1), stored(10, 10, 10), 30, 5)
-    assert plan.evicted_turn_ids == (0,)
-    assert plan.total_tokens == 21
+    plan = plan_append(head_for(existing), turn(0, 10), existing, 30, 15)
+    assert plan.evicted_turn_ids == (0, 1)  # 30 > 15: down to 10 (the new turn stays)
+    assert plan.total_tokens == 10
+    assert plan.reason == "summarize_threshold"
+    plan = plan_append(head_for(existing), turn(0, 10), existing, 30, 25)
+    assert plan.evicted_turn_ids == (0,)  # 30 > 25: down to 20
+    assert plan.total_tokens == 20
+    plan = plan_append(head_for(existing), turn(0, 5), existing, 30, 25)
+    assert plan.evicted_turn_ids == ()  # 25 is not > 25
+    assert plan.reason is None
+
+
+def test_no_threshold_evicts_at_max_tokens() -> None:
+    for threshold in (None, 0):
+        existing = stored(10, 10)
+        plan = plan_append(head_for(existing), turn(0, 10), existing, 30, threshold)
+        assert plan.evicted_turn_ids == ()  # 30 is not > 30
+        existing = stored(10, 10, 10)
+        plan = plan_append(head_for(existing), turn(0, 1), existing, 30, threshold)
+        assert plan.evicted_turn_ids == (0,)
+        assert plan.total_tokens == 21
+        assert plan.reason == "max_tokens"
+
+
+def test_no_token_limit_evicts_only_by_threshold_or_messages() -> None:
+    existing = stored(10**6, 10**6)
+    plan = plan_append(head_for(existing), turn(0, 10**6), existing, None, None)
+    assert plan.evicted_turn_ids == ()
+    plan = plan_append(head_for(existing), turn(0, 10), existing, None, 15)
+    assert plan.evicted_turn_ids == (0, 1)
+    assert plan.reason == "summarize_threshold"
+    limits = Limits(max_tokens=None, max_messages=4)
+    head = HeadState(next_turn_id=2, total_tokens=2 * 10**6, turn_count=2, total_messages=4)
+    plan = plan_append(head, turn(0, 10**6), existing, limits)
+    assert plan.evicted_turn_ids == (0,)  # 6 messages > 4
+    assert plan.reason == "max_messages"
 
 
 def test_threshold_above_max_tokens_lets_it_grow_then_trims_to_max_tokens() -> None:
@@ -160,7 +193,9 @@ def test_history_suffix_is_contiguous_newest_run() -> None:
     # turn 2 (8 tokens) does not fit in 10: stop there, do not skip to the smaller turn 1
     assert [t.turn_id for t in history_suffix(turns, 10)] == [3, 4]
     assert [t.turn_id for t in history_suffix(turns, 100)] == [0, 1, 2, 3, 4]
-    assert history_suffix(turns, 3) == []  # oversize newest turn -> []
+    # an oversize newest turn is kept (issue 33; the modelled module gave [])
+    assert [t.turn_id for t in history_suffix(turns, 3)] == [4]
+    assert [t.turn_id for t in history_suffix(turns, None)] == [0, 1, 2, 3, 4]
     assert history_suffix([], 10) == []
 
 
