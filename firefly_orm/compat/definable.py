@@ -1,0 +1,297 @@
+"""definable's ``Memory``, built on firefly_orm's :class:`~firefly_orm.MemoryManager`.
+
+definable configures an agent's memory with one object:
+``Memory(store, model, enabled, max_messages, pin_count, recent_count,
+description)``.  Here it stands on a :class:`~firefly_orm.MemoryManager` (and
+its :class:`~firefly_orm.conversation.ConversationMemory`): every session is a
+conversation, every message one turn of it, so the conversation's limits
+(``max_messages``, ``pin_count``, ``recent_count``) count messages, and a
+``model`` summarises what they evict.
+
+::
+
+    from firefly_orm import SQLiteStore
+    from firefly_orm.compat.definable import Memory
+
+    memory = Memory(store=SQLiteStore("memory.sqlite3"), max_messages=50,
+                    description="Remembers the user's orders.")
+    memory.add({"role": "user", "content": "Order 1042 is late"}, "s1", user_id="ada")
+    [e.role for e in memory.get_entries("s1", user_id="ada")]   # ['user']
+    memory.enabled = False        # off: nothing read, nothing written, config kept
+
+* ``enabled=False`` switches memory off without losing its configuration:
+  :meth:`Memory.add`, :meth:`Memory.add_many` write nothing and return ``[]``
+  (or ``None``), :meth:`Memory.get_entries` reads nothing and returns ``[]``;
+  set :attr:`Memory.enabled` back to ``True`` to resume.
+* ``description`` says what the memory is for; :attr:`Memory.instructions`
+  gives the line to add to an agent's instructions (``None`` when off or
+  undescribed).
+* Entries (:class:`MessageEntry`) carry ``role``, ``content``, ``user_id``,
+  ``session_id``, ``created_at`` and ``updated_at``.  ``get_entries(session_id,
+  user_id=...)`` filters by user: another user's session gives ``[]``.
+
+Each method has an ``async_`` twin (the same operation, run on the async
+driver).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from firefly_orm.bridges._steps import MemoryLayer, Operation, async_method, sync_method
+from firefly_orm.conversation import ConversationTurn, Summarizer
+from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
+from firefly_orm.manager import MemoryManager
+from firefly_orm.store import InMemoryStore, MemoryStore
+
+__all__ = ["ROLES", "Memory", "MessageEntry"]
+
+logger = logging.getLogger("firefly_orm.compat.definable")
+
+#: The roles a message may have.
+ROLES: Final = frozenset({"user", "assistant", "system", "tool"})
+#: The turn metadata key holding a message's role.
+_ROLE_KEY: Final = "role"
+
+
+@dataclass(frozen=True)
+class MessageEntry:
+    """One stored message of a session, in definable's shape.
+
+    Attributes:
+        session_id: The session (a conversation id).
+        turn_id: Its place in the session (increasing).
+        role: ``"user"``, ``"assistant"``, ``"system"`` or ``"tool"``.
+        content: The message's text.
+        user_id: The user the session belongs to, or ``None``.
+        created_at: When it was stored (timezone-aware).
+        updated_at: When it last changed (``created_at`` for a message never edited).
+        metadata: What else the turn carries (without the role).
+    """
+
+    session_id: str
+    turn_id: int
+    role: str
+    content: str
+    user_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _message(message: Any) -> tuple[str, str]:
+    """``(role, content)`` of a ``{"role", "content"}`` mapping or an object with both."""
+    if isinstance(message, Mapping):
+        role, content = message.get("role"), message.get("content")
+    else:
+        role, content = getattr(message, "role", None), getattr(message, "content", None)
+    if role not in ROLES:
+        raise EntryValidationError("role", f"must be one of {', '.join(sorted(ROLES))}")
+    if not isinstance(content, str):
+        raise EntryValidationError("content", "a message's content must be a str")
+    return str(role), content
+
+
+def _entry(session_id: str, turn: ConversationTurn, owner: str | None) -> MessageEntry:
+    metadata = dict(turn.metadata)
+    role = str(metadata.pop(_ROLE_KEY, "user" if turn.user_prompt else "assistant"))
+    content = turn.user_prompt if role == "user" else turn.assistant_response
+    updated = metadata.pop("updated_at", None)
+    updated_at = datetime.fromisoformat(updated) if isinstance(updated, str) else turn.timestamp
+    return MessageEntry(
+        session_id=session_id,
+        turn_id=turn.turn_id,
+        role=role,
+        content=content,
+        user_id=owner,
+        created_at=turn.timestamp,
+        updated_at=updated_at,
+        metadata=metadata,
+    )
+
+
+class Memory(MemoryLayer):
+    """definable's ``Memory``: a session memory that can be switched off.
+
+    Args:
+        store: Where the sessions live (default: a new
+            :class:`~firefly_orm.InMemoryStore`).
+        model: Summarises evicted messages: a pydantic-ai model or model name
+            (an LLM summarizer is made with
+            :func:`~firefly_orm.summarization.create_llm_summarizer`), or a
+            summarizer callable; ``None``: evicted messages are dropped.
+        enabled: ``False`` switches memory off (see :attr:`enabled`).
+        max_messages: At most this many messages kept per session (``None``:
+            no message cap; the token budget still applies).
+        pin_count: The oldest messages kept whatever else is evicted.
+        recent_count: The newest messages never evicted.
+        description: What the memory is for, told to the agent
+            (:attr:`instructions`).
+        max_tokens: The token budget of a session (default 128,000).
+
+    Raises:
+        TypeError: ``enabled`` not a bool, ``description`` not a str.
+        EntryValidationError: A bad limit.
+    """
+
+    def __init__(
+        self,
+        store: MemoryStore | None = None,
+        model: Any = None,
+        enabled: bool = True,
+        max_messages: int | None = None,
+        pin_count: int = 0,
+        recent_count: int = 0,
+        description: str | None = None,
+        *,
+        max_tokens: int = 128_000,
+    ) -> None:
+        if not isinstance(enabled, bool):
+            raise TypeError(f"enabled must be a bool, got {type(enabled).__name__}")
+        if description is not None and not isinstance(description, str):
+            raise TypeError(f"description must be a str, got {type(description).__name__}")
+        super().__init__(store if store is not None else InMemoryStore())
+        self._model = model
+        self._enabled = enabled
+        self._description = description
+        self._manager = MemoryManager(
+            store=self._store,
+            max_conversation_tokens=max_tokens,
+            summarizer=self._summarizer(model),
+            max_messages=max_messages,
+            pin_count=pin_count,
+            recent_count=recent_count,
+        )
+
+    @staticmethod
+    def _summarizer(model: Any) -> Summarizer | None:
+        if model is None:
+            return None
+        from firefly_orm.summarization import create_llm_summarizer
+
+        if isinstance(model, str):
+            return create_llm_summarizer(model=model)
+        try:
+            from pydantic_ai.models import Model
+        except ImportError:  # pragma: no cover - without the pydantic-ai extra
+            Model = None  # type: ignore[assignment,misc]
+        if Model is not None and isinstance(model, Model):
+            return create_llm_summarizer(model=model)
+        if callable(model):
+            return model  # type: ignore[no-any-return]
+        raise TypeError("model must be a pydantic-ai model, a model name or a summarizer")
+
+    def __repr__(self) -> str:
+        return (
+            f"Memory(store={type(self._store).__name__}, enabled={self._enabled}, "
+            f"description={self._description!r})"
+        )
+
+    # ------------------------------------------------------------------ configuration
+    @property
+    def enabled(self) -> bool:
+        """Whether memory is on; set it to switch memory off and on (the configuration stays)."""
+        return self._enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"enabled must be a bool, got {type(value).__name__}")
+        self._enabled = value
+        logger.debug("memory %s", "enabled" if value else "disabled")
+
+    @property
+    def description(self) -> str | None:
+        """What the memory is for."""
+        return self._description
+
+    @property
+    def instructions(self) -> str | None:
+        """The line to add to an agent's instructions: the description, when on."""
+        if not self._enabled or not self._description:
+            return None
+        return f"Your memory: {self._description}"
+
+    @property
+    def model(self) -> Any:
+        """The model (or summarizer) given."""
+        return self._model
+
+    @property
+    def manager(self) -> MemoryManager:
+        """The :class:`~firefly_orm.MemoryManager` underneath (for a ``MemoryAgent``)."""
+        return self._manager
+
+    # ------------------------------------------------------------------ operations
+    def _add(
+        self, message: Any, session_id: str, user_id: str | None = None
+    ) -> Operation[MessageEntry | None]:
+        """Store one message at the end of ``session_id`` (``None`` when memory is off).
+
+        A new session becomes ``user_id``'s; an existing one must be theirs.
+
+        Raises:
+            EntryValidationError: A bad role, content or id (nothing written).
+            ConversationNotFoundError: The session is another user's.
+        """
+        added = yield from self._add_many([message], session_id, user_id)
+        return added[0] if added else None
+
+    def _add_many(
+        self, messages: Sequence[Any], session_id: str, user_id: str | None = None
+    ) -> Operation[list[MessageEntry]]:
+        """Store ``messages`` in order, one turn each (``[]`` when memory is off).
+
+        Every message is checked before the first is written.  Each is then
+        its own unit of work: an error part-way leaves the earlier ones.
+        """
+        if not self._enabled:
+            return []
+        if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
+            raise TypeError("messages must be a sequence of messages")
+        checked = [_message(message) for message in messages]
+        added: list[MessageEntry] = []
+        for role, content in checked:
+            prompt, response = (content, "") if role == "user" else ("", content)
+            turn = yield from self._manager._add_turn(
+                session_id,
+                prompt,
+                response,
+                [{"role": role, "content": content}],
+                metadata={_ROLE_KEY: role},
+                user_id=user_id,
+            )
+            added.append(_entry(session_id, turn, user_id))
+        return added
+
+    def _get_entries(
+        self, session_id: str, user_id: str | None = None
+    ) -> Operation[list[MessageEntry]]:
+        """The messages of ``session_id`` kept, oldest first (``[]`` when memory is off or none).
+
+        ``user_id``: only that user's session (another user's, or nobody's,
+        gives ``[]``).
+        """
+        if not self._enabled:
+            return []
+        try:
+            owner = yield from self._manager._owner_of(session_id)
+        except ConversationNotFoundError:
+            return []
+        if user_id is not None and owner != user_id:
+            return []
+        turns = yield from self._manager.conversation._get_turns(session_id)
+        return [_entry(session_id, turn, owner) for turn in turns]
+
+    # ------------------------------------------------------------------ public forms
+    add = sync_method(_add)
+    add_many = sync_method(_add_many)
+    get_entries = sync_method(_get_entries)
+
+    async_add = async_method(_add)
+    async_add_many = async_method(_add_many)
+    async_get_entries = async_method(_get_entries)
