@@ -316,24 +316,9 @@ class _StagedRepository(RepositoryBase):
             merged, key_prefix=key_prefix, limit=limit, newest_first=newest_first, user_id=user_id
         )
 
-    def list_contents(
-        self,
-        namespace: str,
-        *,
-        key_prefix: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        user_id: str | None = None,
-    ) -> builtins.list[Any]:
-        """Like :meth:`list` but only each entry's ``content``."""
-        rows = self.list(
-            namespace,
-            key_prefix=key_prefix,
-            limit=limit,
-            newest_first=newest_first,
-            user_id=user_id,
-        )
-        return [e.content for e in rows]
+    def list_contents(self, namespace: str, **options: Unpack[ListOptions]) -> builtins.list[Any]:
+        """Like :meth:`list` (which checks ``options``) but only each entry's ``content``."""
+        return [e.content for e in self.list(namespace, **options)]
 
     def search(
         self, namespace: str, query: str, **options: Unpack[SearchOptions]

@@ -40,7 +40,7 @@ from firefly_orm.entry import (
     version_exhausted,
 )
 from firefly_orm.errors import ConcurrencyError, StoreError
-from firefly_orm.protocols import AppendedHead, TurnAppend
+from firefly_orm.protocols import AppendedHead, ListOptions, TurnAppend
 from firefly_orm.sql import _statements as st
 from firefly_orm.uow import RepositoryBase
 
@@ -171,6 +171,25 @@ def load_content_by_key(target: Target, namespace: str, key: str) -> list[Any]:
     params = {"ns": namespace, "key": key, "now": utcnow()}
     contents: list[Any] = _execute(target, st.CONTENT_BY_KEY, params).scalars().all()
     return contents
+
+
+def _listing(
+    namespace: str,
+    *,
+    key_prefix: str | None = None,
+    limit: int | None = None,
+    newest_first: bool = False,
+    user_id: str | None = None,
+) -> tuple[str, str | None, int | None, bool, str | None]:
+    """The arguments of a list read (:class:`~firefly_orm.protocols.ListOptions`), checked.
+
+    An unknown option is a ``TypeError``; a bad namespace or user id an
+    :class:`~firefly_orm.errors.EntryValidationError`.
+    """
+    validate_namespace(namespace)
+    if user_id is not None:
+        validate_user_id(user_id)
+    return namespace, key_prefix, limit, newest_first, user_id
 
 
 def list_entries(
@@ -400,35 +419,13 @@ class SQLEntryRepository(RepositoryBase):
         validate_key(key)
         return load_by_key(self.session, namespace, key, for_update)
 
-    def list(
-        self,
-        namespace: str,
-        *,
-        key_prefix: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        user_id: str | None = None,
-    ) -> builtins.list[MemoryEntry]:
+    def list(self, namespace: str, **options: Unpack[ListOptions]) -> builtins.list[MemoryEntry]:
         """Live entries of ``namespace`` (see :class:`~firefly_orm.protocols.EntryRepository`)."""
-        validate_namespace(namespace)
-        if user_id is not None:
-            validate_user_id(user_id)
-        return list_entries(self.session, namespace, key_prefix, limit, newest_first, user_id)
+        return list_entries(self.session, *_listing(namespace, **options))
 
-    def list_contents(
-        self,
-        namespace: str,
-        *,
-        key_prefix: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        user_id: str | None = None,
-    ) -> builtins.list[Any]:
+    def list_contents(self, namespace: str, **options: Unpack[ListOptions]) -> builtins.list[Any]:
         """Like :meth:`list` but only each entry's ``content`` (a cheaper read)."""
-        validate_namespace(namespace)
-        if user_id is not None:
-            validate_user_id(user_id)
-        return list_contents(self.session, namespace, key_prefix, limit, newest_first, user_id)
+        return list_contents(self.session, *_listing(namespace, **options))
 
     def list_contents_before(
         self, namespace: str, *, key_prefix: str, before_key: str, limit: int
