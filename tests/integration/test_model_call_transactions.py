@@ -284,7 +284,6 @@ def test_the_summarizer_of_the_runs_write_runs_with_the_connection_idle(app: App
             user_id=user,
             summarizer=summarizer,
             max_messages=4,
-            summarize_threshold=1,
         )
         for n in range(2):
             memory.add_turn(cid, f"q{n}", f"a{n}")
@@ -321,7 +320,6 @@ def test_add_turn_on_the_apps_session_summarizes_with_the_connection_idle(
             user_id=user,
             summarizer=summarizer,
             max_messages=4,
-            summarize_threshold=1,
         )
         for n in range(2):
             memory.add_turn(cid, f"q{n}", f"a{n}")
@@ -357,9 +355,7 @@ def test_a_summary_redone_after_a_lost_race_is_not_made_under_the_apps_lock(app:
         bound = app.store.bind_session(session)
         assert LocksRows().perform(app.store) is True  # PostgreSQL: the holding path exists
         assert LocksRows().perform(bound) is False  # but never on the app's session
-        memory = MemoryManager(
-            store=bound, user_id=user, summarizer=summarizer, max_messages=4, summarize_threshold=1
-        )
+        memory = MemoryManager(store=bound, user_id=user, summarizer=summarizer, max_messages=4)
         memory.add_turn(cid, "q2", "a2")
         session.commit()
     assert summarized == [IDLE, IDLE]  # the second summary, after the lost race, too
