@@ -51,6 +51,8 @@ P = ParamSpec("P")
 
 #: The oldest Redis server the store runs on (``SET ... PXAT`` and ``ZUNION``).
 MIN_REDIS_VERSION = (6, 2)
+#: The options of a list read (:class:`~firefly_orm.protocols.ListOptions`).
+_LIST_OPTIONS = frozenset(ListOptions.__annotations__)
 #: Expired entries one ``cleanup_expired`` round removes (one commit each).
 _CLEANUP_BATCH = 500
 
@@ -295,6 +297,9 @@ class RedisStore(AsyncTwins):
     def read_list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
         """Live entries of ``namespace``, ordered and limited: one index range, read in pages."""
         validate_namespace(namespace)
+        unknown = sorted(set(options) - _LIST_OPTIONS)
+        if unknown:
+            raise TypeError(f"read_list() got an unexpected keyword argument {unknown[0]!r}")
         key_prefix = options.get("key_prefix")
         user_id = options.get("user_id")
         limit = options.get("limit")

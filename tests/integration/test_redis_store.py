@@ -9,6 +9,7 @@ in one round trip whatever the namespace holds, paging, and the errors.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -232,6 +233,43 @@ def test_a_failed_precondition_sends_no_write(
     assert [e.content for e in store.load("ns")] == [0]
 
 
+def test_concurrent_increments_are_never_lost(store: RedisStore, redis_url: str) -> None:
+    """Two writers (own clients) bump one counter with version preconditions; each
+    refused bump is retried, so the counter ends at the number of bumps."""
+    counter = MemoryEntry(key="counter", content=0)
+    store.save("ns", counter)
+    refused: list[int] = []
+
+    def bump(writer: RedisStore, times: int) -> None:
+        for _ in range(times):
+            while True:
+                try:
+                    with unit_of_work_for(writer) as uow:
+                        current = uow.entries.get_by_key("ns", "counter")
+                        assert current is not None
+                        uow.entries.save(
+                            "ns",
+                            current.copy_entry(content=current.content + 1),
+                            expected_version=current.version,
+                        )
+                        uow.commit()
+                    break
+                except ConcurrencyError:
+                    refused.append(1)
+
+    writers = [RedisStore(redis_url, prefix=store.prefix) for _ in range(2)]
+    threads = [threading.Thread(target=bump, args=(w, 25)) for w in writers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for writer in writers:
+        writer.close()
+    final = store.load_by_key("ns", "counter")
+    assert final is not None and (final.content, final.version) == (50, 51)
+    print(f"50 bumps, {len(refused)} refused by a version precondition and retried")
+
+
 # --------------------------------------------------------------------------- reads
 
 
@@ -356,6 +394,12 @@ def test_bad_arguments_are_refused(kwargs: dict[str, Any], field: str) -> None:
     with pytest.raises(EntryValidationError) as info:
         RedisStore(**kwargs)
     assert info.value.field == field
+
+
+def test_unknown_list_options_are_refused(store: RedisStore) -> None:
+    bad: dict[str, Any] = {"limt": 1}
+    with pytest.raises(TypeError, match="limt"):
+        store.read_list("ns", **bad)
 
 
 def test_a_decoding_client_is_refused(redis_url: str) -> None:
