@@ -4,10 +4,10 @@
   file (full-text shadow tables included), on PostgreSQL every table of the
   test's schema as JSON (the ``search_vector`` column included), on MongoDB
   every document of the test's database, FileStore's files byte for byte, the
-  in-memory store's rows.
+  in-memory store's rows, every Redis key of the test's prefix with its value.
 * :func:`search_terms`: the terms of the full-text index itself (SQLite's FTS5
-  vocabulary, PostgreSQL's tsvector lexemes); ``None`` where the backend keeps
-  no index at rest.
+  vocabulary, PostgreSQL's tsvector lexemes, Redis's word sets); ``None`` where
+  the backend keeps no index at rest.
 """
 
 from __future__ import annotations
@@ -80,6 +80,10 @@ def raw_text(backend: OpenedBackend) -> str:
             for path in sorted(root.rglob("*"))
             if path.is_file()
         )
+    if name == "redis":
+        from redis_server import raw_dump
+
+        return raw_dump(backend.place.redis(), backend.place.name)
     assert name == "memory", name
     return "\n".join(
         json.dumps(entry.to_json_dict())
@@ -107,4 +111,8 @@ def search_terms(backend: OpenedBackend) -> set[str] | None:
                     )
                 ).scalars()
             )
+    if backend.name == "redis":
+        from redis_server import search_words
+
+        return search_words(backend.place.redis(), backend.place.name)
     return None

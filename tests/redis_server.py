@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ENV_VAR = "FIREFLY_ORM_TEST_REDIS_URL"
 BINARY_VAR = "FIREFLY_ORM_TEST_REDIS_SERVER"
@@ -156,5 +157,46 @@ def drop_prefix(url: str, prefix: str) -> None:
                 batch.clear()
         if batch:
             client.delete(*batch)
+    finally:
+        client.close()
+
+
+def raw_dump(url: str, prefix: str) -> str:
+    """Everything a store of ``prefix`` holds, read around firefly_orm, as one text.
+
+    Every key name with its value: strings as they are, the members of sets and
+    sorted sets (the privacy tests look for plaintext in all of it).
+    """
+    from redis import Redis
+
+    client = Redis.from_url(url)
+    try:
+        lines: list[str] = []
+        for key in sorted(client.scan_iter(match=prefix.encode() + b":*", count=1000)):
+            kind = client.type(key)
+            values: list[Any] = []
+            if kind == b"string":
+                values = [client.get(key) or b""]
+            elif kind == b"set":
+                values = sorted(client.smembers(key))
+            elif kind == b"zset":
+                values = list(client.zrange(key, 0, -1))
+            lines.append(repr(key) + " " + " ".join(repr(v) for v in values))
+            lines.extend(bytes(v).decode("utf-8", "replace") for v in values)
+        return "\n".join(lines)
+    finally:
+        client.close()
+
+
+def search_words(url: str, prefix: str) -> set[str]:
+    """The words of a store's full-text index (the names of its word sets)."""
+    from redis import Redis
+
+    client = Redis.from_url(url)
+    try:
+        return {
+            key.rpartition(b"\0")[2].decode()
+            for key in client.scan_iter(match=prefix.encode() + b":w:*", count=1000)
+        }
     finally:
         client.close()

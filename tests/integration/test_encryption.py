@@ -95,6 +95,10 @@ def raw_dump(backend: OpenedBackend) -> str:
             for p in sorted(root.rglob("*"))
             if p.is_file()
         )
+    if name == "redis":
+        from redis_server import raw_dump as redis_dump
+
+        return redis_dump(backend.place.redis(), backend.place.name)
     assert name == "memory"
     return "\n".join(
         json.dumps(e.to_json_dict()) for ns in store.namespaces for e in store.load(ns)
