@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from firefly_orm._layout import token_caps
 from firefly_orm.conversation import (
     SUMMARY_TURN_ID,
     SUMMARY_TURN_PROMPT,
@@ -14,6 +17,7 @@ from firefly_orm.conversation import (
     plan_append,
     summary_input,
 )
+from firefly_orm.conversation._append import no_eviction_needed
 from firefly_orm.conversation._plan import Limits
 
 
@@ -255,3 +259,50 @@ def test_message_count_of_a_turn() -> None:
     assert ConversationTurn().message_count == 2
     assert ConversationTurn(raw_messages=[{"a": 1}] * 3).message_count == 3
     assert ConversationTurn(message_count=7).message_count == 7
+
+
+# --------------------------------------------------------------------------- the budget rule
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    estimates=st.lists(st.integers(1, 40), max_size=12),
+    new=st.integers(1, 60),
+    max_tokens=st.none() | st.integers(1, 150),
+    threshold=st.none() | st.integers(0, 150),
+    pin_count=st.integers(0, 3),
+)
+def test_the_token_rule_holds_on_every_path(
+    estimates: list[int],
+    new: int,
+    max_tokens: int | None,
+    threshold: int | None,
+    pin_count: int,
+) -> None:
+    """Issue 33: the planner evicts exactly when the SQL one-statement append's cap
+    (``eviction_caps`` / ``within_caps``) refuses, starts above the threshold
+    whatever max_tokens is, and stops at the lower of the two."""
+    existing = stored(*estimates)
+    limits = Limits(max_tokens=max_tokens, summarize_threshold=threshold, pin_count=pin_count)
+    plan = plan_append(head_for(existing), turn(0, new), existing, limits)
+    total = sum(estimates) + new
+    trigger, target = token_caps(max_tokens, threshold)
+    assert no_eviction_needed(total, 0, limits) == (total <= trigger)
+    evictable = max(len(existing) - pin_count, 0)
+    if total <= trigger:
+        assert plan.evicted_turn_ids == ()
+        return
+    if threshold:  # a threshold triggers, whatever max_tokens is
+        assert trigger == threshold
+    assert target == min(c for c in (max_tokens, threshold or None) if c is not None)
+    evicted = len(plan.evicted_turn_ids)
+    assert plan.evicted_turn_ids == tuple(range(pin_count, pin_count + evicted))  # oldest first
+    assert plan.total_tokens == total - sum(estimates[pin_count : pin_count + evicted])
+    if evicted < evictable:  # it stopped: down to the target ...
+        assert plan.total_tokens <= target
+    if evicted:  # ... and not one turn further
+        assert plan.total_tokens + estimates[pin_count + evicted - 1] > target
+    expected = "max_tokens"
+    if max_tokens is None or trigger < max_tokens:
+        expected = "summarize_threshold"
+    assert plan.reason == (expected if evicted else None)

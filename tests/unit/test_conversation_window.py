@@ -136,6 +136,56 @@ def test_closed_prefix_answers_every_call(conversation: list[Any], data: Any) ->
         assert not calls <= results
 
 
+@settings(max_examples=150, deadline=None)
+@given(conversation=dict_conversations() | pydantic_ai_conversations(), data=st.data())
+def test_keep_one_is_the_shortest_valid_window_when_nothing_fits(
+    conversation: list[Any], data: Any
+) -> None:
+    """Issue 33: never an empty window while a valid one exists.  Whatever fits is
+    unchanged; when nothing does, the newest start that opens and answers every
+    result after it (the fewest messages a provider accepts), over the limits."""
+    infos = inspect_encoded(encode_raw_messages(conversation))
+    costs = data.draw(st.lists(st.integers(0, 40), min_size=len(infos), max_size=len(infos)))
+    max_tokens, max_messages = data.draw(limits)
+    slots = slots_for(infos, costs)
+
+    plain = window_start(slots, max_tokens=max_tokens, max_messages=max_messages)
+    kept = window_start(slots, max_tokens=max_tokens, max_messages=max_messages, keep_one=True)
+
+    if plain < len(slots):
+        assert kept == plain
+        return
+    valid = [s for s in range(len(slots)) if _valid(infos[s:])]
+    assert valid, "a generated conversation is valid from its first message"
+    assert kept == max(valid)  # the newest valid start: never empty, never a split pair
+    assert_valid(infos[kept:])
+
+
+def _valid(window: Sequence[MessageInfo]) -> bool:
+    try:
+        assert_valid(window)
+    except AssertionError:
+        return False
+    return bool(window)
+
+
+def test_keep_one_examples() -> None:
+    tool_round = [
+        Slot(1, True),  # the prompt
+        Slot(1, False, calls=("c",)),  # the call
+        Slot(50, False, results=("c",)),  # a big result
+        Slot(1, False),  # the answer
+    ]
+    assert window_start(tool_round, max_tokens=10) == 4  # nothing fits
+    assert window_start(tool_round, max_tokens=10, keep_one=True) == 0  # the pair stays whole
+    chat = [Slot(30, True), Slot(30, False), Slot(2, True), Slot(2, False)]
+    assert window_start(chat, max_tokens=5, keep_one=True) == 2  # the newest that fits
+    assert window_start(chat, max_tokens=3, keep_one=True) == 2  # over, but the fewest
+    orphan = [Slot(1, True, results=("gone",))]
+    assert window_start(orphan, keep_one=True) == 1  # no valid window at all: empty
+    assert window_start([], keep_one=True) == 0
+
+
 # --------------------------------------------------------------------------- examples
 
 
