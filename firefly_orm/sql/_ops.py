@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable
-from typing import Any, Unpack
+from typing import Any, NamedTuple, Unpack
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
@@ -46,6 +46,7 @@ from firefly_orm.uow import RepositoryBase
 
 __all__ = [
     "AppendedHead",
+    "Listing",
     "SQLEntryRepository",
     "Target",
     "TurnAppend",
@@ -59,8 +60,8 @@ __all__ = [
     "list_contents_before",
     "list_entries",
     "load",
-    "load_content_by_key",
     "load_by_key",
+    "load_content_by_key",
     "push_translation",
     "save",
     "save_versioned",
@@ -173,6 +174,16 @@ def load_content_by_key(target: Target, namespace: str, key: str) -> list[Any]:
     return contents
 
 
+class Listing(NamedTuple):
+    """The checked arguments of a list read (:class:`~firefly_orm.protocols.ListOptions`)."""
+
+    namespace: str
+    key_prefix: str | None
+    limit: int | None
+    newest_first: bool
+    user_id: str | None
+
+
 def _listing(
     namespace: str,
     *,
@@ -180,8 +191,8 @@ def _listing(
     limit: int | None = None,
     newest_first: bool = False,
     user_id: str | None = None,
-) -> tuple[str, str | None, int | None, bool, str | None]:
-    """The arguments of a list read (:class:`~firefly_orm.protocols.ListOptions`), checked.
+) -> Listing:
+    """The :class:`Listing` of a list read's arguments, checked.
 
     An unknown option is a ``TypeError``; a bad namespace or user id an
     :class:`~firefly_orm.errors.EntryValidationError`.
@@ -189,37 +200,26 @@ def _listing(
     validate_namespace(namespace)
     if user_id is not None:
         validate_user_id(user_id)
-    return namespace, key_prefix, limit, newest_first, user_id
+    return Listing(namespace, key_prefix, limit, newest_first, user_id)
 
 
-def list_entries(
-    target: Target,
-    namespace: str,
-    key_prefix: str | None,
-    limit: int | None,
-    newest_first: bool,
-    user_id: str | None = None,
-) -> list[MemoryEntry]:
+def _run_listing(target: Target, listing: Listing, statement: Callable[..., Any]) -> Any:
+    """The result of ``statement`` (the entries' or only their contents' SELECT) for ``listing``."""
+    params: dict[str, Any] = {"ns": listing.namespace, "now": utcnow(), "uid": listing.user_id}
+    mode = st.prefix_mode(listing.key_prefix, params)
+    by_user = listing.user_id is not None
+    return _execute(target, statement(mode, listing.limit, listing.newest_first, by_user), params)
+
+
+def list_entries(target: Target, listing: Listing) -> list[MemoryEntry]:
     """Live entries, ordered and limited as :func:`~firefly_orm.sql._statements.list_statement`."""
-    params: dict[str, Any] = {"ns": namespace, "now": utcnow(), "uid": user_id}
-    mode = st.prefix_mode(key_prefix, params)
-    stmt = st.list_statement(mode, limit, newest_first, user_id is not None)
-    return [st.row_to_entry(row) for row in _execute(target, stmt, params).all()]
+    rows = _run_listing(target, listing, st.list_statement).all()
+    return [st.row_to_entry(row) for row in rows]
 
 
-def list_contents(
-    target: Target,
-    namespace: str,
-    key_prefix: str | None,
-    limit: int | None,
-    newest_first: bool,
-    user_id: str | None = None,
-) -> list[Any]:
+def list_contents(target: Target, listing: Listing) -> list[Any]:
     """Like :func:`list_entries`, but only each entry's ``content`` (a cheaper read)."""
-    params: dict[str, Any] = {"ns": namespace, "now": utcnow(), "uid": user_id}
-    mode = st.prefix_mode(key_prefix, params)
-    stmt = st.list_contents_statement(mode, limit, newest_first, user_id is not None)
-    contents: list[Any] = _execute(target, stmt, params).scalars().all()
+    contents: list[Any] = _run_listing(target, listing, st.list_contents_statement).scalars().all()
     return contents
 
 
@@ -421,11 +421,11 @@ class SQLEntryRepository(RepositoryBase):
 
     def list(self, namespace: str, **options: Unpack[ListOptions]) -> builtins.list[MemoryEntry]:
         """Live entries of ``namespace`` (see :class:`~firefly_orm.protocols.EntryRepository`)."""
-        return list_entries(self.session, *_listing(namespace, **options))
+        return list_entries(self.session, _listing(namespace, **options))
 
     def list_contents(self, namespace: str, **options: Unpack[ListOptions]) -> builtins.list[Any]:
         """Like :meth:`list` but only each entry's ``content`` (a cheaper read)."""
-        return list_contents(self.session, *_listing(namespace, **options))
+        return list_contents(self.session, _listing(namespace, **options))
 
     def list_contents_before(
         self, namespace: str, *, key_prefix: str, before_key: str, limit: int
