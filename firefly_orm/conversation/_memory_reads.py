@@ -48,7 +48,9 @@ class ConversationReads(OwnedLayer):
         fit ``max_tokens`` (and ``max_messages``), then flattens the kept turns'
         ``raw_messages`` in chronological order; it never starts on a turn that
         opens with a tool result.  Unknown id -> ``[]``.  A newest turn larger
-        than the budget gives ``[]`` (kept from the module this is modelled on).
+        than the budget is never dropped: its newest messages that fit come
+        instead, else the whole turn (a tool call is never split from its
+        result); the module this is modelled on gave ``[]``.
         Neither the summary nor pinned turns are included: :meth:`get_context`
         gives what the next model call should get.
         """
@@ -65,7 +67,10 @@ class ConversationReads(OwnedLayer):
         the newest messages that fit, which may start inside a turn but never
         on a tool result whose call was cut, nor between a call and its result.
         Turns stored without raw messages become a prompt and an answer message
-        in the same style.  Unknown id -> ``[]``.
+        in the same style.  Unknown id -> ``[]``.  The newest messages always
+        come: when none fits beside the summary and pinned turns, the fewest
+        newest messages a provider accepts (a call with its results) come over
+        the budget.
         """
         conversation_id = check_conversation_id(conversation_id)
         step = Transaction.read(read_context, conversation_id, self._limits, self._estimator)
