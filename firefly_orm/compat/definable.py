@@ -26,6 +26,12 @@ conversation, every message one turn of it, so the conversation's limits
 * ``description`` says what the memory is for; :attr:`Memory.instructions`
   gives the line to add to an agent's instructions (``None`` when off or
   undescribed).
+* :meth:`Memory.agent` gives a pydantic-ai agent this memory
+  (:class:`DefinableAgent`): while memory is on, each run is a
+  :class:`~firefly_orm.pydantic_ai.MemoryAgent` run (the user's current
+  conversation continued, the turn stored) with the description among the
+  run's instructions; while it is off, the agent runs alone (nothing read,
+  nothing written).
 * Entries (:class:`MessageEntry`) carry ``role``, ``content``, ``user_id``,
   ``session_id``, ``created_at`` and ``updated_at``.  ``get_entries(session_id,
   user_id=...)`` filters by user: another user's session gives ``[]``.
@@ -37,7 +43,8 @@ driver).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -48,7 +55,7 @@ from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
 from firefly_orm.manager import MemoryManager
 from firefly_orm.store import InMemoryStore, MemoryStore
 
-__all__ = ["ROLES", "Memory", "MessageEntry"]
+__all__ = ["ROLES", "DefinableAgent", "Memory", "MessageEntry"]
 
 logger = logging.getLogger("firefly_orm.compat.definable")
 
@@ -69,7 +76,8 @@ class MessageEntry:
         content: The message's text.
         user_id: The user the session belongs to, or ``None``.
         created_at: When it was stored (timezone-aware).
-        updated_at: When it last changed (``created_at`` for a message never edited).
+        updated_at: When it last changed (its turn's time: messages are not
+            edited through :class:`Memory`).
         metadata: What else the turn carries (without the role).
     """
 
@@ -96,22 +104,37 @@ def _message(message: Any) -> tuple[str, str]:
     return str(role), content
 
 
-def _entry(session_id: str, turn: ConversationTurn, owner: str | None) -> MessageEntry:
+def _entries(session_id: str, turn: ConversationTurn, owner: str | None) -> list[MessageEntry]:
+    """The messages of a stored turn.
+
+    A turn :meth:`Memory.add` wrote holds one message (its role in the
+    metadata); a turn of a whole exchange (a ``MemoryAgent`` run, ``add_turn``)
+    gives its prompt and its answer, each when not empty.
+    """
     metadata = dict(turn.metadata)
-    role = str(metadata.pop(_ROLE_KEY, "user" if turn.user_prompt else "assistant"))
-    content = turn.user_prompt if role == "user" else turn.assistant_response
-    updated = metadata.pop("updated_at", None)
-    updated_at = datetime.fromisoformat(updated) if isinstance(updated, str) else turn.timestamp
-    return MessageEntry(
-        session_id=session_id,
-        turn_id=turn.turn_id,
-        role=role,
-        content=content,
-        user_id=owner,
-        created_at=turn.timestamp,
-        updated_at=updated_at,
-        metadata=metadata,
-    )
+    role = metadata.pop(_ROLE_KEY, None)
+    if role is not None:
+        content = turn.user_prompt if role == "user" else turn.assistant_response
+        messages = [(str(role), content)]
+    else:
+        messages = [
+            (who, text)
+            for who, text in (("user", turn.user_prompt), ("assistant", turn.assistant_response))
+            if text
+        ]
+    return [
+        MessageEntry(
+            session_id=session_id,
+            turn_id=turn.turn_id,
+            role=who,
+            content=text,
+            user_id=owner,
+            created_at=turn.timestamp,
+            updated_at=turn.timestamp,
+            metadata=dict(metadata),
+        )
+        for who, text in messages
+    ]
 
 
 class Memory(MemoryLayer):
@@ -226,6 +249,17 @@ class Memory(MemoryLayer):
         """The :class:`~firefly_orm.MemoryManager` underneath (for a ``MemoryAgent``)."""
         return self._manager
 
+    def agent(self, agent: Any, **options: Any) -> DefinableAgent:
+        """A pydantic-ai ``agent`` with this memory (see :class:`DefinableAgent`).
+
+        ``options``: the :class:`~firefly_orm.pydantic_ai.MemoryAgent` options
+        (``name``, ``recall_limit``, ``deps_factory``...).  Needs the
+        ``pydantic-ai`` extra.
+        """
+        from firefly_orm.pydantic_ai import MemoryAgent
+
+        return DefinableAgent(self, MemoryAgent(agent, memory=self._manager, **options))
+
     # ------------------------------------------------------------------ operations
     def _add(
         self, message: Any, session_id: str, user_id: str | None = None
@@ -265,7 +299,7 @@ class Memory(MemoryLayer):
                 metadata={_ROLE_KEY: role},
                 user_id=user_id,
             )
-            added.append(_entry(session_id, turn, user_id))
+            added.extend(_entries(session_id, turn, user_id))
         return added
 
     def _get_entries(
@@ -285,7 +319,7 @@ class Memory(MemoryLayer):
         if user_id is not None and owner != user_id:
             return []
         turns = yield from self._manager.conversation._get_turns(session_id)
-        return [_entry(session_id, turn, owner) for turn in turns]
+        return [entry for turn in turns for entry in _entries(session_id, turn, owner)]
 
     # ------------------------------------------------------------------ public forms
     add = sync_method(_add)
@@ -295,3 +329,133 @@ class Memory(MemoryLayer):
     async_add = async_method(_add)
     async_add_many = async_method(_add_many)
     async_get_entries = async_method(_get_entries)
+
+
+def _instructions(memory: Memory, agent_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``agent_kwargs`` with the memory's instructions line after the caller's own."""
+    line = memory.instructions
+    if line is None:
+        return agent_kwargs
+    given = agent_kwargs.get("instructions")
+    if given is None:
+        given = []
+    elif isinstance(given, str) or not isinstance(given, Sequence):
+        given = [given]
+    return {**agent_kwargs, "instructions": [*given, line]}
+
+
+class DefinableAgent:
+    """A pydantic-ai agent with a :class:`Memory` that can be switched off.
+
+    Made by :meth:`Memory.agent`.  ``run``, ``run_sync``, ``run_stream`` and
+    ``iter`` take the prompt, ``user_id=``, ``conversation_id=``,
+    ``new_conversation=`` and the agent's own keyword arguments.  While
+    :attr:`Memory.enabled` (read at each run), a run is the
+    :class:`~firefly_orm.pydantic_ai.MemoryAgent` run: a run with only
+    ``user_id`` continues that user's current conversation, the turn is
+    stored, and :attr:`Memory.instructions` is added to the run's
+    instructions.  While memory is off, the pydantic-ai agent runs alone: no
+    history is read and nothing is written (the memory arguments are ignored).
+    """
+
+    def __init__(self, memory: Memory, memory_agent: Any) -> None:
+        self._memory = memory
+        self._memory_agent = memory_agent
+
+    @property
+    def memory(self) -> Memory:
+        """The memory the runs use (switch it with ``memory.enabled``)."""
+        return self._memory
+
+    @property
+    def agent(self) -> Any:
+        """The pydantic-ai agent."""
+        return self._memory_agent.agent
+
+    async def run(
+        self,
+        user_prompt: Any,
+        *,
+        user_id: str | None = None,
+        conversation_id: str | None = None,
+        new_conversation: bool = False,
+        **agent_kwargs: Any,
+    ) -> Any:
+        """One run (``MemoryAgent.run`` while memory is on, the agent's own ``run`` while off)."""
+        if not self._memory.enabled:
+            return await self.agent.run(user_prompt, **agent_kwargs)
+        return await self._memory_agent.run(
+            user_prompt,
+            user_id=user_id,
+            conversation_id=conversation_id,
+            new_conversation=new_conversation,
+            **_instructions(self._memory, agent_kwargs),
+        )
+
+    def run_sync(
+        self,
+        user_prompt: Any,
+        *,
+        user_id: str | None = None,
+        conversation_id: str | None = None,
+        new_conversation: bool = False,
+        **agent_kwargs: Any,
+    ) -> Any:
+        """Sync form of :meth:`run`."""
+        if not self._memory.enabled:
+            return self.agent.run_sync(user_prompt, **agent_kwargs)
+        return self._memory_agent.run_sync(
+            user_prompt,
+            user_id=user_id,
+            conversation_id=conversation_id,
+            new_conversation=new_conversation,
+            **_instructions(self._memory, agent_kwargs),
+        )
+
+    @asynccontextmanager
+    async def run_stream(
+        self,
+        user_prompt: Any,
+        *,
+        user_id: str | None = None,
+        conversation_id: str | None = None,
+        new_conversation: bool = False,
+        **agent_kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        """:meth:`run` streamed (``MemoryAgent.run_stream`` / the agent's ``run_stream``)."""
+        if not self._memory.enabled:
+            async with self.agent.run_stream(user_prompt, **agent_kwargs) as stream:
+                yield stream
+            return
+        async with self._memory_agent.run_stream(
+            user_prompt,
+            user_id=user_id,
+            conversation_id=conversation_id,
+            new_conversation=new_conversation,
+            **_instructions(self._memory, agent_kwargs),
+        ) as stream:
+            yield stream
+
+    @asynccontextmanager
+    async def iter(
+        self,
+        user_prompt: Any,
+        *,
+        user_id: str | None = None,
+        conversation_id: str | None = None,
+        new_conversation: bool = False,
+        **agent_kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        """:meth:`run` node by node (``MemoryAgent.iter`` / the agent's ``iter``)."""
+        if not self._memory.enabled:
+            async with self.agent.iter(user_prompt, **agent_kwargs) as agent_run:
+                yield agent_run
+            return
+        async with self._memory_agent.iter(
+            user_prompt,
+            user_id=user_id,
+            conversation_id=conversation_id,
+            new_conversation=new_conversation,
+            **_instructions(self._memory, agent_kwargs),
+        ) as agent_run:
+            yield agent_run

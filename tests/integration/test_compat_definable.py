@@ -9,12 +9,15 @@ refused before anything is written.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from modes import call
 
-from firefly_orm.compat.definable import Memory, MessageEntry
+from firefly_orm.compat.definable import ROLES, Memory, MessageEntry
 from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
 from firefly_orm.store import InMemoryStore
 
@@ -115,3 +118,94 @@ def test_a_model_gives_a_summarizer_and_objects_with_role_and_content_are_messag
     memory.add(Message(), "s1")
     assert summaries and memory.manager.conversation.get_summary("s1") is not None
     assert [e.content for e in memory.get_entries("s1")] == ["m2", "as an object"]
+
+
+# --------------------------------------------------------------------------- the agent layer
+
+HOWS = ("run_sync", "run", "run_stream", "iter")
+
+
+class Recorder:
+    """A FunctionModel function: records the prompts and instructions of each call."""
+
+    def __init__(self) -> None:
+        self.prompts: list[list[str]] = []
+        self.instructions: list[str | None] = []
+
+    async def __call__(self, messages: list[Any], info: Any) -> Any:
+        from pydantic_ai.messages import ModelResponse, TextPart, UserPromptPart
+
+        self.prompts.append(
+            [str(p.content) for m in messages for p in m.parts if isinstance(p, UserPromptPart)]
+        )
+        self.instructions.append(getattr(messages[-1], "instructions", None))
+        return ModelResponse(parts=[TextPart(content="ok")])
+
+    async def stream(self, messages: list[Any], info: Any) -> Any:
+        await self(messages, info)
+        yield "ok"
+
+
+async def run_once(agent: Any, how: str, prompt: str, **ids: Any) -> None:
+    if how == "run_sync":
+        await asyncio.to_thread(agent.run_sync, prompt, **ids)
+    elif how == "run":
+        await agent.run(prompt, **ids)
+    elif how == "run_stream":
+        async with agent.run_stream(prompt, **ids) as stream:
+            await stream.get_output()
+    else:
+        async with agent.iter(prompt, **ids) as agent_run:
+            async for _node in agent_run:
+                pass
+
+
+@pytest.mark.parametrize("how", HOWS)
+async def test_the_agent_uses_memory_only_while_it_is_on(store: Any, how: str) -> None:
+    pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.models.function import FunctionModel
+
+    model = Recorder()
+    memory = Memory(store=store, description="Remembers the user's orders.")
+    agent = memory.agent(
+        Agent(FunctionModel(model, stream_function=model.stream), instructions="Be brief.")
+    )
+
+    await run_once(agent, how, "order 1042", user_id="ada")
+    await run_once(agent, how, "any news?", user_id="ada")
+    assert model.prompts[-1] == ["order 1042", "any news?"]  # the history was read
+    assert "Remembers the user's orders." in (model.instructions[-1] or "")
+    assert "Be brief." in (model.instructions[-1] or "")
+    (cid,) = memory.manager.user_conversations("ada")
+    entries = memory.get_entries(cid, user_id="ada")  # each run's turn: prompt and answer
+    assert [(e.role, e.content) for e in entries] == [
+        ("user", "order 1042"),
+        ("assistant", "ok"),
+        ("user", "any news?"),
+        ("assistant", "ok"),
+    ]
+
+    memory.enabled = False
+    await run_once(agent, how, "off the record", user_id="ada")
+    assert model.prompts[-1] == ["off the record"]  # no history read
+    assert "Remembers" not in (model.instructions[-1] or "")
+    memory.enabled = True
+    assert memory.get_entries(cid, user_id="ada") == entries  # nothing written while off
+    assert memory.manager.user_conversations("ada") == [cid]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(sorted(ROLES)), st.text(max_size=30)), min_size=1, max_size=6
+    )
+)
+def test_what_is_added_reads_back_in_order(messages: list[tuple[str, str]]) -> None:
+    memory = Memory(store=InMemoryStore())
+    added = memory.add_many([{"role": r, "content": c} for r, c in messages], "s", user_id="u")
+    entries = memory.get_entries("s", user_id="u")
+    assert (
+        [(e.role, e.content) for e in entries] == messages == [(e.role, e.content) for e in added]
+    )
+    assert [e.turn_id for e in entries] == list(range(len(messages)))
