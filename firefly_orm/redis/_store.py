@@ -119,9 +119,14 @@ class RedisStore(AsyncTwins):
         self._owns_client = client is None
         if client is None:
             assert url is not None
-            client = Redis.from_url(
-                url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
-            )
+            try:
+                client = Redis.from_url(
+                    url, socket_timeout=socket_timeout, socket_connect_timeout=socket_timeout
+                )
+            except ValueError as exc:
+                raise EntryValidationError(
+                    "url", f"not a usable Redis URL: {scrub_secret(str(exc), self._secrets)}"
+                ) from None
         elif client.get_connection_kwargs().get("decode_responses"):
             raise EntryValidationError("client", "must not decode responses (decode_responses)")
         self._client: Redis = client

@@ -388,6 +388,8 @@ def test_list_reads_agree_with_the_in_memory_store(
         ({"url": "redis://localhost", "prefix": "a:b"}, "prefix"),
         ({"url": "redis://localhost", "prefix": ""}, "prefix"),
         ({"url": "redis://localhost", "socket_timeout": 0}, "socket_timeout"),
+        ({"url": "redis://:pw@localhost:notaport/0"}, "url"),
+        ({"url": "redis://localhost:99999"}, "url"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs: dict[str, Any], field: str) -> None:
