@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from types import TracebackType
@@ -43,7 +44,7 @@ from firefly_orm.redis._commit import commit
 from firefly_orm.redis._layout import Keys, Record, as_bytes, expiry_ms
 from firefly_orm.redis._reads import Reader
 
-__all__ = ["MIN_REDIS_VERSION", "RedisStore"]
+__all__ = ["MIN_REDIS_VERSION", "PURGE_EVERY", "RedisStore"]
 
 logger = logging.getLogger("firefly_orm")
 T = TypeVar("T")
@@ -51,6 +52,8 @@ P = ParamSpec("P")
 
 #: The oldest Redis server the store runs on (``SET ... PXAT`` and ``ZUNION``).
 MIN_REDIS_VERSION = (6, 2)
+#: One commit in this many (per store object) also purges a batch of expired entries.
+PURGE_EVERY = 64
 #: The options of a list read (:class:`~firefly_orm.protocols.ListOptions`).
 _LIST_OPTIONS = frozenset(ListOptions.__annotations__)
 #: Expired entries one ``cleanup_expired`` round removes (one commit each).
@@ -132,6 +135,7 @@ class RedisStore(AsyncTwins):
         self._client: Redis = client
         self._reader = Reader(client, self._keys)
         self._checked = False
+        self._commits = itertools.count(1)
 
     # ------------------------------------------------------------------ properties
     @property
@@ -243,8 +247,8 @@ class RedisStore(AsyncTwins):
 
         Redis drops each body at its ``expires_at`` by itself, and no read
         returns an expired entry; what stays behind is the small record that
-        indexes it (and keeps its version) until this runs.  Call it now and
-        then, as you would on the SQL stores.
+        indexes it (and keeps its version) until this runs, or until a commit
+        purges it (one commit in :data:`PURGE_EVERY` removes a batch).
         """
         removed = 0
         while True:
@@ -346,8 +350,19 @@ class RedisStore(AsyncTwins):
         return self._run(lambda: self._reader.search(request))
 
     def apply_changes(self, changes: StagedChanges) -> None:
-        """Check the version preconditions, then apply ``changes`` in one ``MULTI``/``EXEC``."""
+        """Check the version preconditions, then apply ``changes`` in one ``MULTI``/``EXEC``.
+
+        Every :data:`PURGE_EVERY`-th commit of this store object then also
+        removes one batch of expired entries' records (as ``cleanup_expired``
+        does), so a store nobody cleans does not keep them forever; a failure
+        there is logged, never raised (the commit itself succeeded).
+        """
         self._run(lambda: commit(self._client, self._keys, changes))
+        if next(self._commits) % PURGE_EVERY == 0:
+            try:
+                self._run(self._cleanup_round, expiry_ms(utcnow()))
+            except StoreError as exc:
+                logger.warning("RedisStore: purging expired entries failed: %s", exc)
 
     # ------------------------------------------------------------------ errors
     def _run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:

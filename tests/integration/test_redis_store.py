@@ -29,6 +29,7 @@ from firefly_orm.errors import (
     StoreError,
 )
 from firefly_orm.redis import RedisStore, _commit, _reads
+from firefly_orm.redis import _store as redis_store_module
 from firefly_orm.redis._layout import expiry_ms
 from firefly_orm.store import InMemoryStore
 from firefly_orm.uow import check_preconditions, unit_of_work_for
@@ -158,6 +159,21 @@ def test_an_expired_entry_keeps_its_version_until_cleanup(store: RedisStore) -> 
     store.save("ns", entry.copy_entry(expires_at=None))
     [again] = store.load("ns")
     assert again.version == 2  # as the SQL stores and InMemoryStore count it
+
+
+def test_commits_purge_expired_records_now_and_then(
+    store: RedisStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_store_module, "PURGE_EVERY", 3)
+    gone = MemoryEntry(key="gone", expires_at=utcnow() - timedelta(seconds=1))
+    store.save("ns", gone)  # commit 1
+    store.save("ns", MemoryEntry(key="kept"))  # commit 2
+    record = f"{store.prefix}:r:{gone.entry_id}"
+    assert store.client.exists(record)
+    store.save("ns", MemoryEntry(key="more"))  # commit 3: and a purge
+    assert not store.client.exists(record)
+    assert store.cleanup_expired() == 0
+    assert sorted(e.key or "" for e in store.load("ns")) == ["kept", "more"]
 
 
 # --------------------------------------------------------------------------- commits
