@@ -30,7 +30,14 @@ from redis.exceptions import WatchError
 from firefly_orm.entry import MemoryEntry, utcnow
 from firefly_orm.errors import ConcurrencyError
 from firefly_orm.protocols import StagedChanges
-from firefly_orm.redis._layout import Keys, Record, as_bytes, encode_entry, expiry_ms
+from firefly_orm.redis._layout import (
+    Keys,
+    Record,
+    as_bytes,
+    check_entry_id,
+    encode_entry,
+    expiry_ms,
+)
 from firefly_orm.uow import apply_version, check_preconditions
 
 __all__ = ["MAX_ATTEMPTS", "commit"]
@@ -47,10 +54,13 @@ def commit(client: Redis, keys: Keys, changes: StagedChanges) -> None:
     Raises:
         ConcurrencyError: A version precondition fails, or the commit lost
             :data:`MAX_ATTEMPTS` races in a row (nothing is written).
-        EntryValidationError: A write would update an entry at the largest version.
+        EntryValidationError: A write would update an entry at the largest version,
+            or an id is not a string (nothing is written).
     """
     if not (changes.writes or changes.cleared or changes.erased_users or changes.preconditions):
         return
+    for _, entry_id in changes.writes:
+        check_entry_id(entry_id)
     with client.pipeline(transaction=True) as pipe:
         for attempt in range(1, MAX_ATTEMPTS + 1):
             try:

@@ -46,6 +46,7 @@ from firefly_orm.errors import EntryValidationError
 __all__ = [
     "Keys",
     "as_bytes",
+    "check_entry_id",
     "Record",
     "decode_entry",
     "encode_entry",
@@ -63,6 +64,13 @@ def as_bytes(value: object) -> bytes:
     if not isinstance(value, bytes):
         raise TypeError(f"expected bytes from Redis, got {type(value).__name__}")
     return value
+
+
+def check_entry_id(entry_id: Any) -> str:
+    """``entry_id`` if it can name a key (a string without NUL), else raise."""
+    if not isinstance(entry_id, str) or "\x00" in entry_id:
+        raise EntryValidationError("entry_id", f"must be a string without NUL, got {entry_id!r}")
+    return entry_id
 
 
 def validate_prefix(prefix: Any) -> str:

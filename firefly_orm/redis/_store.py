@@ -41,7 +41,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     raise MissingExtraError("RedisStore", "redis", exc.name) from exc
 
 from firefly_orm.redis._commit import commit
-from firefly_orm.redis._layout import Keys, Record, as_bytes, expiry_ms
+from firefly_orm.redis._layout import Keys, Record, as_bytes, check_entry_id, expiry_ms
 from firefly_orm.redis._reads import Reader
 
 __all__ = ["MIN_REDIS_VERSION", "PURGE_EVERY", "RedisStore"]
@@ -293,6 +293,7 @@ class RedisStore(AsyncTwins):
     def read_entry(self, namespace: str, entry_id: str) -> MemoryEntry | None:
         """The live entry with this id in ``namespace``, or ``None``."""
         validate_namespace(namespace)
+        check_entry_id(entry_id)
         return self._run(lambda: self._reader.entry(namespace, entry_id))
 
     def read_by_key(self, namespace: str, key: str) -> list[MemoryEntry]:

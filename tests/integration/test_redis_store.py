@@ -420,6 +420,14 @@ def test_unknown_list_options_are_refused(store: RedisStore) -> None:
         store.read_list("ns", **bad)
 
 
+def test_an_id_that_is_no_string_is_refused(store: RedisStore) -> None:
+    bad: Any = 7
+    with pytest.raises(EntryValidationError, match="entry_id"):
+        store.delete("ns", bad)
+    with pytest.raises(EntryValidationError, match="entry_id"), unit_of_work_for(store) as uow:
+        uow.entries.get("ns", bad)
+
+
 def test_a_decoding_client_is_refused(redis_url: str) -> None:
     client = Redis.from_url(redis_url, decode_responses=True)
     try:
