@@ -425,7 +425,10 @@ def append_turn_statement(by_owner: bool) -> Any:
     row under the turn id the head gave (``next_turn_id`` before the update).
     The head is updated only if, on its stored totals, the turn needs no
     eviction (``total_tokens + tokens <= token_cap`` and ``total_messages +
-    messages <= message_cap``), the head is live, below the largest version
+    messages <= message_cap``: :func:`~firefly_orm._layout.within_caps`, with
+    the trigger of :func:`~firefly_orm._layout.token_caps` as ``token_cap``,
+    so a summarize threshold below ``max_tokens`` is honoured as the planner
+    honours it), the head is live, below the largest version
     and turn id, its counters are plain integers, its owner is ``uid`` (with
     ``by_owner``) and no row holds the new turn's id yet.  Otherwise nothing is
     written and no row comes back: the caller takes the general path.
