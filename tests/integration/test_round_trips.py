@@ -293,6 +293,29 @@ def test_statements_and_round_trips_per_operation(
     ]
 
 
+def test_a_threshold_below_the_budget_keeps_the_one_statement_append(
+    sql_env: OpenedBackend, wire_for: Callable[[Any], Wire]
+) -> None:
+    """Issue 33: the threshold triggers eviction whatever max_tokens is; a turn that
+    stays under it is still the one-statement append, one that crosses it is
+    refused by that statement and evicts on the general path."""
+    store = sql_env.store
+    memory = ConversationMemory(store=store, max_tokens=10_000, summarize_threshold=30)
+    memory.add_turn("t", "question 0", "answer 0")  # 5 tokens each: the head exists
+    memory.add_turn("t", "question 1", "answer 1")
+    wire = wire_for(store)
+    wire.reset()
+    memory.add_turn("t", "question 2", "answer 2")
+    assert wire.counts() == EXPECTED[sql_env.name]["add_turn"]
+    crossing = ConversationMemory(store=store, max_tokens=10_000, summarize_threshold=11)
+    wire.reset()
+    crossing.add_turn("t", "question 3", "answer 3")  # 20 > 11: down to 10
+    assert wire.counts()[0] > EXPECTED[sql_env.name]["add_turn"][0]
+    assert [t.turn_id for t in crossing.get_turns("t")] == [2, 3]
+    assert crossing.get_total_tokens("t") == 10
+    _close(store, "sync")
+
+
 # ------------------------------------------------------------------ the one-statement append
 
 
