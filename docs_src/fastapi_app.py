@@ -331,8 +331,11 @@ async def ask_assistant(body: NewMessage, request: Request, user_id: UserDep) ->
     """
     assistant: MemoryAgent[None, str] = request.app.state.assistant
     try:
-        result = await assistant.run(
-            body.text, conversation_id=body.conversation_id, user_id=user_id
+        result = await assistant.run(  # no id: a new conversation (not the user's current one)
+            body.text,
+            conversation_id=body.conversation_id,
+            user_id=user_id,
+            new_conversation=body.conversation_id is None,
         )
     except (NotFoundError, EntryValidationError) as exc:  # another user's conversation, a bad id
         raise HTTPException(404, "no such conversation") from exc

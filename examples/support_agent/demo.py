@@ -115,7 +115,12 @@ async def run(
         )
         script = messages or RETURN_VISIT
     for text in script:
-        result = await support.run(text, conversation_id=conversation_id, user_id=customer)
+        result = await support.run(
+            text,
+            conversation_id=conversation_id,
+            user_id=customer,
+            new_conversation=conversation_id is None,  # --new: not the latest conversation
+        )
         conversation_id = result.conversation_id
         out.write(f"\n{customer}> {text}\nagent> {result.output}\n")
     assert conversation_id is not None
