@@ -6,4 +6,8 @@ framework (``fireflyframework_agentic.memory``, formerly
 (or ``fireflyframework_genai``) import prefix with ``firefly_orm.compat.firefly``
 and the rest of the code stays as it is.  Its data is brought over with
 :mod:`firefly_orm.upstream_import`.
+
+:mod:`firefly_orm.compat.flybrowser` is FlyBrowser's ``BrowserMemoryManager``
+and :mod:`firefly_orm.compat.definable` definable's ``Memory``, each in its
+system's shape on firefly_orm's layers.
 """
