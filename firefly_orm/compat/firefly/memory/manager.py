@@ -1,12 +1,14 @@
 """Upstream's ``memory.manager``: firefly_orm's ``MemoryManager``.
 
 The constructor takes upstream's keyword-only arguments (``store``,
-``max_conversation_tokens=128_000``, ``summarize_threshold=10``,
+``max_conversation_tokens=128_000``, ``summarize_threshold``,
 ``working_scope_id="default"``) and firefly_orm's own (``summarizer``, the
-conversation policies, long-term memory).  ``from_config()`` reads the same
-``FIREFLY_AGENTIC_MEMORY_*`` variables; the database store it builds and
-initialises is the compatible class, so ``await manager.store.close()`` works
-as with a store built by hand.
+conversation policies, long-term memory).  ``summarize_threshold`` defaults to
+``None`` (no threshold), not upstream's 10: it is the eviction trigger here
+(turns above it are evicted down to it), so 10 would keep only the newest turn.
+``from_config()`` reads the same ``FIREFLY_AGENTIC_MEMORY_*`` variables; the
+database store it builds and initialises is the compatible class, so
+``await manager.store.close()`` works as with a store built by hand.
 """
 
 from __future__ import annotations
