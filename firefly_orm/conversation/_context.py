@@ -128,6 +128,7 @@ def place_window(
     max_messages: int | None,
     whole_turns: bool,
     keep_one: bool = False,
+    complete: bool = False,
 ) -> ContextWindow:
     """The newest valid window over ``turns`` (chronological) within the limits.
 
@@ -140,6 +141,8 @@ def place_window(
     messages a window may hold: a call with its results), else its whole turn;
     without, the shortest valid run of the newest messages
     (:func:`~firefly_orm.conversation._window.window_start`'s ``keep_one``).
+    It applies once older turns cannot change the window: when the turns given
+    are over the limits, or are every turn there is (``complete``).
     """
     slots: list[Slot] = []
     owner: list[tuple[int, int]] = []
@@ -148,14 +151,14 @@ def place_window(
             slots.append(slot)
             owner.append((turn_index, message_index))
     start = window_start(slots, max_tokens=max_tokens, max_messages=max_messages)
-    if start >= len(slots) and keep_one and slots:
-        return _kept_one(turns, slots, owner, max_tokens, max_messages, whole_turns)
     # Older turns can change the window only if every message here fits with
     # room to spare: then the window may reach further back, and start at an
     # older message (when none here may start it, or the oldest here may not).
     room = (max_tokens is None or sum(s.tokens for s in slots) < max_tokens) and (
         max_messages is None or sum(s.messages for s in slots) < max_messages
     )
+    if start >= len(slots) and keep_one and slots and (complete or not room):
+        return _kept_one(turns, slots, owner, max_tokens, max_messages, whole_turns)
     if start >= len(slots):
         return ContextWindow(len(turns), 0, room and bool(slots))
     turn_index, offset = owner[start]

@@ -261,6 +261,16 @@ def _newest_window(
                 keep_one=keep_one,
             )
         if not window.reached_oldest or len(got) < batch or len(turns) < len(rows):
+            if keep_one and window.turn >= len(turns) and turns:  # every turn read: keep one
+                turns = checked_turns(turns, namespace)
+                window = place_window(
+                    turns,
+                    max_tokens=max_tokens,
+                    max_messages=max_messages,
+                    whole_turns=whole_turns,
+                    keep_one=True,
+                    complete=True,
+                )
             return turns, window
         batch = _next_batch(rows, max_tokens=max_tokens, max_messages=max_messages)
 

@@ -29,6 +29,7 @@ from firefly_orm.conversation._codec import encode_raw_messages
 from firefly_orm.conversation._context import (
     ContextWindow,
     checked_turns,
+    history_messages,
     newest_whole_turns,
     pinned_part,
     place_window,
@@ -150,6 +151,59 @@ def test_the_history_fast_path_gives_the_general_window(
         assert fast is not None  # only tool calls take the general path
     if fast is not None:
         assert fast == general
+
+
+def _provider_valid(messages: list[Any]) -> bool:
+    """An OpenAI-style history a provider accepts: opens on user/system, no orphan result."""
+    calls: set[str] = set()
+    for index, message in enumerate(messages):
+        if index == 0 and message.get("role") not in ("user", "system"):
+            return False
+        calls.update(c["id"] for c in message.get("tool_calls") or [])
+        if message.get("role") == "tool" and message.get("tool_call_id") not in calls:
+            return False
+    return bool(messages)
+
+
+@settings(max_examples=300, deadline=None)
+@given(turns=conversations(), limit=limits, whole_turns=st.booleans())
+def test_keep_one_never_gives_an_empty_window_while_a_valid_one_exists(
+    turns: list[tuple[ConversationTurn, Any, list[int] | None]],
+    limit: tuple[int | None, int | None],
+    whole_turns: bool,
+) -> None:
+    """Issue 33: what fits is unchanged; when nothing does, the window holds the
+    newest messages a provider accepts (over the limits), the fast path agreeing."""
+    max_tokens, max_messages = limit
+    rows = checked_turns([stored(turn, encoded, per) for turn, encoded, per in turns], NAMESPACE)
+    options: dict[str, Any] = {
+        "max_tokens": max_tokens,
+        "max_messages": max_messages,
+        "whole_turns": whole_turns,
+    }
+    plain = place_window(rows, **options)
+    kept = place_window(rows, **options, keep_one=True, complete=True)
+    if plain.turn < len(rows):
+        assert kept == plain
+        return
+    style = None if whole_turns else "dict"
+    newest = history_messages(rows, kept, style)
+    if kept.turn < len(rows):
+        assert not kept.reached_oldest
+        if style is None:  # the history leaves out turns without raw messages
+            assert newest == [] or _provider_valid(newest)
+        else:
+            assert _provider_valid(newest)
+    else:  # no valid window at all
+        if not whole_turns:  # every message may start a window: none is valid
+            everything = history_messages(rows, ContextWindow(0, 0, True), "dict")
+            assert not any(_provider_valid(everything[i:]) for i in range(len(everything)))
+    if whole_turns and rows:
+        fast = newest_whole_turns(
+            rows[::-1], NAMESPACE, max_tokens=max_tokens, max_messages=max_messages, keep_one=True
+        )
+        if fast is not None and not fast.reached_oldest:  # else: it reads older turns
+            assert fast == kept
 
 
 @settings(max_examples=500, deadline=None)
