@@ -124,3 +124,25 @@ async def test_a_tool_call_is_never_split_from_its_result_to_keep_one_message(
         (0,),
         True,
     )
+
+
+async def test_the_newest_messages_follow_the_summary_and_the_pinned_turns(
+    layer_backend: OpenedBackend, mode: str
+) -> None:
+    mem = ConversationMemory(
+        store=layer_backend.store, max_tokens=40, pin_count=1, summarizer=summarize
+    )
+    intro = [{"role": "user", "content": "I am Ada"}, {"role": "assistant", "content": "hi"}]
+    await call(mode, mem, "add_turn", "c", "I am Ada", "hi", intro)
+    for n in (1, 2):
+        await call(mode, mem, "add_turn", "c", f"q{n}", f"a{n}", [{"role": "user", "content": "x"}])
+    big = [{"role": "user", "content": words(60)}, {"role": "assistant", "content": "ok"}]
+    await call(mode, mem, "add_turn", "c", words(60), "ok", big)  # 81 tokens > 40
+    assert [t.turn_id for t in await call(mode, mem, "get_turns", "c")] == [0, 3]
+    context = await call(mode, mem, "get_context", "c")
+    assert context[0] == {
+        "role": "system",
+        "content": "Summary of the earlier conversation:\nsummary of 1,2",
+    }
+    assert context[1:] == intro + big  # over the budget, but the newest turn is there
+    assert await call(mode, mem, "get_message_history", "c") == big
