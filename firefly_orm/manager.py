@@ -40,6 +40,7 @@ from firefly_orm.conversation import ConversationMemory, Summarizer
 from firefly_orm.conversation._model import check_conversation_id, check_int
 from firefly_orm.conversation._plan import Limits
 from firefly_orm.entry import validate_user_id
+from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import DEFAULT_NAMESPACE, LongTermMemory
 from firefly_orm.long_term.promotion import Scorer
@@ -305,11 +306,7 @@ class MemoryManager(MemoryLayer):
             EntryValidationError: A bad ``user_id``, or this manager is bound
                 to another user.
         """
-        user_id = validate_user_id(user_id)
-        if self._user_id is not None and self._user_id != user_id:
-            raise EntryValidationError(
-                "user_id", f"this manager serves user {self._user_id!r} only"
-            )
+        user_id = check_bound_user(user_id, self._user_id, "manager")
         scope = self._working.scope_id if working_scope_id is None else working_scope_id
         view = self.fork(working_scope_id=scope)
         shared = self._long_term

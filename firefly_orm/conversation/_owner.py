@@ -28,8 +28,9 @@ from firefly_orm.bridges._steps import (
     Transaction,
 )
 from firefly_orm.conversation._rows import HEAD_KEY, INDEX_NAMESPACE, conversation_namespace
-from firefly_orm.entry import MemoryEntry, validate_user_id
-from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
+from firefly_orm.entry import MemoryEntry
+from firefly_orm.entry._rules import check_bound_user
+from firefly_orm.errors import ConversationNotFoundError
 from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
@@ -177,10 +178,7 @@ class OwnedLayer(MemoryLayer):
         Raises:
             EntryValidationError: A bad ``user_id``, or one other than the bound user.
         """
-        user_id = validate_user_id(user_id)
-        if self._user_id is not None and user_id != self._user_id:
-            raise EntryValidationError("user_id", f"this memory serves user {self._user_id!r} only")
-        return user_id
+        return check_bound_user(user_id, self._user_id, "memory")
 
     def _ownership(self, conversation_id: str) -> Operation[Ownership]:
         """The :class:`Ownership` of ``conversation_id`` as this layer may see it.
