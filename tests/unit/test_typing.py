@@ -82,7 +82,7 @@ async def test_memory_manager_async() -> None:
 def test_conversation_memory(tmp_path: Path) -> None:
     conv = ConversationMemory(store=FileStore(tmp_path), max_tokens=100)
     assert_type(conv.store, MemoryStore)
-    assert assert_type(conv.max_tokens, int) == 100
+    assert assert_type(conv.max_tokens, int | None) == 100
     cid = assert_type(conv.new_conversation(), str)
     assert_type(conv.add_turn(cid, "a", "b", metadata={"x": 1}), ConversationTurn)
     turns = assert_type(conv.get_turns(cid), list[ConversationTurn])
