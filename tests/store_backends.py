@@ -520,6 +520,23 @@ def layer_params() -> list[Any]:
     return backend_params(LAYER_BACKENDS)
 
 
+def layer_mode_params(async_on: Iterable[str]) -> list[Any]:
+    """``pytest.param((backend, mode))`` per layer backend in sync mode, and in async mode
+    on ``async_on`` only; use with ``@pytest.mark.parametrize(("layer_backend", "mode"),
+    ..., indirect=True)`` where a test's async form need not run on every backend.
+
+    (Not generated rather than skipped: ``--require-db`` fails a run whose database
+    test was skipped.)
+    """
+    wanted = set(async_on)
+    return [
+        pytest.param(name, mode, marks=BACKENDS[name].marks, id=f"{name}-{mode}")
+        for name in LAYER_BACKENDS
+        for mode in MODES
+        if mode == "sync" or name in wanted
+    ]
+
+
 def contract_params() -> list[Any]:
     """``pytest.param((backend, mode))`` per contract backend and supported mode."""
     return [

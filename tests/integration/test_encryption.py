@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from modes import call
-from store_backends import OpenedBackend
+from store_backends import OpenedBackend, layer_mode_params
 
 from firefly_orm.artifacts import Artifacts
 from firefly_orm.conversation import ConversationMemory
@@ -176,11 +176,13 @@ async def test_no_plaintext_at_rest_and_every_layer_round_trips(
         await call(mode, WorkingMemory(store=wrong, scope_id="s1"), "get", "fact")
 
 
+# One async rotation per kind of unit of work (SQL, MongoDB) is enough.
+@pytest.mark.parametrize(
+    ("layer_backend", "mode"), layer_mode_params({"sqlite", "postgres", "mongo"}), indirect=True
+)
 async def test_rotation_moves_every_row_to_the_new_key(
     layer_backend: OpenedBackend, mode: str
 ) -> None:
-    if mode == "async" and layer_backend.name not in {"sqlite", "postgres", "mongo"}:
-        pytest.skip("one async rotation per kind of unit of work (SQL, MongoDB) is enough")
     store = layer_backend.store
     await _write_everything(protect(store, encryption=_encryption(("k1", K1))), mode)
     both = _encryption(("k2", K2), ("k1", K1))
@@ -209,11 +211,13 @@ async def test_rotation_moves_every_row_to_the_new_key(
 # --------------------------------------------------------------------------- search
 
 
+# The search rule is the same code on every store: sync covers them, async runs on SQL.
+@pytest.mark.parametrize(
+    ("layer_backend", "mode"), layer_mode_params({"sqlite", "postgres"}), indirect=True
+)
 async def test_encrypted_search_refuses_unless_kept_in_clear(
     layer_backend: OpenedBackend, mode: str
 ) -> None:
-    if mode == "async" and layer_backend.name not in {"sqlite", "postgres"}:
-        pytest.skip("the search rule is the same code on every store: sync covers them")
     store = layer_backend.store
     hidden = LongTermMemory(
         store=protect(store, encryption=_encryption(("k1", K1))), namespace="long-a"

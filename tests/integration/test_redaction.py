@@ -24,7 +24,7 @@ import pytest
 from modes import call
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 from raw_storage import raw_text, search_terms
-from store_backends import OpenedBackend
+from store_backends import OpenedBackend, layer_mode_params
 
 from firefly_orm.artifacts import Artifacts
 from firefly_orm.conversation import ConversationMemory
@@ -113,9 +113,11 @@ async def _write_every_layer(store: Any, mode: str, messages: list[Any]) -> Conv
     return conversation
 
 
+# The hook is one code path for both forms: async runs on SQLite and PostgreSQL.
+@pytest.mark.parametrize(
+    ("layer_backend", "mode"), layer_mode_params({"sqlite", "postgres"}), indirect=True
+)
 async def test_no_redacted_value_reaches_any_table(layer_backend: OpenedBackend, mode: str) -> None:
-    if mode == "async" and layer_backend.name not in {"sqlite", "postgres"}:
-        pytest.skip("the hook is one code path for both forms: async runs on SQLite, PostgreSQL")
     store = layer_backend.store
     protected = protect(store, redaction=Redactor())
     messages = _messages(TEXT, ANSWER)
