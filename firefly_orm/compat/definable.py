@@ -43,11 +43,11 @@ driver).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from firefly_orm.bridges._steps import MemoryLayer, Operation, async_method, sync_method
 from firefly_orm.conversation import ConversationTurn, Summarizer
@@ -372,6 +372,27 @@ class DefinableAgent:
         """The pydantic-ai agent."""
         return self._memory_agent.agent
 
+    def _call(
+        self,
+        method: str,
+        user_prompt: Any,
+        *,
+        user_id: str | None,
+        conversation_id: str | None,
+        new_conversation: bool,
+        agent_kwargs: dict[str, Any],
+    ) -> Any:
+        """``method`` of the memory agent while memory is on, of the agent alone while off."""
+        if not self._memory.enabled:
+            return getattr(self.agent, method)(user_prompt, **agent_kwargs)
+        return getattr(self._memory_agent, method)(
+            user_prompt,
+            user_id=user_id,
+            conversation_id=conversation_id,
+            new_conversation=new_conversation,
+            **_instructions(self._memory, agent_kwargs),
+        )
+
     async def run(
         self,
         user_prompt: Any,
@@ -382,14 +403,13 @@ class DefinableAgent:
         **agent_kwargs: Any,
     ) -> Any:
         """One run (``MemoryAgent.run`` while memory is on, the agent's own ``run`` while off)."""
-        if not self._memory.enabled:
-            return await self.agent.run(user_prompt, **agent_kwargs)
-        return await self._memory_agent.run(
+        return await self._call(
+            "run",
             user_prompt,
             user_id=user_id,
             conversation_id=conversation_id,
             new_conversation=new_conversation,
-            **_instructions(self._memory, agent_kwargs),
+            agent_kwargs=agent_kwargs,
         )
 
     def run_sync(
@@ -402,18 +422,16 @@ class DefinableAgent:
         **agent_kwargs: Any,
     ) -> Any:
         """Sync form of :meth:`run`."""
-        if not self._memory.enabled:
-            return self.agent.run_sync(user_prompt, **agent_kwargs)
-        return self._memory_agent.run_sync(
+        return self._call(
+            "run_sync",
             user_prompt,
             user_id=user_id,
             conversation_id=conversation_id,
             new_conversation=new_conversation,
-            **_instructions(self._memory, agent_kwargs),
+            agent_kwargs=agent_kwargs,
         )
 
-    @asynccontextmanager
-    async def run_stream(
+    def run_stream(
         self,
         user_prompt: Any,
         *,
@@ -421,23 +439,21 @@ class DefinableAgent:
         conversation_id: str | None = None,
         new_conversation: bool = False,
         **agent_kwargs: Any,
-    ) -> AsyncIterator[Any]:
+    ) -> AbstractAsyncContextManager[Any]:
         """:meth:`run` streamed (``MemoryAgent.run_stream`` / the agent's ``run_stream``)."""
-        if not self._memory.enabled:
-            async with self.agent.run_stream(user_prompt, **agent_kwargs) as stream:
-                yield stream
-            return
-        async with self._memory_agent.run_stream(
-            user_prompt,
-            user_id=user_id,
-            conversation_id=conversation_id,
-            new_conversation=new_conversation,
-            **_instructions(self._memory, agent_kwargs),
-        ) as stream:
-            yield stream
+        return cast(
+            AbstractAsyncContextManager[Any],
+            self._call(
+                "run_stream",
+                user_prompt,
+                user_id=user_id,
+                conversation_id=conversation_id,
+                new_conversation=new_conversation,
+                agent_kwargs=agent_kwargs,
+            ),
+        )
 
-    @asynccontextmanager
-    async def iter(
+    def iter(
         self,
         user_prompt: Any,
         *,
@@ -445,17 +461,16 @@ class DefinableAgent:
         conversation_id: str | None = None,
         new_conversation: bool = False,
         **agent_kwargs: Any,
-    ) -> AsyncIterator[Any]:
+    ) -> AbstractAsyncContextManager[Any]:
         """:meth:`run` node by node (``MemoryAgent.iter`` / the agent's ``iter``)."""
-        if not self._memory.enabled:
-            async with self.agent.iter(user_prompt, **agent_kwargs) as agent_run:
-                yield agent_run
-            return
-        async with self._memory_agent.iter(
-            user_prompt,
-            user_id=user_id,
-            conversation_id=conversation_id,
-            new_conversation=new_conversation,
-            **_instructions(self._memory, agent_kwargs),
-        ) as agent_run:
-            yield agent_run
+        return cast(
+            AbstractAsyncContextManager[Any],
+            self._call(
+                "iter",
+                user_prompt,
+                user_id=user_id,
+                conversation_id=conversation_id,
+                new_conversation=new_conversation,
+                agent_kwargs=agent_kwargs,
+            ),
+        )
