@@ -14,22 +14,16 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
 import pytest
+from shared_server import SharedServer
 
 from firefly_orm.testing._secantus import ServerDidNotStart, secantus_server
 
 ENV_VAR = "FIREFLY_ORM_TEST_MONGO_URL"
 MONGO_IMAGE = "mongo:7"
-
-_lock = threading.Lock()
-_users = 0
-_url: str | None = None
-_description = ""
-_stack: contextlib.ExitStack | None = None
 
 
 def docker_available() -> bool:
@@ -96,29 +90,15 @@ def mongo_url_for_tests(*, required: bool = False) -> Iterator[str]:
 
     Servers the helper starts are stopped when the last user leaves.
     """
-    global _users, _url, _description, _stack
-    with _lock:
-        if _url is None:
-            stack = contextlib.ExitStack()
-            try:
-                _url, _description = _start(stack, required)
-            except BaseException:
-                stack.close()
-                raise
-            _stack = stack
-        _users += 1
-        url = _url
-    try:
+    with _SERVER.use(required) as (url, _description):
         yield url
-    finally:
-        with _lock:
-            _users -= 1
-            if _users == 0:
-                stack_to_close, _stack, _url = _stack, None, None
-                if stack_to_close is not None:
-                    stack_to_close.close()
 
 
 def server_description() -> str:
     """Where the current test server comes from (for reports)."""
-    return _description
+    return "" if _SERVER.value is None else _SERVER.value[1]
+
+
+#: The one server of this process (its first user's ``required`` decides whether a
+#: missing server skips or fails).
+_SERVER: SharedServer[tuple[str, str]] = SharedServer(_start)

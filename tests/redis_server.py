@@ -15,21 +15,17 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from shared_server import SharedServer
+
 ENV_VAR = "FIREFLY_ORM_TEST_REDIS_URL"
 BINARY_VAR = "FIREFLY_ORM_TEST_REDIS_SERVER"
 #: Seconds a started server has to answer.
 START_TIMEOUT = 30.0
-
-_lock = threading.Lock()
-_users = 0
-_url: str | None = None
-_stack: contextlib.ExitStack | None = None
 
 
 class RedisUnavailable(RuntimeError):
@@ -119,27 +115,11 @@ def redis_url_for_tests() -> Iterator[str]:
     Raises:
         RedisUnavailable: None can be found or started.
     """
-    global _users, _url, _stack
-    with _lock:
-        if _url is None:
-            stack = contextlib.ExitStack()
-            try:
-                _url = _start(stack)
-            except BaseException:
-                stack.close()
-                raise
-            _stack = stack
-        _users += 1
-        url = _url
-    try:
+    with _SERVER.use() as url:
         yield url
-    finally:
-        with _lock:
-            _users -= 1
-            if _users == 0:
-                to_close, _stack, _url = _stack, None, None
-                if to_close is not None:
-                    to_close.close()
+
+
+_SERVER: SharedServer[str] = SharedServer(_start)
 
 
 def drop_prefix(url: str, prefix: str) -> None:
