@@ -53,8 +53,7 @@ docs: install
 # Everything CI runs: lint, types, the whole suite (the docs site is built once,
 # by tests/integration/test_docs.py), with the 20 slowest tests reported.
 test: install lint
-	./scripts/ensure-pgbouncer.sh
-	./scripts/ensure-redis.sh
+	./scripts/ensure-test-servers.sh
 	$(PY) -m pytest -q $(XDIST) --durations=20 $(PYTEST_ARGS)
 
 # tests/unit only: no database, no server process (seconds).
@@ -64,8 +63,7 @@ test-unit: install
 # The store contract and the memory layers on every backend (SQLite, PostgreSQL
 # direct and through PgBouncer, MongoDB, files, memory): a few minutes.
 test-fast: install
-	./scripts/ensure-pgbouncer.sh
-	./scripts/ensure-redis.sh
+	./scripts/ensure-test-servers.sh
 	$(PY) -m pytest -q $(XDIST) tests/contract tests/layers $(PYTEST_ARGS)
 
 # The bench also installs the peers it compares with (the `bench` extra).

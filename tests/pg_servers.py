@@ -1,7 +1,7 @@
 """PostgreSQL-side servers the tests start on this machine's loopback: PgBouncer, standbys, a proxy.
 
 * :class:`PgBouncer`: Debian's ``pgbouncer`` (installed by
-  ``scripts/ensure-pgbouncer.sh``) on a free port in front of a PostgreSQL server,
+  ``scripts/ensure-test-servers.sh``) on a free port in front of a PostgreSQL server,
   ``pool_mode = transaction`` unless told otherwise.  As root it drops to the
   ``postgres`` user (PgBouncer refuses to run as root).
 * :func:`create_standby`: a hot standby of a disposable cluster
@@ -47,7 +47,7 @@ PGBOUNCER_PATHS = ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer")
 #: The PgBouncer binary to use instead of the installed one (a path).
 PGBOUNCER_ENV = "FIREFLY_ORM_TEST_PGBOUNCER"
 #: The script that installs PgBouncer (the Makefile's test target runs it).
-ENSURE_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "ensure-pgbouncer.sh"
+ENSURE_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "ensure-test-servers.sh"
 
 
 class ServerUnavailable(RuntimeError):

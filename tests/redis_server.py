@@ -1,7 +1,7 @@
 """Find a Redis server for the tests: ``FIREFLY_ORM_TEST_REDIS_URL``, else one started here.
 
 The fixture starts Debian's ``redis-server`` (installed by
-``scripts/ensure-redis.sh``, run by ``make test``) on a free loopback port, with
+``scripts/ensure-test-servers.sh``, run by ``make test``) on a free loopback port, with
 no persistence, in a temporary directory, and stops it when the last user
 leaves.  ``FIREFLY_ORM_TEST_REDIS_SERVER=/path/to/redis-server`` picks another
 binary.  Without a binary the tests skip, or fail under ``--require-db redis``.
@@ -103,7 +103,7 @@ def _start(stack: contextlib.ExitStack) -> str:
     if binary is None:
         raise RedisUnavailable(
             f"{ENV_VAR} is not set and redis-server is not installed "
-            "(scripts/ensure-redis.sh installs it)"
+            "(scripts/ensure-test-servers.sh installs it)"
         )
     return stack.enter_context(started_server(binary))
 
