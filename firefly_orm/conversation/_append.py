@@ -36,6 +36,7 @@ from firefly_orm._layout import NO_MESSAGE_CAP, token_caps, within_caps
 from firefly_orm.bridges._steps import CallOut, Operation, is_coroutine_callable
 from firefly_orm.conversation._idempotency import marker_entry, replayed_turn
 from firefly_orm.conversation._model import AsyncSummarizer, ConversationTurn, Summarizer
+from firefly_orm.conversation._owner import claim
 from firefly_orm.conversation._plan import (
     AppendPlan,
     HeadState,
@@ -61,7 +62,7 @@ from firefly_orm.conversation._rows import (
     turn_message_count,
 )
 from firefly_orm.entry import MemoryEntry
-from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
+from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
@@ -340,9 +341,7 @@ def append_general(
         raise EntryValidationError(
             "turn_id", f"conversation {conversation_id!r} has run out of turn ids"
         )
-    owner = new_turn.user_id if stored_head is None else stored_head.user_id
-    if new_turn.user_id is not None and owner != new_turn.user_id:
-        raise ConversationNotFoundError(conversation_id)
+    owner = claim(stored_head, new_turn.user_id, conversation_id)
     key = new_turn.idempotency_key
     if key is not None and new_turn.fingerprint is not None:
         replayed = replayed_turn(uow, namespace, key, new_turn.fingerprint)

@@ -71,6 +71,7 @@ from firefly_orm.conversation._append import (
 )
 from firefly_orm.conversation._append import no_eviction_needed as no_eviction_needed
 from firefly_orm.conversation._model import ConversationTurn, Summarizer
+from firefly_orm.conversation._owner import claim
 from firefly_orm.conversation._plan import HeadState, plan_append
 from firefly_orm.conversation._rows import (
     HEAD_KEY,
@@ -86,7 +87,7 @@ from firefly_orm.conversation._rows import (
     turn_from_entry,
 )
 from firefly_orm.entry import derived_entry_id, validate_namespace
-from firefly_orm.errors import ConcurrencyError, ConversationNotFoundError
+from firefly_orm.errors import ConcurrencyError
 from firefly_orm.protocols import AppendedHead, TurnAppend, UnitOfWork
 from firefly_orm.uow import optional_operations
 
@@ -337,10 +338,7 @@ def replace_conversation(
     namespace = conversation_namespace(conversation_id)
     stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
     head = head_from_entry(stored_head)
-    if stored_head is not None:
-        if owner is not None and stored_head.user_id != owner:
-            raise ConversationNotFoundError(conversation_id)
-        owner = stored_head.user_id
+    owner = claim(stored_head, owner, conversation_id)
     old = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX)
     if old:
         uow.entries.delete(namespace, [row.entry_id for row in old])

@@ -5,17 +5,16 @@ row, which a conversation has before its first turn and which :func:`owner_row`
 falls back to when a crash left no head).  A memory bound to a user
 (:class:`OwnedLayer`: ``ConversationMemory(user_id=...)``, the manager's) runs
 every operation naming a conversation through :func:`guarded` with
-:func:`owned_by`, so the check
-reads the owner in the same unit of work as the work itself, and a
-conversation that is missing or another user's raises the same
-:class:`~firefly_orm.errors.ConversationNotFoundError`.  Creating writes
+:func:`owned_by`, so the check reads the owner in the same unit of work as the
+work itself, and a conversation that is missing or another user's raises the
+same :class:`~firefly_orm.errors.ConversationNotFoundError`.  Creating writes
 (adding a turn, importing) accept a missing conversation and make it the
-user's (:func:`writable_by`).
+user's: they :func:`claim` the head they read for update.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -36,11 +35,11 @@ from firefly_orm.protocols import UnitOfWork
 __all__ = [
     "Ownership",
     "OwnedLayer",
+    "claim",
     "guarded",
     "owned_by",
     "owner_row",
     "read_ownership",
-    "writable_by",
 ]
 
 T = TypeVar("T")
@@ -119,6 +118,23 @@ def read_ownership(uow: UnitOfWork, conversation_id: str) -> Ownership:
     return Ownership(False) if row is None else Ownership(True, row.user_id)
 
 
+def claim(row: MemoryEntry | None, user_id: str | None, conversation_id: str) -> str | None:
+    """The owner a write for ``user_id`` leaves ``conversation_id`` with.
+
+    ``row`` is the conversation's stored head (or index row), ``None`` when it
+    is new: a new conversation gets ``user_id``; an existing one keeps its
+    owner, which must be ``user_id`` when one is given.
+
+    Raises:
+        ConversationNotFoundError: The conversation is someone else's.
+    """
+    if row is None:
+        return user_id
+    if user_id is not None and row.user_id != user_id:
+        raise ConversationNotFoundError(conversation_id)
+    return row.user_id
+
+
 def owned_by(user_id: str, conversation_id: str) -> Callable[[UnitOfWork], None]:
     """A check: ``conversation_id`` exists and belongs to ``user_id``.
 
@@ -130,23 +146,6 @@ def owned_by(user_id: str, conversation_id: str) -> Callable[[UnitOfWork], None]
         row = owner_row(uow, conversation_id)
         if row is None or row.user_id != user_id:
             raise ConversationNotFoundError(conversation_id)
-
-    return check
-
-
-def writable_by(user_id: str, conversation_ids: Iterable[str]) -> Callable[[UnitOfWork], None]:
-    """A check: each of ``conversation_ids`` is missing (to be created) or ``user_id``'s.
-
-    Raises:
-        ConversationNotFoundError: One exists and is someone else's.
-    """
-    ids = tuple(conversation_ids)
-
-    def check(uow: UnitOfWork) -> None:
-        for conversation_id in ids:
-            row = owner_row(uow, conversation_id)
-            if row is not None and row.user_id != user_id:
-                raise ConversationNotFoundError(conversation_id)
 
     return check
 

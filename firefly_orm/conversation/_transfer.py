@@ -32,6 +32,7 @@ from firefly_orm.conversation._model import (
     check_text,
 )
 from firefly_orm.conversation._ops import EncodedTurn, replace_conversation
+from firefly_orm.conversation._owner import claim
 from firefly_orm.conversation._rows import (
     HEAD_KEY,
     MAX_TURN_ID,
@@ -304,8 +305,9 @@ def append_imported(
     """
     namespace = conversation_namespace(conversation_id)
     stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
-    if stored_head is None or (owner is not None and stored_head.user_id != owner):
+    if stored_head is None:
         raise ConversationNotFoundError(conversation_id)
+    claim(stored_head, owner, conversation_id)
     head = head_from_entry(stored_head)
     last = batch[-1].turn.turn_id
     if head.next_turn_id == last + 1 and head.turn_count >= len(batch):

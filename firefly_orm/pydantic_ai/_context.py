@@ -23,8 +23,7 @@ from typing import Any
 from firefly_orm.assemble import AssembleRequest, ContextShares
 from firefly_orm.assemble import assemble_context as assemble_transaction
 from firefly_orm.bridges._steps import Operation, Transaction
-from firefly_orm.conversation._owner import read_ownership
-from firefly_orm.errors import ConversationNotFoundError
+from firefly_orm.conversation._owner import claim, owner_row
 from firefly_orm.manager import MemoryManager
 from firefly_orm.protocols import UnitOfWork
 
@@ -74,10 +73,9 @@ def load_context(
 
 def _checked_context(uow: UnitOfWork, request: AssembleRequest, user_id: str | None) -> Loaded:
     """Transaction: the owner check, then the context, in one snapshot."""
-    found = read_ownership(uow, request.conversation_id)
-    if found.exists and user_id is not None and found.owner != user_id:
-        raise ConversationNotFoundError(request.conversation_id)
-    return Loaded(found.exists, assemble_transaction(uow, request))
+    row = owner_row(uow, request.conversation_id)
+    claim(row, user_id, request.conversation_id)
+    return Loaded(row is not None, assemble_transaction(uow, request))
 
 
 def _request(
