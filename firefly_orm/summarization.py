@@ -25,6 +25,17 @@ What it does better than the module it is modelled on:
 
 A conversation passes its previous summary as a first turn with ``turn_id=-1``;
 it is shown to the model as ``Earlier summary: ...`` so the new summary covers it.
+
+**Which model** a summarizer made with ``model=None`` asks, at each call:
+
+1. inside an agent's run (:class:`firefly_orm.pydantic_ai.MemoryAgent`, and so
+   :func:`~firefly_orm.pydantic_ai.delegate` and the router), the model of the
+   agent whose turn is being stored: the run's ``model=`` if it was given one,
+   else the agent's own model (:func:`using_agent_model` marks that stretch);
+2. elsewhere, the model named by ``FIREFLY_AGENTIC_MEMORY_SUMMARY_MODEL``; with
+   that unset, a warning is logged and the extractive fallback summary is used.
+
+A summarizer made with a model always uses that model.
 """
 
 from __future__ import annotations
@@ -33,7 +44,9 @@ import logging
 import os
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -52,9 +65,11 @@ __all__ = [
     "SUMMARY_MODEL_ENV",
     "LLMSummarizer",
     "create_llm_summarizer",
+    "current_agent_model",
     "fallback_summary",
     "format_turns",
     "truncate_to_tokens",
+    "using_agent_model",
 ]
 
 logger = logging.getLogger("firefly_orm")
@@ -208,6 +223,34 @@ def fallback_summary(turns: Sequence[TurnLike]) -> str:
     return " ".join(parts) if parts else FALLBACK_SUMMARY
 
 
+# --------------------------------------------------------------------------- the agent's model
+
+#: The model of the agent whose run is storing a turn (``None``: no agent run).
+_AGENT_MODEL: ContextVar[str | Model | None] = ContextVar("firefly_orm_agent_model", default=None)
+
+
+@contextmanager
+def using_agent_model(model: str | Model | None) -> Iterator[None]:
+    """While inside, summarizers made with ``model=None`` ask ``model``.
+
+    An agent integration wraps the storing of a run's turn in it, so the
+    summary of the turns that write evicts is asked of the agent's own model.
+    It is a context variable: it holds for the current thread or task (and
+    the sync summarizer carries it to the loop thread it runs on), and nested
+    uses restore the outer model on exit.  ``None`` changes nothing.
+    """
+    token = _AGENT_MODEL.set(model)
+    try:
+        yield
+    finally:
+        _AGENT_MODEL.reset(token)
+
+
+def current_agent_model() -> str | Model | None:
+    """The model set by the innermost :func:`using_agent_model` (``None``: none)."""
+    return _AGENT_MODEL.get()
+
+
 # --------------------------------------------------------------------------- summarizer
 
 
@@ -220,8 +263,9 @@ class LLMSummarizer:
     model failure (they fall back to :func:`fallback_summary`).
 
     Attributes:
-        model: The model given at creation (``None``: read from the environment
-            per call).
+        model: The model given at creation (``None``: per call, the model of
+            the agent whose run stores the turn, else the one named by the
+            environment; see the module docstring).
         prompt_template: The template the prompt is built from (validated at
             creation, see :func:`validate_template`).
         max_summary_tokens: Upper bound of a summary's length in tokens.
@@ -246,9 +290,11 @@ class LLMSummarizer:
             + f"\n\nWrite at most {self.max_summary_tokens} tokens (about {words} words)."
         )
 
-    def _resolve_model(self) -> str | Model:
+    def _resolve_model(self, agent_model: str | Model | None) -> str | Model:
         if self.model is not None:
             return self.model
+        if agent_model is not None:
+            return agent_model
         name = os.environ.get(SUMMARY_MODEL_ENV, "").strip()
         if not name:
             raise ValueError(
@@ -259,11 +305,14 @@ class LLMSummarizer:
 
     async def async_summarize(self, turns: Sequence[TurnLike]) -> str:
         """Summarise ``turns`` (oldest first) without blocking the event loop."""
-        turns = list(turns)
+        return await self._summarize(list(turns), current_agent_model())
+
+    async def _summarize(self, turns: list[TurnLike], agent_model: str | Model | None) -> str:
+        """The summary of ``turns``; ``agent_model``: the calling agent's model, if any."""
         try:
             from pydantic_ai import Agent
 
-            agent: Agent[None, str] = Agent(self._resolve_model(), output_type=str)
+            agent: Agent[None, str] = Agent(self._resolve_model(agent_model), output_type=str)
             result = await agent.run(self.build_prompt(turns))
             text = str(result.output).strip()
             if not text:
@@ -284,7 +333,8 @@ class LLMSummarizer:
                 "sync summarizer call inside a running event loop blocks it; "
                 "await async_summarize() instead"
             )
-        return shared_loop().call(self.async_summarize(turns))
+        # The agent's model is read here: the loop thread has a context of its own.
+        return shared_loop().call(self._summarize(list(turns), current_agent_model()))
 
 
 def create_llm_summarizer(
@@ -297,8 +347,10 @@ def create_llm_summarizer(
 
     Args:
         model: A pydantic-ai model or model name (``"openai:gpt-4o-mini"``).  When
-            ``None``, the name is read from ``FIREFLY_AGENTIC_MEMORY_SUMMARY_MODEL``
-            at each call (missing: warning and fallback summary).
+            ``None``, chosen at each call: inside an agent's run (a
+            :class:`~firefly_orm.pydantic_ai.MemoryAgent`), that agent's model;
+            elsewhere the one named by ``FIREFLY_AGENTIC_MEMORY_SUMMARY_MODEL``
+            (unset: warning and fallback summary).
         prompt_template: Template with exactly one field, ``{turns_text}``.
         max_summary_tokens: Upper bound of the summary (stated in the prompt and
             enforced by cutting the answer).

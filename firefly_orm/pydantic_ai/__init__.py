@@ -79,6 +79,10 @@ conversation id and user, so a tool can ``await ctx.deps.memory.async_set_fact(.
 Other deps types: pass ``deps=`` per run, or ``deps_factory=`` to build them
 from the :class:`MemoryDeps`.
 
+**Summaries.** A summarizer made with ``create_llm_summarizer()`` (no model)
+asks the model of the agent whose run stores the turn: the run's ``model=``,
+else the agent's own (:func:`firefly_orm.summarization.using_agent_model`).
+
 **Delegation.** :func:`delegate` gives a sub-agent a :class:`MemoryAgent` over
 a fork of the memory: the same store and conversations, its own facts (scope
 ``delegation:<name>``).
@@ -136,6 +140,7 @@ from firefly_orm.pydantic_ai._run import (
     prepare,
     release_capabilities,
 )
+from firefly_orm.summarization import using_agent_model
 
 __all__ = [
     "DELEGATION_SCOPE_PREFIX",
@@ -571,14 +576,16 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         if self._name is not None:
             metadata["agent"] = self._name
         new_messages = result.new_messages()
-        turn = yield from prepared.memory._add_turn(
-            started.conversation_id,
-            prepared.text,
-            response_text(result.output),
-            new_messages,
-            metadata=metadata,
-            user_id=prepared.user_id,
-        )
+        # A summarizer made with model=None asks the model this run used.
+        with using_agent_model(prepared.agent_kwargs.get("model") or self._agent.model):
+            turn = yield from prepared.memory._add_turn(
+                started.conversation_id,
+                prepared.text,
+                response_text(result.output),
+                new_messages,
+                metadata=metadata,
+                user_id=prepared.user_id,
+            )
         logger.debug(
             "conversation %r: stored turn %d (%d message(s), %d tokens used)",
             started.conversation_id,
