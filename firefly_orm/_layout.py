@@ -42,6 +42,9 @@ __all__ = [
     "HEAD_TOTAL_TOKENS",
     "HEAD_TURN_COUNT",
     "INDEX_NAMESPACE",
+    "ITEM_DEFAULT_KIND",
+    "ITEM_KIND_FIELD",
+    "ITEM_TAGS_FIELD",
     "MAX_TURN_ID",
     "NO_MESSAGE_CAP",
     "NO_TOKEN_CAP",
@@ -71,6 +74,12 @@ WORKING_NAMESPACE_PREFIX = "working:"
 USER_WORKING_NAMESPACE_PREFIX = "working-user:"
 #: The artifact registry's namespace; a workspace's namespaces are ``artifacts:...``.
 ARTIFACTS_NAMESPACE = "artifacts"
+#: A long-term item's content field holding its kind (``"semantic"`` or ``"episodic"``).
+ITEM_KIND_FIELD = "kind"
+#: The kind of a long-term item whose content names none.
+ITEM_DEFAULT_KIND = "semantic"
+#: A long-term item's content field holding its list of tags.
+ITEM_TAGS_FIELD = "tags"
 #: Key of a conversation's head row.
 HEAD_KEY = "head"
 #: Key prefix of turn rows (followed by the turn id as :data:`TURN_ID_DIGITS` digits).

@@ -24,7 +24,9 @@ stronger unit of work (see :mod:`firefly_orm.uow`):
    one database transaction).
 
 Optional extras a layer uses when a store has them: :class:`ContentReads`
-(a key's content without its entry).
+(a key's content without its entry); :class:`VectorRepository` (vectors stored
+beside the entries and searched by meaning, :mod:`firefly_orm.vector`), which a
+staged backend offers through :class:`VectorBackend`.
 
 The ``async_*`` twins of :class:`AsyncMemoryStore` need not be written by hand
 for a store whose I/O is synchronous: :class:`firefly_orm.bridges.twins.AsyncTwins`
@@ -42,6 +44,8 @@ from typing import Any, Protocol, Self, TypedDict, TypeVar, Unpack, runtime_chec
 
 from firefly_orm._search import SearchHit, SearchOptions
 from firefly_orm.entry import MemoryEntry
+from firefly_orm.vector._protocols import VectorBackend, VectorRepository
+from firefly_orm.vector._spec import EmbeddingSpec
 
 __all__ = [
     "AppendedHead",
@@ -68,6 +72,8 @@ __all__ = [
     "TurnAppend",
     "UnitOfWork",
     "UnitOfWorkStore",
+    "VectorBackend",
+    "VectorRepository",
     "declares",
 ]
 
@@ -411,6 +417,13 @@ class StagedChanges:
     preconditions: list[Precondition] = field(default_factory=list)
     #: entry_id -> namespaces a save staged it in (so a save finds a move in O(1))
     saved_in: dict[str, set[str]] = field(default_factory=dict, repr=False, compare=False)
+    #: namespaces whose vectors are all dropped (applied after ``writes``)
+    dropped_vectors: set[str] = field(default_factory=set)
+    #: (namespace, entry_id) -> (spec, vector) to store (applied last; a
+    #: :class:`VectorBackend` only; an entry deleted by ``writes`` takes its vector along)
+    vectors: dict[tuple[str, str], tuple[EmbeddingSpec, tuple[float, ...]]] = field(
+        default_factory=dict
+    )
 
     def namespaces(self) -> set[str]:
         """Every namespace the changes touch (cleared, written or checked)."""

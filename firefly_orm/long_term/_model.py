@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
+from firefly_orm._layout import ITEM_DEFAULT_KIND
 from firefly_orm.conversation._model import check_metadata
 from firefly_orm.entry import (
     MAX_SEARCH_TEXT_LENGTH,
@@ -60,7 +61,7 @@ __all__ = [
 ]
 
 #: A fact that holds until it is forgotten or evicted.
-SEMANTIC = "semantic"
+SEMANTIC = ITEM_DEFAULT_KIND
 #: Something that happened; expires after the memory's ``episodic_retention_days``.
 EPISODIC = "episodic"
 #: The kinds of item.
