@@ -34,7 +34,7 @@ DOCS_INDEX = ROOT / "docs" / "index.md"
 
 #: The floors, lowest first: the first part of a module's path below ``firefly_orm``.
 FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("core", frozenset({"errors", "envnames", "tokens", "layout", "entry", "search"})),
+    ("core", frozenset({"errors", "envnames", "tokens", "layout", "entry", "search", "vector"})),
     ("contracts", frozenset({"protocols"})),
     # uow picks a bridge (a sync unit of work's async face) and the step driver
     # runs layers' work in units of work: one floor, no cycle between them.
