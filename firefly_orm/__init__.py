@@ -3,7 +3,7 @@
 Conversation history trimmed to a token budget (with summaries of what was
 dropped), working memory (scoped key-value facts) and long-term entries, behind
 one :class:`MemoryManager`, stored in memory, JSON files, SQLite, PostgreSQL
-(SQLAlchemy + Alembic) or MongoDB (Beanie).
+(SQLAlchemy + Alembic), MongoDB (Beanie) or Redis.
 
 Public names are imported lazily, so optional backends (MongoDB, pydantic-ai)
 cost nothing until used and a missing extra fails with an error naming it.
@@ -39,6 +39,7 @@ _EXPORTS: dict[str, str] = {
     "PostgreSQLStore": "firefly_orm.sql",
     "MongoDBStore": "firefly_orm.mongo",
     "MemoryDocument": "firefly_orm.mongo",
+    "RedisStore": "firefly_orm.redis",
     "TokenEstimator": "firefly_orm.tokens",
     "create_llm_summarizer": "firefly_orm.summarization",
     "FireflyOrmError": "firefly_orm.errors",
@@ -79,6 +80,7 @@ __all__ = [
     "NotFoundError",
     "PostgreSQLStore",
     "Recalled",
+    "RedisStore",
     "SQLAlchemyStore",
     "SQLiteStore",
     "StoreCorruptedError",
@@ -125,6 +127,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from firefly_orm.long_term import LongTermMemory, MemoryItem, Recalled
     from firefly_orm.manager import MemoryManager
     from firefly_orm.mongo import MemoryDocument, MongoDBStore
+    from firefly_orm.redis import RedisStore
     from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
     from firefly_orm.store import AsyncMemoryStore, InMemoryStore, MemoryStore
     from firefly_orm.summarization import create_llm_summarizer
