@@ -51,6 +51,7 @@ from firefly_orm.long_term.promotion import DEFAULT_IMPORTANCE_THRESHOLD
 if TYPE_CHECKING:
     from firefly_orm.mongo import MongoDBStore
     from firefly_orm.protocols import MemoryStore, StoreLifecycle
+    from firefly_orm.redis import RedisStore
     from firefly_orm.sql import PostgreSQLStore
 
 __all__ = [
@@ -67,7 +68,7 @@ __all__ = [
 
 logger = logging.getLogger("firefly_orm")
 
-Backend = Literal["in_memory", "file", "sqlite", "postgres", "mongodb"]
+Backend = Literal["in_memory", "file", "sqlite", "postgres", "mongodb", "redis"]
 #: The backend names ``FIREFLY_AGENTIC_MEMORY_BACKEND`` accepts.
 BACKENDS: tuple[str, ...] = get_args(Backend)
 
@@ -98,8 +99,8 @@ class MemorySettings(BaseSettings):
     """Memory configuration, read from ``FIREFLY_AGENTIC_MEMORY_*`` variables.
 
     Attributes:
-        backend: ``in_memory`` (default), ``file``, ``sqlite``, ``postgres`` or
-            ``mongodb``; case and surrounding blanks are ignored.
+        backend: ``in_memory`` (default), ``file``, ``sqlite``, ``postgres``,
+            ``mongodb`` or ``redis``; case and surrounding blanks are ignored.
         max_conversation_tokens: Token budget of a conversation's history.
         summarize_threshold: Token total above which the oldest turns are
             evicted (and summarised when a summarizer is configured), down to it;
@@ -132,6 +133,10 @@ class MemorySettings(BaseSettings):
         mongodb_database: MongoDB database name.
         mongodb_collection: MongoDB collection name.
         mongodb_pool_size: Maximum connections of the MongoDB client.
+        redis_url: Redis URL (``redis://``, ``rediss://`` or ``unix://``;
+            required for ``redis``).
+        redis_prefix: The first part of every key the Redis store writes.
+        redis_socket_timeout: Seconds a Redis command may wait for the server.
         encryption_keys: The keys of field-level encryption, ``kid:base64key``
             separated by commas, the current key first (read by
             :meth:`firefly_orm.privacy.KeyRing.from_env`; stores are not
@@ -174,6 +179,9 @@ class MemorySettings(BaseSettings):
     mongodb_database: str = "firefly_memory"
     mongodb_collection: str = "entries"
     mongodb_pool_size: int = Field(default=10, ge=1)
+    redis_url: str | None = None
+    redis_prefix: str = "firefly"
+    redis_socket_timeout: float = Field(default=30.0, gt=0, lt=10**6, allow_inf_nan=False)
     encryption_keys: SecretStr | None = None
 
     @field_validator("backend", mode="before")
@@ -192,6 +200,7 @@ class MemorySettings(BaseSettings):
     @field_validator(
         "postgres_url",
         "mongodb_url",
+        "redis_url",
         "summary_model",
         "sqlite_path",
         "long_term_limit",
@@ -308,13 +317,13 @@ class MemorySettings(BaseSettings):
     def __repr_args__(self) -> Any:
         # Never show passwords in reprs (logs, tracebacks).
         for name, value in super().__repr_args__():
-            if name in ("postgres_url", "mongodb_url") and value is not None:
+            if name in _URL_FIELDS and value is not None:
                 yield name, redact_url(value)
             else:
                 yield name, value
 
 
-_URL_FIELDS = frozenset({"postgres_url", "mongodb_url"})
+_URL_FIELDS = frozenset({"postgres_url", "mongodb_url", "redis_url"})
 
 
 def load_settings(**overrides: Any) -> MemorySettings:
@@ -382,6 +391,12 @@ _MONGODB_ARGS = {
     "pool_size": "mongodb_pool_size",
 }
 
+_REDIS_ARGS = {
+    "url": "redis_url",
+    "prefix": "redis_prefix",
+    "socket_timeout": "redis_socket_timeout",
+}
+
 
 def _sqlite_variable(settings: MemorySettings) -> str:
     """The variable that chose the SQLite file (its own, or the file directory)."""
@@ -409,7 +424,7 @@ def _server_store(
     settings: MemorySettings,
     url: str,
     fields: dict[str, str],
-    open_store: Callable[..., PostgreSQLStore | MongoDBStore],
+    open_store: Callable[..., PostgreSQLStore | MongoDBStore | RedisStore],
 ) -> tuple[MemoryStore, StoreLifecycle, str]:
     """The database store at ``url``: every other constructor argument from its field in ``fields``.
 
@@ -469,6 +484,13 @@ def _construct(
         except ImportError as exc:
             raise MissingExtraError("the mongodb memory backend", "mongo") from exc
         return _server_store(settings, url, _MONGODB_ARGS, MongoDBStore)
+    if backend == "redis":
+        url = _require(settings, "redis_url")
+        try:
+            from firefly_orm.redis import RedisStore
+        except ImportError as exc:
+            raise MissingExtraError("the redis memory backend", "redis") from exc
+        return _server_store(settings, url, _REDIS_ARGS, RedisStore)
     raise ConfigurationError(  # pragma: no cover - the Literal type rules this out
         f"{env_var('backend')}={backend!r} is not a known backend"
     )
@@ -500,7 +522,7 @@ def _init_error(settings: MemorySettings, url: str | None, exc: Exception) -> Fi
 def build_store(settings: MemorySettings | None = None) -> MemoryStore:
     """Build (and initialise) the store that ``settings`` describe.
 
-    Database stores (SQLite, PostgreSQL, MongoDB) are initialised with
+    Database stores (SQLite, PostgreSQL, MongoDB, Redis) are initialised with
     ``.initialize()`` (which migrates the schema) before they are returned, so a
     bad URL or an unreachable server fails here, not at the first write.
 
@@ -528,7 +550,7 @@ def build_store(settings: MemorySettings | None = None) -> MemoryStore:
 
 
 #: The variable holding the URL of each database backend.
-_URL_VARIABLES = {"postgres": "postgres_url", "mongodb": "mongodb_url"}
+_URL_VARIABLES = {"postgres": "postgres_url", "mongodb": "mongodb_url", "redis": "redis_url"}
 
 
 def _name_variable(settings: MemorySettings, exc: FireflyOrmError) -> FireflyOrmError:
