@@ -387,15 +387,24 @@ class SearchRequest:
 
     def accepts(self, entry: MemoryEntry) -> bool:
         """Whether ``entry`` passes the filters: live, user, key prefix, importance."""
-        if self.user_id is not None and entry.user_id != self.user_id:
+        return self.admits(
+            user_id=entry.user_id,
+            key=entry.key,
+            importance=entry.importance,
+            expired=entry.is_expired,
+        )
+
+    def admits(
+        self, *, user_id: str | None, key: str | None, importance: float, expired: bool
+    ) -> bool:
+        """The filters of :meth:`accepts`, over an entry's fields (a store's packed copy)."""
+        if self.user_id is not None and user_id != self.user_id:
             return False
-        if self.key_prefix is not None and (
-            entry.key is None or not entry.key.startswith(self.key_prefix)
-        ):
+        if self.key_prefix is not None and (key is None or not key.startswith(self.key_prefix)):
             return False
-        if self.min_importance is not None and entry.importance < self.min_importance:
+        if self.min_importance is not None and importance < self.min_importance:
             return False
-        return not entry.is_expired
+        return not expired
 
     def options(self, *, limit: int | None) -> SearchOptions:
         """The keyword arguments that repeat this search with another ``limit``."""

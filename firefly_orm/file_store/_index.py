@@ -74,15 +74,12 @@ class _Packed:
 
     def accepted_by(self, request: SearchRequest, now: datetime) -> bool:
         """:meth:`SearchRequest.accepts <firefly_orm._search.SearchRequest.accepts>` at ``now``."""
-        if request.user_id is not None and self.user_id != request.user_id:
-            return False
-        if request.key_prefix is not None and (
-            self.key is None or not self.key.startswith(request.key_prefix)
-        ):
-            return False
-        if request.min_importance is not None and self.importance < request.min_importance:
-            return False
-        return not self.expired(now)
+        return request.admits(
+            user_id=self.user_id,
+            key=self.key,
+            importance=self.importance,
+            expired=self.expired(now),
+        )
 
 
 def _json_fields(entry: MemoryEntry) -> dict[str, Any]:
