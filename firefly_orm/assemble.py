@@ -37,6 +37,7 @@ from firefly_orm.conversation._codec import pydantic_ai_messages
 from firefly_orm.conversation._messages import Estimator
 from firefly_orm.conversation._plan import Limits
 from firefly_orm.conversation._reads import read_context_parts, read_recent
+from firefly_orm.entry._rules import check_unit_interval
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term._model import Recalled
 from firefly_orm.long_term._ops import ItemFilter, recall_items
@@ -76,16 +77,7 @@ class ContextShares:
 
     def __post_init__(self) -> None:
         for name in ("long_term", "working"):
-            value = getattr(self, name)
-            if (
-                isinstance(value, bool)
-                or not isinstance(value, int | float)
-                or math.isnan(value)
-                or not 0.0 <= value <= 1.0
-            ):
-                raise EntryValidationError(
-                    f"shares.{name}", f"must be a number from 0.0 to 1.0, got {value!r}"
-                )
+            check_unit_interval(getattr(self, name), f"shares.{name}")
         if self.long_term + self.working > 1.0:
             raise EntryValidationError("shares", "long_term + working must be at most 1.0")
 
