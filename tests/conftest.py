@@ -55,7 +55,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="",
         metavar="NAMES",
         help=(
-            "comma-separated databases (postgres, mongo, redis, pgvector) that must be available: their "
+            f"comma-separated databases ({', '.join(DB_NAMES)}) that must be "
+            "available: their "
             "fixtures fail instead of skipping, and the run fails if a test marked with "
             "one of them was skipped"
         ),
