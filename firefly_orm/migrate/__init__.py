@@ -64,6 +64,12 @@ still work:
   :func:`current`, :func:`check` and ``initialize(migrate=False)`` recognise a
   database migrated that way.
 
+The vector tables (``memory_vectors``, for semantic recall) have a history of
+their own with its own version table, run only when asked
+(:func:`upgrade_vectors`, a store built with ``vectors=True``, ``firefly-orm
+migrate --vectors``), so the main history never needs pgvector or sqlite-vec;
+see :mod:`firefly_orm.migrate._vectors` for why it is not an Alembic branch.
+
 Every name above is imported from here; the code lives in internal modules,
 none of which imports this one: :mod:`~firefly_orm.migrate._config` (names,
 schema and URL checks, the script directory), :mod:`~firefly_orm.migrate._commands`
@@ -99,6 +105,13 @@ from firefly_orm.migrate._config import (
 )
 from firefly_orm.migrate._env import HOST_OFFLINE_FROM_OPTION, run_environment, run_with_host
 from firefly_orm.migrate._filters import autogenerate_filters, include_name, include_object
+from firefly_orm.migrate._vectors import (
+    downgrade_vectors,
+    require_vectors,
+    upgrade_vectors,
+    vector_head,
+    vectors_current,
+)
 
 # In the order the reference shows them (docs/reference/migrate.md: members_order __all__).
 __all__ = [
@@ -127,4 +140,9 @@ __all__ = [
     "require_head",
     "run_environment",
     "run_with_host",
+    "upgrade_vectors",
+    "downgrade_vectors",
+    "vector_head",
+    "vectors_current",
+    "require_vectors",
 ]

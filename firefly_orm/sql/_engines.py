@@ -59,7 +59,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from firefly_orm.bridges._threads import call_blocking, finish_from_sync
 from firefly_orm.entry._json import load_json
-from firefly_orm.errors import MissingEngineError, MissingExtraError, redact_url, url_secrets
+from firefly_orm.errors import (
+    EntryValidationError,
+    MissingEngineError,
+    MissingExtraError,
+    redact_url,
+    url_secrets,
+)
+from firefly_orm.sql._vectors import VECTORS_OPTION
+from firefly_orm.vector._sqlite_vec import load_sqlite_vec, sqlite_vec_module
 
 __all__ = [
     "Engines",
@@ -434,6 +442,11 @@ class Engines:
         async_in_threads: For engines built from ``url`` (no ``async_url``):
             run async work on the sync engine in worker threads
             (:class:`ThreadedEngine`) instead of building a native async one.
+
+    :attr:`vectors` (set by a store built with ``vectors=True``) marks every
+    engine with :data:`~firefly_orm.sql._vectors.VECTORS_OPTION`, and builds a
+    SQLite engine with :func:`~firefly_orm.vector.sqlite_vec_module` and
+    ``sqlite-vec`` loaded into each connection.
     """
 
     def __init__(
@@ -459,6 +472,7 @@ class Engines:
         self._deferred_levels: dict[bool, object] = {}
         self._owned: list[Engine | AsyncEngine] = []
         self._lock = threading.RLock()
+        self.vectors = False
 
     # ------------------------------------------------------------------ what we connect to
     def _given_engine(self) -> Engine | AsyncEngine | None:
@@ -599,9 +613,10 @@ class Engines:
             )
         created = self._create(self._url_for(is_async), is_async)
         if created.dialect.name == "sqlite":
-            _install_sqlite_hooks(
-                created.sync_engine if isinstance(created, AsyncEngine) else created
-            )
+            sync_engine = created.sync_engine if isinstance(created, AsyncEngine) else created
+            _install_sqlite_hooks(sync_engine)
+            if self.vectors:
+                event.listen(sync_engine, "connect", lambda conn, _record: load_sqlite_vec(conn))
         self._owned.append(created)
         return created
 
@@ -613,9 +628,12 @@ class Engines:
         return self.url
 
     def _translated(self, engine: Engine | AsyncEngine) -> Engine | AsyncEngine:
-        if self.schema is None:
-            return engine
-        return engine.execution_options(schema_translate_map={None: self.schema})
+        options: dict[str, Any] = {}
+        if self.schema is not None:
+            options["schema_translate_map"] = {None: self.schema}
+        if self.vectors:
+            options[VECTORS_OPTION] = True
+        return engine.execution_options(**options) if options else engine
 
     def _create(self, url: URL, is_async: bool) -> Engine | AsyncEngine:
         # The caller's engine_kwargs win over the preset's defaults.
@@ -624,6 +642,12 @@ class Engines:
             # psycopg decodes JSONB with this (the faster parse of the same values).
             defaults = {"json_deserializer": load_json, **defaults}
         kwargs = {**defaults, **self._engine_kwargs}
+        if self.vectors and url.get_backend_name() == "sqlite":
+            if is_async:
+                raise EntryValidationError(
+                    "async_url", "vectors on SQLite run on the sync engine: leave async_url unset"
+                )
+            kwargs.setdefault("module", sqlite_vec_module())
         if "connect_args" in defaults or "connect_args" in self._engine_kwargs:
             kwargs["connect_args"] = {
                 **defaults.get("connect_args", {}),

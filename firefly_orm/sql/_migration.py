@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from firefly_orm import migrate
 from firefly_orm.errors import MigrationRequiredError, StoreError
+from firefly_orm.vector._errors import VectorUnavailableError
 
 __all__ = [
     "NO_DDL_IN_SESSION",
@@ -82,14 +84,47 @@ def release_migration_lock() -> None:
 
 # Functions of their own so that ``initialize(migrate=...)`` (whose parameter
 # shadows the module name) and its async twin (through run_sync) share them.
-def upgrade(target: Engine | Connection, schema: str | None) -> None:
-    """Bring our tables in ``schema`` to head (DDL when they are behind)."""
+def upgrade(target: Engine | Connection, schema: str | None, vectors: bool = False) -> None:
+    """Bring our tables in ``schema`` to head (DDL when they are behind); with ``vectors``
+    the vector tables too (:func:`~firefly_orm.migrate.upgrade_vectors`)."""
     migrate.upgrade(target, schema_name=schema)
+    if vectors:
+        migrate.upgrade_vectors(target, schema_name=schema)
+        _check_sqlite_vec(target)
 
 
-def require_head(target: Engine | Connection, schema: str | None) -> None:
-    """Raise :class:`MigrationRequiredError` unless our tables are at head (reads only)."""
+def require_head(target: Engine | Connection, schema: str | None, vectors: bool = False) -> None:
+    """Raise :class:`MigrationRequiredError` unless our tables are at head (reads only);
+    with ``vectors`` the vector tables too."""
     migrate.require_head(target, schema_name=schema)
+    if vectors:
+        migrate.require_vectors(target, schema_name=schema)
+        _check_sqlite_vec(target)
+
+
+#: What a SQLite engine of the caller's needs for vector search.
+SQLITE_VEC_ON_YOUR_ENGINE = (
+    "build it with create_engine(url, module=firefly_orm.vector.sqlite_vec_module()) and "
+    "load the extension on each connection: sqlalchemy.event.listen(engine, 'connect', "
+    "lambda conn, _record: firefly_orm.vector.load_sqlite_vec(conn))"
+)
+
+
+def _check_sqlite_vec(target: Engine | Connection) -> None:
+    """On SQLite, refuse a connection without ``sqlite-vec`` (searches call its functions)."""
+    if target.dialect.name != "sqlite":
+        return
+    try:
+        if isinstance(target, Connection):
+            with target.begin_nested() if target.in_transaction() else nullcontext():
+                target.execute(sa.text("SELECT vec_version()"))
+        else:
+            with target.connect() as conn:
+                conn.execute(sa.text("SELECT vec_version()"))
+    except sa.exc.OperationalError as exc:
+        raise VectorUnavailableError(
+            f"this SQLite engine has not loaded sqlite-vec: {SQLITE_VEC_ON_YOUR_ENGINE}"
+        ) from exc
 
 
 @contextmanager

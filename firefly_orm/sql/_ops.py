@@ -42,6 +42,7 @@ from firefly_orm.entry import (
 from firefly_orm.errors import ConcurrencyError, StoreError
 from firefly_orm.protocols import AppendedHead, ListOptions, TurnAppend
 from firefly_orm.sql import _statements as st
+from firefly_orm.sql._vectors import VectorMethods
 from firefly_orm.uow import RepositoryBase
 
 __all__ = [
@@ -392,12 +393,14 @@ def _append_turn_sqlite(target: Target, request: TurnAppend) -> AppendedHead | N
 # --------------------------------------------------------------------------- repository
 
 
-class SQLEntryRepository(RepositoryBase):
+class SQLEntryRepository(VectorMethods, RepositoryBase):
     """:class:`~firefly_orm.protocols.EntryRepository` over one Session or Connection transaction.
 
     Each method validates its arguments and runs the operation above on
     :attr:`session` (the transaction's Session or Connection).  It implements
-    every optional operation of :class:`~firefly_orm.uow.RepositoryBase`.
+    every optional operation of :class:`~firefly_orm.uow.RepositoryBase`,
+    and :class:`~firefly_orm.protocols.VectorRepository` on a store built with
+    ``vectors=True`` (:mod:`firefly_orm.sql._vectors`).
     """
 
     supports_delete_key = True
@@ -405,6 +408,10 @@ class SQLEntryRepository(RepositoryBase):
 
     def __init__(self, session: Target) -> None:
         self.session = session
+
+    def _execute(self, stmt: Any, params: dict[str, Any]) -> Any:
+        """Run ``stmt`` on this transaction (the schema mapped, as every operation here)."""
+        return _execute(self.session, stmt, params)
 
     def get(self, namespace: str, entry_id: str) -> MemoryEntry | None:
         """The live entry ``entry_id`` of ``namespace``, or ``None``."""

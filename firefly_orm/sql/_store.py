@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Self
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
@@ -36,6 +36,7 @@ from firefly_orm.errors import (
     scrub_secret,
 )
 from firefly_orm.migrate import normalize_url, validate_schema_name
+from firefly_orm.protocols import ClosesOnExit
 from firefly_orm.sql._engines import Engines, Mode, is_memory_sqlite
 from firefly_orm.sql._migration import (
     NO_DDL_IN_SESSION,
@@ -107,7 +108,7 @@ def _analyze_table(conn: Connection) -> list[str]:
 # --------------------------------------------------------------------------- the store
 
 
-class SQLAlchemyStore(StoreOperations):
+class SQLAlchemyStore(StoreOperations, ClosesOnExit):
     """Memory store on SQLAlchemy: SQLite or PostgreSQL, sync and async.
 
     Args:
@@ -153,6 +154,15 @@ class SQLAlchemyStore(StoreOperations):
             store that may not migrate only reads the schema's revision and
             raises :class:`~firefly_orm.errors.MigrationRequiredError` when it
             is not at head: no DDL runs and nothing is written.
+        vectors: Keep vectors beside the entries (semantic recall,
+            :mod:`firefly_orm.vector`): initialising also migrates (or, not
+            migrating, checks) the vector tables
+            (:func:`~firefly_orm.migrate.upgrade_vectors`: PostgreSQL needs the
+            pgvector extension, SQLite the ``vector`` extra), and a SQLite
+            engine built here loads ``sqlite-vec`` into each connection (on
+            your own engine, load it yourself: the error says how).  Without
+            it the store's units of work refuse vector reads and writes with
+            :class:`~firefly_orm.vector.VectorUnavailableError`.
 
     Operations initialise the store on first use: they run the migrations
     (when the store may, see ``migrate``) or check the schema is at head.  Call
@@ -176,6 +186,7 @@ class SQLAlchemyStore(StoreOperations):
         replica_url: str | URL | None = None,
         replica_window: float = DEFAULT_REPLICA_WINDOW,
         migrate: bool | None = None,
+        vectors: bool = False,
     ) -> None:
         if url is None and engine is None and async_engine is None:
             raise EntryValidationError("url", "give a database URL, an engine or an async_engine")
@@ -183,6 +194,8 @@ class SQLAlchemyStore(StoreOperations):
             raise EntryValidationError("url", "give either url or engine, not both")
         if migrate is not None and not isinstance(migrate, bool):
             raise EntryValidationError("migrate", f"give True, False or None, not {migrate!r}")
+        if not isinstance(vectors, bool):
+            raise EntryValidationError("vectors", f"give True or False, not {vectors!r}")
         own = normalize_url(url) if url is not None else None
         self._engines = Engines(
             own,
@@ -209,6 +222,7 @@ class SQLAlchemyStore(StoreOperations):
                 "async engine would see a different, empty one); use InMemoryStore",
             )
         self._schema = self._engines.schema = validate_schema_name(schema_name)
+        self._engines.vectors = vectors
         #: The ``migrate=`` option as given (None: decided by what the store is on).
         self._migrate_option = migrate
         self._on_callers_engine = own is None
@@ -291,6 +305,11 @@ class SQLAlchemyStore(StoreOperations):
         if self._migrate_option is not None:
             return self._migrate_option
         return not self._on_callers_engine
+
+    @property
+    def vectors(self) -> bool:
+        """Whether the store keeps vectors (built with ``vectors=True``)."""
+        return self._engines.vectors
 
     @property
     def has_replica(self) -> bool:
@@ -410,7 +429,7 @@ class SQLAlchemyStore(StoreOperations):
             # one classification of connection failures for both.
             with self._wrap("initialize"), refusal_explained(hint):
                 with self._engines.sync_engine("write" if migrate else "default").connect() as conn:
-                    (upgrade if migrate else require_head)(conn, self._schema)
+                    (upgrade if migrate else require_head)(conn, self._schema, self.vectors)
                 self._after_initialize()
             self._runner.router.wrote()  # the replica may lag behind a fresh schema
             self._initialized = True
@@ -435,7 +454,9 @@ class SQLAlchemyStore(StoreOperations):
             with self._wrap("initialize"), refusal_explained(hint):
                 mode: Mode = "write" if migrate else "default"
                 async with self._engines.async_target(mode).connect() as conn:
-                    await conn.run_sync(upgrade if migrate else require_head, self._schema)
+                    await conn.run_sync(
+                        upgrade if migrate else require_head, self._schema, self.vectors
+                    )
             self._runner.router.wrote()
             self._initialized = True
         finally:
@@ -478,18 +499,6 @@ class SQLAlchemyStore(StoreOperations):
         if self._replica is not None:
             await self._replica.aclose()
         self._initialized = False
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.async_close()
 
     # ------------------------------------------------------------------ statistics
     def analyze(self) -> bool:

@@ -43,6 +43,8 @@ __all__ = [
     "MAX_DIMENSIONS",
     "MAX_MODEL_NAME_LENGTH",
     "RRF_K",
+    "VECTOR_TABLE",
+    "VECTOR_VERSION_TABLE",
     "EmbeddingMismatchError",
     "EmbeddingSpec",
     "VectorRequest",
@@ -52,6 +54,10 @@ __all__ = [
     "reciprocal_rank_fusion",
 ]
 
+#: The SQL table of stored vectors (one row per entry; see the vector migrations).
+VECTOR_TABLE = "memory_vectors"
+#: The version table of the vector migrations (their own history, beside the main one).
+VECTOR_VERSION_TABLE = "firefly_orm_vector_alembic_version"
 #: The most dimensions a stored vector may have (pgvector's ``vector`` type stores up to 16,000).
 MAX_DIMENSIONS = 16_000
 #: The longest embedding model name recorded.

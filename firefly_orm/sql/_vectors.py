@@ -1,0 +1,333 @@
+"""Vectors on SQL: ``memory_vectors`` (the vector migrations) written and searched.
+
+The table (see ``migrations/vector_versions``): one row per entry with a
+vector, ``(entry_id, namespace, model, dimensions, embedding)``; deleting an
+entry deletes its vector (PostgreSQL ``ON DELETE CASCADE``, SQLite triggers),
+and so does a change of its ``search_text`` or ``namespace``.
+
+Search is exact: every vector of the namespace's spec that passes the filters
+is compared, the filters (live, user, importance, kind, tags) are in the
+``WHERE`` clause of the one statement, and the cut comes last, so a filtered
+search never loses hits to a ``LIMIT``.  PostgreSQL scans the namespace's rows
+through the ``(namespace, model, dimensions)`` index and computes pgvector's
+``<=>`` (cosine distance); SQLite does the same with sqlite-vec's
+``vec_distance_cosine`` over float32 BLOBs.  An approximate index (HNSW) is
+not used: a ``vector`` column of one table holds the models of every
+namespace, of several sizes, and an HNSW index needs one fixed size.
+
+:class:`VectorMethods` gives :class:`~firefly_orm.sql._ops.SQLEntryRepository`
+the :class:`~firefly_orm.protocols.VectorRepository` methods; they need a store
+built with ``vectors=True`` (the flag travels on the engine as the execution
+option :data:`VECTORS_OPTION`), and raise
+:class:`~firefly_orm.vector.VectorUnavailableError` otherwise.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import struct
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Unpack
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from firefly_orm._layout import ITEM_DEFAULT_KIND, ITEM_KIND_FIELD, ITEM_TAGS_FIELD
+from firefly_orm._search import SearchHit
+from firefly_orm.entry import MemoryEntry, utcnow, validate_namespace
+from firefly_orm.errors import EntryValidationError
+from firefly_orm.sql import _statements as st
+from firefly_orm.vector._errors import VectorUnavailableError
+from firefly_orm.vector._spec import (
+    MAX_MODEL_NAME_LENGTH,
+    VECTOR_TABLE,
+    EmbeddingMismatchError,
+    EmbeddingSpec,
+    VectorRequest,
+    VectorSearchOptions,
+    check_vector,
+)
+
+__all__ = ["VECTORS", "VECTORS_OPTION", "VectorMethods"]
+
+#: The engine execution option a store built with ``vectors=True`` sets.
+VECTORS_OPTION = "firefly_orm_vectors"
+
+VECTORS = sa.Table(
+    VECTOR_TABLE,
+    sa.MetaData(),
+    sa.Column("entry_id", sa.String(64), primary_key=True),
+    sa.Column("namespace", sa.String(), nullable=False),
+    sa.Column("model", sa.String(MAX_MODEL_NAME_LENGTH), nullable=False),
+    sa.Column("dimensions", sa.Integer(), nullable=False),
+    sa.Column("embedding", sa.LargeBinary(), nullable=False),
+)
+_V = VECTORS.c
+_E = st.TABLE.c
+_P = sa.bindparam
+_LIVE = sa.or_(_E.expires_at.is_(None), _E.expires_at > _P("now"))
+_OF_SPEC = sa.and_(_V.namespace == _P("ns"), _V.model == _P("model"), _V.dimensions == _P("dims"))
+
+_SPEC = sa.select(_V.model, _V.dimensions).where(_V.namespace == _P("ns")).limit(1)
+_IDS_IN = sa.select(_E.entry_id).where(
+    _E.namespace == _P("ns"), _E.entry_id.in_(_P("eids", expanding=True))
+)
+_DROP = sa.delete(VECTORS).where(_V.namespace == _P("ns"))
+_UNEMBEDDED = (
+    sa.select(*st.COLUMNS)
+    .where(
+        _E.namespace == _P("ns"),
+        _E.search_text.is_not(None),
+        _LIVE,
+        ~sa.exists().where(_V.entry_id == _E.entry_id),
+    )
+    .order_by(_E.created_at, _E.entry_id)
+    .limit(_P("limit"))
+)
+
+
+class _PgVector(sa.types.UserDefinedType[Any]):
+    """pgvector's ``vector`` type, for a ``CAST`` (values go in as text)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "vector"
+
+
+#: Runs a statement with its parameters on the repository's transaction (the
+#: SQL repository's own ``_execute``, which applies the schema mapping).
+Run = Callable[[Any, dict[str, Any]], Any]
+
+
+def _connection(target: Session | Connection) -> Connection:
+    return target if isinstance(target, Connection) else target.connection()
+
+
+def _require(connection: Connection) -> None:
+    """Refuse unless the store was built with ``vectors=True`` (its tables migrated)."""
+    if not connection.get_execution_options().get(VECTORS_OPTION):
+        raise VectorUnavailableError(
+            "this SQL store keeps no vectors: build it with vectors=True (SQLiteStore(..., "
+            "vectors=True), PostgreSQLStore(..., vectors=True)), which migrates the vector "
+            "tables (`firefly-orm migrate --vectors`)"
+        )
+
+
+def _bound(dialect: str, vector: Sequence[float]) -> Any:
+    """A vector as the database takes it: pgvector's text form, or float32 little-endian bytes."""
+    if dialect == "postgresql":
+        return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+    return struct.pack(f"<{len(vector)}f", *vector)
+
+
+def _vector_expression(dialect: str, name: str) -> Any:
+    """SQL of the bound vector ``:name`` in the column's type."""
+    if dialect == "postgresql":
+        # Text first, which every driver binds; then pgvector's input function.
+        return sa.cast(sa.cast(_P(name, type_=sa.Text()), sa.Text()), _PgVector())
+    return _P(name, type_=sa.LargeBinary())
+
+
+def _distance(dialect: str) -> Any:
+    query = _vector_expression(dialect, "q")
+    if dialect == "postgresql":
+        return _V.embedding.op("<=>", return_type=sa.Float())(query)
+    if dialect == "sqlite":
+        return sa.func.vec_distance_cosine(_V.embedding, query, type_=sa.Float())
+    raise VectorUnavailableError(f"vectors are not available on {dialect}")
+
+
+def _kind_and_tags(dialect: str, request: VectorRequest, params: dict[str, Any]) -> list[Any]:
+    """The ``WHERE`` terms of the long-term ``kind`` and ``tags`` filters (bound values)."""
+    terms: list[Any] = []
+    if request.kind is not None:
+        params["kind"] = request.kind
+        params["default_kind"] = ITEM_DEFAULT_KIND
+        if dialect == "postgresql":
+            field = f"e.content ->> '{ITEM_KIND_FIELD}'"
+        else:
+            field = f"json_extract(e.content, '$.{ITEM_KIND_FIELD}')"
+        terms.append(sa.text(f"COALESCE({field}, :default_kind) = :kind"))
+    if request.tags:
+        if dialect == "postgresql":
+            params["tags"] = json.dumps(list(request.tags))
+            terms.append(sa.text(f"(e.content -> '{ITEM_TAGS_FIELD}') @> CAST(:tags AS jsonb)"))
+        else:
+            for i, tag in enumerate(request.tags):
+                params[f"tag{i}"] = tag
+                terms.append(
+                    sa.text(
+                        f"EXISTS (SELECT 1 FROM json_each(e.content, '$.{ITEM_TAGS_FIELD}') "
+                        f"WHERE json_each.value = :tag{i} AND json_each.type = 'text')"
+                    )
+                )
+    return terms
+
+
+def vector_search(run: Run, dialect: str, request: VectorRequest) -> list[SearchHit]:
+    """The entries nearest ``request.vector``, filters inside the one exact scan."""
+    if request.finds_nothing:
+        return []
+    params: dict[str, Any] = {
+        "ns": request.namespace,
+        "model": request.spec.model,
+        "dims": request.spec.dimensions,
+        "q": _bound(dialect, request.vector),
+        "now": utcnow(),
+    }
+    distance = _distance(dialect)
+    entries = st.TABLE.alias("e")
+    columns = [entries.c[c.name] for c in st.COLUMNS]
+    e = entries.c
+    stmt = (
+        sa.select(*columns, (sa.literal(1.0) - distance).label("score"))
+        .select_from(VECTORS.join(entries, e.entry_id == _V.entry_id))
+        .where(_OF_SPEC, e.namespace == _P("ns"))
+        .where(sa.or_(e.expires_at.is_(None), e.expires_at > _P("now")))
+    )
+    if request.user_id is not None:
+        params["uid"] = request.user_id
+        stmt = stmt.where(e.user_id == _P("uid"))
+    if request.min_importance is not None:
+        params["imp"] = request.min_importance
+        stmt = stmt.where(e.importance >= _P("imp"))
+    for term in _kind_and_tags(dialect, request, params):
+        stmt = stmt.where(term)
+    stmt = stmt.order_by(distance, e.importance.desc(), e.created_at.desc(), e.entry_id.desc())
+    if request.limit is not None:
+        params["limit"] = request.limit
+        stmt = stmt.limit(_P("limit"))
+    return [SearchHit(st.row_to_entry(row), float(row[-1])) for row in run(stmt, params)]
+
+
+def embedding_spec(run: Run, namespace: str) -> EmbeddingSpec | None:
+    """The spec of ``namespace``'s vectors (``None``: it has none)."""
+    row = run(_SPEC, {"ns": namespace}).first()
+    return None if row is None else EmbeddingSpec(row[0], int(row[1]))
+
+
+def save_vectors(
+    run: Run,
+    dialect: str,
+    namespace: str,
+    spec: EmbeddingSpec,
+    vectors: Mapping[str, Sequence[float]],
+) -> None:
+    """Store the vectors (checked first: spec, lengths, ids; nothing written on a refusal)."""
+    checked = {
+        entry_id: check_vector(vector, spec, f"vectors[{entry_id!r}]")
+        for entry_id, vector in vectors.items()
+    }
+    if not checked:
+        return
+    stored = embedding_spec(run, namespace)
+    if stored is not None and stored != spec:
+        raise EmbeddingMismatchError(namespace, stored, spec)
+    ids = list(checked)
+    found = set(run(_IDS_IN, {"ns": namespace, "eids": ids}).scalars())
+    missing = [entry_id for entry_id in ids if entry_id not in found]
+    if missing:
+        raise EntryValidationError(
+            "vectors", f"{missing[0]!r} is no entry of namespace {namespace!r}"
+        )
+    insert: Any = (
+        sa.dialects.postgresql.insert(VECTORS)
+        if dialect == "postgresql"
+        else sa.dialects.sqlite.insert(VECTORS)
+    )
+    value = _vector_expression(dialect, "embedding")
+    stmt = insert.values(
+        entry_id=_P("eid"),
+        namespace=_P("ns"),
+        model=_P("model"),
+        dimensions=_P("dims"),
+        embedding=value,
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[_V.entry_id],
+        set_={
+            "namespace": stmt.excluded.namespace,
+            "model": stmt.excluded.model,
+            "dimensions": stmt.excluded.dimensions,
+            "embedding": stmt.excluded.embedding,
+        },
+    )
+    rows = [
+        {
+            "eid": entry_id,
+            "ns": namespace,
+            "model": spec.model,
+            "dims": spec.dimensions,
+            "embedding": _bound(dialect, vector),
+        }
+        for entry_id, vector in checked.items()
+    ]
+    for row in rows:
+        run(stmt, row)
+
+
+def unembedded(run: Run, namespace: str, limit: int) -> list[MemoryEntry]:
+    """Up to ``limit`` live entries with text and no vector, oldest first."""
+    params = {"ns": namespace, "now": utcnow(), "limit": limit}
+    return [st.row_to_entry(row) for row in run(_UNEMBEDDED, params)]
+
+
+class VectorMethods:
+    """The :class:`~firefly_orm.protocols.VectorRepository` methods of the SQL repository.
+
+    The repository gives :attr:`session` (its transaction's Session or
+    Connection) and :meth:`_execute` (a statement run on it, schema mapped).
+    """
+
+    session: Session | Connection
+
+    def _execute(self, stmt: Any, params: dict[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _vector_connection(self) -> tuple[Run, str]:
+        """``(run, dialect)`` after checking the store keeps vectors."""
+        connection = _connection(self.session)
+        _require(connection)
+        return self._execute, str(connection.dialect.name)
+
+    def save_vectors(
+        self, namespace: str, spec: EmbeddingSpec, vectors: Mapping[str, Sequence[float]]
+    ) -> None:
+        """Store these entries' vectors (see ``VectorRepository.save_vectors``)."""
+        validate_namespace(namespace)
+        if not isinstance(spec, EmbeddingSpec):
+            raise EntryValidationError("spec", f"must be an EmbeddingSpec, got {spec!r}")
+        run, dialect = self._vector_connection()
+        save_vectors(run, dialect, namespace, spec, vectors)
+
+    def vector_search(
+        self,
+        namespace: str,
+        vector: Sequence[float],
+        spec: EmbeddingSpec,
+        **options: Unpack[VectorSearchOptions],
+    ) -> builtins.list[SearchHit]:
+        """The nearest live entries (see ``VectorRepository.vector_search``)."""
+        request = VectorRequest.build(namespace, vector, spec, **options)
+        run, dialect = self._vector_connection()
+        return vector_search(run, dialect, request)
+
+    def embedding_spec(self, namespace: str) -> EmbeddingSpec | None:
+        """The spec of ``namespace``'s vectors (``None``: none stored)."""
+        validate_namespace(namespace)
+        return embedding_spec(self._vector_connection()[0], namespace)
+
+    def unembedded(self, namespace: str, *, limit: int) -> builtins.list[MemoryEntry]:
+        """Live entries with text and no vector, oldest first, at most ``limit``."""
+        validate_namespace(namespace)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise EntryValidationError("limit", f"must be a non-negative integer, got {limit!r}")
+        return unembedded(self._vector_connection()[0], namespace, limit)
+
+    def drop_vectors(self, namespace: str) -> None:
+        """Delete every vector of ``namespace`` (its entries stay)."""
+        validate_namespace(namespace)
+        self._vector_connection()[0](_DROP, {"ns": namespace})
