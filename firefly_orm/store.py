@@ -15,11 +15,14 @@ the protocols themselves live in :mod:`firefly_orm.protocols`):
 
 Full-text search (``uow.entries.search``) on :class:`InMemoryStore` is the
 tokenised match of :mod:`firefly_orm._search` over a per-namespace inverted index.
+Vector search (``uow.entries.vector_search``) is exact: every vector of the
+namespace is compared (:mod:`firefly_orm.vector._exact`).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Unpack
 
 from firefly_orm._search import SearchHit, SearchRequest, TermIndex
@@ -33,6 +36,8 @@ from firefly_orm.uow import (
     check_preconditions,
     select_entries,
 )
+from firefly_orm.vector._exact import VectorTable, check_vector_changes
+from firefly_orm.vector._spec import EmbeddingSpec, VectorRequest, VectorSearchOptions
 
 __all__ = ["AsyncMemoryStore", "InMemoryStore", "MemoryStore"]
 
@@ -57,6 +62,7 @@ class InMemoryStore(AsyncTwins):
         self._where: dict[str, str] = {}  # entry_id -> namespace
         self._keyed: dict[tuple[str, str], set[str]] = {}  # (namespace, key) -> entry ids
         self._words: dict[str, TermIndex] = {}  # namespace -> its search_text words
+        self._vectors = VectorTable()  # namespace -> entry id -> vector (one spec each)
         self._lock = threading.RLock()
 
     # ------------------------------------------------------------------ protocol
@@ -160,6 +166,31 @@ class InMemoryStore(AsyncTwins):
             hits = index.hits(self._data.get(namespace, {}), request)
             return [SearchHit(hit.entry.copy_entry(), hit.score) for hit in hits]
 
+    def read_vector_search(
+        self,
+        namespace: str,
+        vector: Sequence[float],
+        spec: EmbeddingSpec,
+        **options: Unpack[VectorSearchOptions],
+    ) -> list[SearchHit]:
+        """The committed entries nearest ``vector`` (copies), best first (exact cosine)."""
+        request = VectorRequest.build(namespace, vector, spec, **options)
+        with self._lock:
+            hits = self._vectors.search(request, self._data.get(namespace, {}).get)
+            return [SearchHit(hit.entry.copy_entry(), hit.score) for hit in hits]
+
+    def read_embedding_spec(self, namespace: str) -> EmbeddingSpec | None:
+        """The spec of ``namespace``'s committed vectors (``None``: it holds none)."""
+        validate_namespace(namespace)
+        with self._lock:
+            return self._vectors.spec(namespace)
+
+    def read_vector_ids(self, namespace: str) -> set[str]:
+        """The ids of the entries of ``namespace`` with a committed vector."""
+        validate_namespace(namespace)
+        with self._lock:
+            return self._vectors.ids(namespace)
+
     def apply_changes(self, changes: StagedChanges) -> None:
         """Check the version preconditions and apply ``changes``, all under the lock."""
         with self._lock:
@@ -169,6 +200,7 @@ class InMemoryStore(AsyncTwins):
                 return self._data[ns][entry_id] if ns is not None else None
 
             check_preconditions(changes, current)
+            check_vector_changes(changes.vectors, changes.dropped_vectors, self._vectors.spec)
             for user_id in changes.erased_users:
                 for namespace, entries in list(self._data.items()):
                     for entry_id in [i for i, e in entries.items() if e.user_id == user_id]:
@@ -180,6 +212,11 @@ class InMemoryStore(AsyncTwins):
                     self.delete(namespace, entry_id)
                 else:
                     self._write(namespace, entry.copy_entry())
+            for namespace in changes.dropped_vectors:
+                self._vectors.drop(namespace)
+            for (namespace, entry_id), (spec, vector) in changes.vectors.items():
+                if entry_id in self._data.get(namespace, {}):  # else deleted meanwhile
+                    self._vectors.put(namespace, entry_id, spec, vector)
 
     # ------------------------------------------------------------------ internals
     # Callers hold the lock.
@@ -191,8 +228,12 @@ class InMemoryStore(AsyncTwins):
         old_ns = self._where.get(entry.entry_id)
         previous = None if old_ns is None else self._data[old_ns][entry.entry_id]
         apply_version(entry, previous)  # raises before anything is removed
+        kept = self._vectors.get(namespace, entry.entry_id)  # a re-save keeps its vector
+        spec = self._vectors.spec(namespace)
         if old_ns is not None:
             self._remove(old_ns, entry.entry_id)
+        if kept is not None and spec is not None:
+            self._vectors.put(namespace, entry.entry_id, spec, kept)
         self._data.setdefault(namespace, {})[entry.entry_id] = entry
         self._where[entry.entry_id] = namespace
         if entry.key is not None:
@@ -204,6 +245,7 @@ class InMemoryStore(AsyncTwins):
         entry = self._data.get(namespace, {}).pop(entry_id, None)
         if entry is None:
             return None
+        self._vectors.remove(namespace, entry_id)
         self._where.pop(entry_id, None)
         if entry.key is not None:
             ids = self._keyed.get((namespace, entry.key))

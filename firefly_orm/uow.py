@@ -80,6 +80,7 @@ from firefly_orm.protocols import (
     UnitOfWorkStore,
     declares,
 )
+from firefly_orm.vector._staged import StagedVectorOperations
 
 __all__ = [
     "AsyncUnitOfWork",
@@ -227,11 +228,27 @@ def optional_operations(entries: EntryRepository) -> RepositoryBase:
     return entries if isinstance(entries, RepositoryBase) else _NOT_SUPPORTED
 
 
-class _StagedRepository(RepositoryBase):
-    """Backend reads of only what is asked, with the staged writes overlaid."""
+class _StagedRepository(RepositoryBase, StagedVectorOperations):
+    """Backend reads of only what is asked, with the staged writes overlaid.
+
+    The vector operations (:class:`~firefly_orm.protocols.VectorRepository`, for a
+    backend that is a :class:`~firefly_orm.protocols.VectorBackend`) come from
+    :class:`~firefly_orm.vector._staged.StagedVectorOperations`, over the hooks below.
+    """
 
     def __init__(self, uow: StagedUnitOfWork) -> None:
         self._uow = uow
+
+    def _vector_changes(self) -> StagedChanges:
+        return self._uow.changes
+
+    def _vector_backend(self) -> object:
+        return self._uow.backend
+
+    def _shadowed(self, namespace: str) -> tuple[set[str], dict[str, MemoryEntry], set[str]]:
+        overlay = self._overlay(namespace)
+        restaged = {e.entry_id: e for e in overlay.staged}
+        return overlay.hidden - restaged.keys(), restaged, overlay.erased
 
     def _overlay(self, namespace: str) -> _Overlay:
         changes = self._uow.changes
