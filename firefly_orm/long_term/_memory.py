@@ -35,6 +35,7 @@ from firefly_orm.entry import (
 from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import _ops as ops
+from firefly_orm.long_term._embedding import Embedded, EmbedderLike, Embedding, as_embedder
 from firefly_orm.long_term._model import (
     SEMANTIC,
     ItemDraft,
@@ -45,6 +46,7 @@ from firefly_orm.long_term._model import (
     check_tags,
     parse_import_item,
 )
+from firefly_orm.long_term._recall import RECALL_MODES, hybrid_items, semantic_items
 from firefly_orm.store import InMemoryStore, MemoryStore
 
 __all__ = ["DEFAULT_NAMESPACE", "MAX_RETENTION_DAYS", "LongTermMemory"]
@@ -141,6 +143,16 @@ class LongTermMemory(MemoryLayer):
             expire this many days (a float) after they are remembered; expired
             items are never returned and ``cleanup_expired`` on the store (or
             MongoDB's TTL index) removes them.  ``None``: they do not expire.
+        embedder: Recall by meaning too (semantic and hybrid recall,
+            :mod:`firefly_orm.vector`): a pydantic-ai ``Embedder``, an
+            ``EmbeddingModel``, or a model name such as
+            ``"openai:text-embedding-3-small"``.  What is remembered is
+            embedded (in batches, before the unit of work opens) and its vector
+            stored beside the item, in the same unit of work; ``recall``
+            defaults to ``mode="hybrid"``.  The store must keep vectors
+            (``SQLiteStore``/``PostgreSQLStore`` with ``vectors=True``, or the
+            in-process and MongoDB stores), and one namespace keeps one model's
+            vectors.  ``None``: text recall only.
 
     Example:
         >>> ltm = LongTermMemory(user_id="ada")
@@ -158,8 +170,10 @@ class LongTermMemory(MemoryLayer):
         language: str | None = None,
         long_term_limit: int | None = None,
         episodic_retention_days: float | None = None,
+        embedder: EmbedderLike | None = None,
     ) -> None:
         self._namespace = _own_namespace(namespace)
+        self._embedding = None if embedder is None else Embedding(as_embedder(embedder))
         self._user_id = None if user_id is None else validate_user_id(user_id)
         self._language = (
             None if language is None else validate_search_language(language, "language")
@@ -194,6 +208,17 @@ class LongTermMemory(MemoryLayer):
     def episodic_retention_days(self) -> float | None:
         """How long episodic items live, in days (``None``: forever)."""
         return self._retention_days
+
+    @property
+    def embedder(self) -> Any:
+        """The pydantic-ai ``Embedder`` of semantic recall (``None``: text recall only)."""
+        return None if self._embedding is None else self._embedding.embedder
+
+    def _embed(self, entries: builtins.list[MemoryEntry]) -> Operation[Embedded | None]:
+        """The vectors of ``entries``' texts (none without an embedder, or without entries)."""
+        if self._embedding is None or not entries:
+            return None
+        return (yield from self._embedding.entries([e.search_text or "" for e in entries]))
 
     def __repr__(self) -> str:
         return (
@@ -315,8 +340,9 @@ class LongTermMemory(MemoryLayer):
             expires_at=expires_at,
             kind=kind,
         )
+        embedded = yield from self._embed([entry])
         yield from retrying(
-            Transaction.write(ops.store_items, self._namespace, [entry], self._limit)
+            Transaction.write(ops.store_items, self._namespace, [entry], self._limit, embedded)
         )
         logger.debug("long-term memory %r: remembered %s", self._namespace, entry.entry_id)
         return entry.entry_id
@@ -369,25 +395,68 @@ class LongTermMemory(MemoryLayer):
         tags: Iterable[str] | None = None,
         user_id: str | None = None,
         kind: str | None = None,
+        mode: str | None = None,
     ) -> Operation[builtins.list[Recalled]]:
         """The owner's items that match ``query`` best, as :class:`Recalled` (item, score).
 
-        Ranked by text relevance, then importance, then recency (one full-text
-        search, :mod:`firefly_orm._search`).  ``query`` is plain text: quotes,
-        operators and other search syntax are only word separators, and a query
-        without words finds nothing.  Items below ``min_importance``, and with
-        ``tags``/``kind``, items without every tag or of another kind, are left
-        out; still up to ``limit`` items are returned when that many match.
+        ``mode`` (:mod:`firefly_orm.long_term._recall`): ``"text"`` ranks by
+        text relevance, then importance, then recency (one full-text search,
+        :mod:`firefly_orm._search`); ``"semantic"`` by the cosine similarity of
+        the query's vector and the items' (needs an ``embedder``); ``"hybrid"``
+        fuses both rankings by reciprocal rank.  ``None`` (default):
+        ``"hybrid"`` with an embedder, else ``"text"``.  The query is embedded
+        before the unit of work opens.  ``query`` is plain text: quotes,
+        operators and other search syntax are only word separators; a query
+        without words finds nothing by text, a blank one nothing at all.  Items
+        below ``min_importance``, and with ``tags``/``kind``, items without
+        every tag or of another kind, are left out inside the searches; still
+        up to ``limit`` items are returned when that many match.
 
         Raises:
-            EntryValidationError: A bad argument (nothing is read).
+            EntryValidationError: A bad argument, or a mode that needs an
+                embedder without one (nothing is read).
             StoreError: The store cannot search (see :func:`firefly_orm.uow.supports_search`).
+            VectorUnavailableError: ``"semantic"``/``"hybrid"`` on a store that
+                keeps no vectors.
+            EmbeddingMismatchError: The namespace's vectors are another model's.
         """
         if not isinstance(query, str):
             raise EntryValidationError("query", f"must be a str, got {type(query).__name__}")
         limit = check_int("limit", limit, 0)
         floor = _check_min_importance(min_importance)
         owner, where = self._owner(user_id), self._filter(tags, kind)
+        mode = self._mode(mode)
+        if mode != "text" and self._embedding is not None:
+            if limit == 0 or not query.strip():
+                return []
+            spec, vector = yield from self._embedding.query(query)
+            if mode == "semantic":
+                return (
+                    yield from Transaction.read(
+                        semantic_items,
+                        self._namespace,
+                        vector,
+                        spec,
+                        limit=limit,
+                        min_importance=floor,
+                        user_id=owner,
+                        where=where,
+                    )
+                )
+            return (
+                yield from Transaction.read(
+                    hybrid_items,
+                    self._namespace,
+                    query,
+                    vector,
+                    spec,
+                    limit=limit,
+                    min_importance=floor,
+                    user_id=owner,
+                    language=self._language,
+                    where=where,
+                )
+            )
         return (
             yield from Transaction.read(
                 ops.recall_items,
@@ -400,6 +469,18 @@ class LongTermMemory(MemoryLayer):
                 where=where,
             )
         )
+
+    def _mode(self, mode: Any) -> str:
+        """``mode`` checked (``None``: hybrid with an embedder, else text)."""
+        if mode is None:
+            return "text" if self._embedding is None else "hybrid"
+        if mode not in RECALL_MODES:
+            raise EntryValidationError("mode", f"must be one of {RECALL_MODES}, got {mode!r}")
+        if mode != "text" and self._embedding is None:
+            raise EntryValidationError(
+                "mode", f"{mode!r} recall needs an embedder: LongTermMemory(..., embedder=...)"
+            )
+        return str(mode)
 
     def _count(
         self,
@@ -468,8 +549,11 @@ class LongTermMemory(MemoryLayer):
             if first != i:
                 raise EntryValidationError(f"items[{i}]", f"names the same item as items[{first}]")
             entries.append(entry)
+        embedded = yield from self._embed(entries)
         ids = yield from retrying(
-            Transaction.write(ops.import_items, self._namespace, drafts, entries, self._limit)
+            Transaction.write(
+                ops.import_items, self._namespace, drafts, entries, self._limit, embedded
+            )
         )
         logger.info("long-term memory %r: imported %d item(s)", self._namespace, len(ids))
         yield from refresh_statistics(len(ids))

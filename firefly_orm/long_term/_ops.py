@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from firefly_orm.entry import MemoryEntry
+from firefly_orm.long_term._embedding import Embedded, vector_repository
 from firefly_orm.long_term._model import (
     SEMANTIC,
     ItemDraft,
@@ -169,19 +170,36 @@ def enforce_limit(uow: UnitOfWork, namespace: str, user_id: str | None, limit: i
 
 
 def store_items(
-    uow: UnitOfWork, namespace: str, entries: Sequence[MemoryEntry], limit: int | None
+    uow: UnitOfWork,
+    namespace: str,
+    entries: Sequence[MemoryEntry],
+    limit: int | None,
+    embedded: Embedded | None = None,
 ) -> list[str]:
-    """Save ``entries`` (upserts by id), then apply ``limit`` to each owner written.
+    """Save ``entries`` (upserts by id), their vectors, then apply ``limit`` to each owner.
 
     The transaction behind ``remember`` and ``import_items``; another layer
     may call it inside its own unit of work with entries built by
     :meth:`LongTermMemory.entry_for <firefly_orm.long_term.LongTermMemory.entry_for>`.
+    ``embedded``: one vector per entry, in order (computed before the unit of
+    work opened); the store must keep vectors
+    (:class:`~firefly_orm.protocols.VectorRepository`), and the namespace's
+    vectors must be of the same model, else nothing is written.  Entries the
+    limit evicts take their vectors along.
 
     Returns:
         The entry ids evicted by the limit (possibly some of ``entries``).
+
+    Raises:
+        VectorUnavailableError: ``embedded`` on a store that keeps no vectors.
+        EmbeddingMismatchError: The namespace holds another model's vectors.
     """
+    vectors = None if embedded is None else vector_repository(uow)
     for entry in entries:
         uow.entries.save(namespace, entry)
+    if vectors is not None and embedded is not None:
+        by_id = {e.entry_id: v for e, v in zip(entries, embedded.vectors, strict=True)}
+        vectors.save_vectors(namespace, embedded.spec, by_id)
     if limit is None:
         return []
     evicted: list[str] = []
@@ -231,6 +249,7 @@ def import_items(
     drafts: Sequence[ItemDraft],
     entries: Sequence[MemoryEntry],
     limit: int | None,
+    embedded: Embedded | None = None,
 ) -> list[str]:
     """Write imported items (``entries[i]`` built from ``drafts[i]``); return their ids.
 
@@ -248,7 +267,7 @@ def import_items(
             if existing is not None and existing.user_id == entry.user_id:
                 entry = entry.copy_entry(entry_id=source)
         written.append(entry)
-    store_items(uow, namespace, written, limit)
+    store_items(uow, namespace, written, limit, embedded)
     return [entry.entry_id for entry in written]
 
 

@@ -1,0 +1,145 @@
+"""Embedding texts for long-term memory: pydantic-ai's ``Embedder``, called before any unit of work.
+
+A memory with an embedder embeds what it remembers (``embed_documents``) and
+what it recalls by (``embed_query``) as *steps* of its operations
+(:class:`~firefly_orm.bridges._steps.CallOut`), before the transaction that
+writes or reads opens: no transaction or row lock is ever held across the
+network call.  pydantic-ai's ``Embedder`` is async; the async forms await it,
+the sync forms run it on the shared loop thread of :mod:`firefly_orm.bridges`
+(from sync code without a running loop; inside a loop use the ``async_``
+forms).  Texts go in batches of :attr:`Embedding.batch_size`.
+
+The spec recorded with each vector (:class:`~firefly_orm.vector.EmbeddingSpec`)
+is ``"<provider>:<model>"`` as the embedding result names them, and the
+length of the vectors returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from pydantic_ai.embeddings import Embedder, EmbeddingModel, EmbeddingResult
+
+from firefly_orm.bridges._steps import CallOut, Operation
+from firefly_orm.errors import EntryValidationError, StoreError
+from firefly_orm.protocols import UnitOfWork, VectorRepository, declares
+from firefly_orm.vector._errors import VectorUnavailableError
+from firefly_orm.vector._spec import EmbeddingSpec, check_vector
+
+__all__ = ["DEFAULT_BATCH_SIZE", "Embedded", "Embedding", "as_embedder", "vector_repository"]
+
+#: How many texts one embedding request carries at most.
+DEFAULT_BATCH_SIZE = 64
+
+#: An embedder as the memories accept it.
+EmbedderLike = Embedder | EmbeddingModel | str
+
+
+def as_embedder(value: Any) -> Embedder:
+    """``value`` as a pydantic-ai ``Embedder``: an ``Embedder``, an ``EmbeddingModel``,
+    or a model name such as ``"openai:text-embedding-3-small"`` (resolved on first use).
+
+    Raises:
+        EntryValidationError: Anything else.
+    """
+    if isinstance(value, Embedder):
+        return value
+    if isinstance(value, EmbeddingModel):
+        return Embedder(value)
+    if isinstance(value, str) and value.strip():
+        return Embedder(value)
+    raise EntryValidationError(
+        "embedder",
+        "must be a pydantic_ai Embedder, an EmbeddingModel or a model name such as "
+        f"'openai:text-embedding-3-small', got {type(value).__name__}",
+    )
+
+
+def vector_repository(uow: UnitOfWork) -> VectorRepository:
+    """``uow.entries`` as a :class:`~firefly_orm.protocols.VectorRepository`.
+
+    Raises:
+        VectorUnavailableError: The store keeps no vectors.
+    """
+    entries = uow.entries
+    if not declares(entries, VectorRepository):
+        raise VectorUnavailableError(
+            f"this store's units of work keep no vectors ({type(entries).__name__} is no "
+            "VectorRepository): use a store with vector search (SQLiteStore or "
+            "PostgreSQLStore with vectors=True, InMemoryStore, FileStore, MongoDBStore) or "
+            "recall with mode='text'"
+        )
+    return cast(VectorRepository, entries)
+
+
+@dataclass(frozen=True)
+class Embedded:
+    """Vectors made by one model, one per entry of a write, in the order of its entries."""
+
+    spec: EmbeddingSpec
+    vectors: tuple[tuple[float, ...], ...]
+
+
+@dataclass(frozen=True)
+class Embedding:
+    """An embedder and how a memory calls it (batches, checks, the spec it records)."""
+
+    embedder: Embedder
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+    def _call(self, texts: Sequence[str], input_type: str) -> CallOut[EmbeddingResult]:
+        method = (
+            self.embedder.embed_query if input_type == "query" else self.embedder.embed_documents
+        )
+        return CallOut(
+            method,
+            (list(texts),),
+            what="the embedder (pydantic-ai's Embedder is async)",
+            use_instead="the async_ form of this method",
+        )
+
+    @staticmethod
+    def _spec(result: EmbeddingResult, expected: int) -> EmbeddingSpec:
+        if len(result.embeddings) != expected:
+            raise StoreError(
+                f"the embedder returned {len(result.embeddings)} vector(s) for {expected} text(s)"
+            )
+        model = f"{result.provider_name}:{result.model_name}"
+        return EmbeddingSpec(model, len(result.embeddings[0]))
+
+    def documents(
+        self, texts: Sequence[str]
+    ) -> Operation[tuple[EmbeddingSpec, list[tuple[float, ...]]]]:
+        """The vectors of ``texts`` (documents), in order, and their spec; batched.
+
+        Raises:
+            StoreError: The embedder's answer does not fit (count, or a batch of
+                another model or size than the first).
+            EntryValidationError: A vector is not finite or is all zeros.
+        """
+        spec: EmbeddingSpec | None = None
+        vectors: list[tuple[float, ...]] = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = texts[start : start + self.batch_size]
+            result = yield from self._call(batch, "document")
+            found = self._spec(result, len(batch))
+            if spec is not None and found != spec:
+                raise StoreError(f"the embedder changed model mid-way: {spec}, then {found}")
+            spec = found
+            vectors.extend(check_vector(v, spec, "embedding") for v in result.embeddings)
+        if spec is None:
+            raise EntryValidationError("texts", "nothing to embed")
+        return spec, vectors
+
+    def query(self, text: str) -> Operation[tuple[EmbeddingSpec, tuple[float, ...]]]:
+        """The vector of the query ``text`` and its spec."""
+        result = yield from self._call([text], "query")
+        spec = self._spec(result, 1)
+        return spec, check_vector(result.embeddings[0], spec, "embedding")
+
+    def entries(self, texts: Sequence[str]) -> Operation[Embedded]:
+        """:meth:`documents` of the texts of a write's entries, as :class:`Embedded`."""
+        spec, vectors = yield from self.documents(texts)
+        return Embedded(spec, tuple(vectors))
