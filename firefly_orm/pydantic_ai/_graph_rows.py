@@ -26,7 +26,6 @@ from typing import Any, Literal
 
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id, utcnow
 from firefly_orm.errors import (
-    ConcurrencyError,
     EntryValidationError,
     FireflyOrmError,
     NotFoundError,
@@ -85,8 +84,12 @@ class GraphRunExistsError(FireflyOrmError, ValueError):
         self.run_id = run_id
 
 
-class SnapshotStatusError(ConcurrencyError):
+class SnapshotStatusError(FireflyOrmError):
     """A snapshot cannot make this status change (nothing was written).
+
+    Not a :class:`~firefly_orm.errors.ConcurrencyError`: retrying the same
+    change cannot succeed (a lost race for a claim is retried inside the
+    operation, and ends here only when the claim is really taken).
 
     Raised when a snapshot is started that is not ``created`` or ``pending``
     (it already runs, or ran), when another worker holds it, or when a worker
