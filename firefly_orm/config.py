@@ -120,6 +120,11 @@ class MemorySettings(BaseSettings):
         summary_model: pydantic-ai model name for the LLM summarizer; when set,
             ``MemoryManager.from_config()`` builds one with
             :func:`firefly_orm.summarization.create_llm_summarizer`.
+        embedding_model: pydantic-ai embedding model name (e.g.
+            ``openai:text-embedding-3-small``); when set, long-term memory
+            recalls by meaning too (``LongTermMemory(embedder=...)``) and the
+            SQL stores are built with ``vectors=True`` (the vector tables
+            migrated; PostgreSQL needs pgvector).
         file_dir: Directory of the ``file`` backend.
         sqlite_path: Database file of the ``sqlite`` backend; defaults to
             ``<file_dir>/memory.sqlite3``.
@@ -168,6 +173,7 @@ class MemorySettings(BaseSettings):
         default=DEFAULT_IMPORTANCE_THRESHOLD, ge=0.0, le=1.0, allow_inf_nan=False
     )
     summary_model: str | None = None
+    embedding_model: str | None = None
     file_dir: str = ".firefly_memory"
     sqlite_path: str | None = None
     postgres_url: str | None = None
@@ -202,6 +208,7 @@ class MemorySettings(BaseSettings):
         "mongodb_url",
         "redis_url",
         "summary_model",
+        "embedding_model",
         "sqlite_path",
         "long_term_limit",
         "episodic_retention_days",
@@ -213,6 +220,11 @@ class MemorySettings(BaseSettings):
         if isinstance(value, str) and not value.strip():
             return None
         return value
+
+    @property
+    def vectors(self) -> bool:
+        """Whether the store keeps vectors (an ``embedding_model`` is set)."""
+        return self.embedding_model is not None
 
     @field_validator("long_term_namespace", "search_language")
     @classmethod
@@ -381,6 +393,7 @@ _POSTGRES_ARGS = {
     "pool_size": "postgres_pool_size",
     "pool_min_size": "postgres_pool_min_size",
     "timeout": "postgres_timeout",
+    "vectors": "vectors",
 }
 
 
@@ -466,7 +479,7 @@ def _construct(
         from firefly_orm.sql import SQLiteStore
 
         try:
-            sqlite = SQLiteStore(settings.resolved_sqlite_path())
+            sqlite = SQLiteStore(settings.resolved_sqlite_path(), vectors=settings.vectors)
         except (OSError, EntryValidationError) as exc:
             raise _unusable_sqlite(settings, exc) from exc
         return sqlite, sqlite, None
