@@ -43,6 +43,7 @@ from firefly_orm.entry import validate_user_id
 from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import DEFAULT_NAMESPACE, LongTermMemory
+from firefly_orm.long_term._embedding import EmbedderLike
 from firefly_orm.long_term.promotion import Scorer
 from firefly_orm.store import InMemoryStore, MemoryStore
 from firefly_orm.working import WorkingMemory
@@ -104,6 +105,8 @@ class MemoryManager(MemoryLayer):
         importance_threshold: The lowest score promoted
             (:mod:`firefly_orm.long_term.promotion`).
         promotion_scorer: Rates an evicted turn for promotion.
+        embedder: The ``embedder`` of :attr:`long_term` (semantic and hybrid
+            recall; a pydantic-ai ``Embedder``, ``EmbeddingModel`` or model name).
 
     Example:
         >>> mgr = MemoryManager()
@@ -133,6 +136,7 @@ class MemoryManager(MemoryLayer):
         auto_promote: bool = False,
         importance_threshold: float | None = None,
         promotion_scorer: Scorer | None = None,
+        embedder: EmbedderLike | None = None,
     ) -> None:
         super().__init__(store if store is not None else InMemoryStore())
         self._user_id = None if user_id is None else validate_user_id(user_id)
@@ -143,6 +147,7 @@ class MemoryManager(MemoryLayer):
             language=search_language,
             long_term_limit=long_term_limit,
             episodic_retention_days=episodic_retention_days,
+            embedder=embedder,
         )
         self._conversation = ConversationMemory(
             max_tokens=max_conversation_tokens,
@@ -236,6 +241,7 @@ class MemoryManager(MemoryLayer):
             search_language=settings.search_language,
             auto_promote=settings.auto_promote,
             importance_threshold=settings.importance_threshold,
+            embedder=settings.embedding_model,
         )
 
     # ------------------------------------------------------------------ properties
@@ -320,6 +326,7 @@ class MemoryManager(MemoryLayer):
             language=shared.language,
             long_term_limit=shared.long_term_limit,
             episodic_retention_days=shared.episodic_retention_days,
+            embedder=shared.embedder,
         )
         return view
 
