@@ -182,8 +182,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("migrate", "upgrade the schema (default: to head)", _cmd_migrate, ["upgrade"])
     p.add_argument("revision", nargs="?", default="head", help="target revision (default head)")
+    p.add_argument(
+        "--vectors",
+        action="store_true",
+        help="also create or upgrade the vector tables of semantic recall (PostgreSQL: pgvector)",
+    )
     p = add("downgrade", "downgrade the schema ('base' drops our tables)", _cmd_downgrade)
     p.add_argument("revision", help="target revision, e.g. base or -1")
+    p.add_argument(
+        "--vectors",
+        action="store_true",
+        help="downgrade the vector tables instead ('base' drops them; the entries stay)",
+    )
     add("current", "print the revision the database is at", _cmd_current)
     add("history", "list the migrations", _cmd_history)
     add("check", "exit 1 unless the database is at head", _cmd_check)

@@ -70,10 +70,28 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
         print(f"{target.describe()}: already at {after}")
     else:
         print(f"{target.describe()}: upgraded {before or '(empty)'} -> {after}")
+    if args.vectors:
+        with _target_engine(args) as (target, engine):
+            was = migrate.vectors_current(engine, schema_name=target.schema)
+            migrate.upgrade_vectors(engine, schema_name=target.schema)
+            now = migrate.vectors_current(engine, schema_name=target.schema)
+        state = f"already at {now}" if was == now else f"upgraded {was or '(none)'} -> {now}"
+        print(f"{target.describe()}: vector tables {state}")
+    return EXIT_OK
+
+
+def _cmd_downgrade_vectors(args: argparse.Namespace) -> int:
+    with _target_engine(args) as (target, engine):
+        was = migrate.vectors_current(engine, schema_name=target.schema)
+        migrate.downgrade_vectors(engine, args.revision, schema_name=target.schema)
+        now = migrate.vectors_current(engine, schema_name=target.schema)
+    print(f"{target.describe()}: vector tables downgraded {was or '(none)'} -> {now or '(none)'}")
     return EXIT_OK
 
 
 def _cmd_downgrade(args: argparse.Namespace) -> int:
+    if args.vectors:
+        return _cmd_downgrade_vectors(args)
     schema_left: list[bool] = []
 
     def downgrade(engine: Any, schema: str | None) -> None:

@@ -83,7 +83,6 @@ from firefly_orm.migrate._commands import Target as Target  # the type of a targ
 from firefly_orm.migrate._commands import (
     check,
     current,
-    downgrade,
     migrate_advice,
     require_head,
     stamp,
@@ -106,6 +105,7 @@ from firefly_orm.migrate._config import (
 from firefly_orm.migrate._env import HOST_OFFLINE_FROM_OPTION, run_environment, run_with_host
 from firefly_orm.migrate._filters import autogenerate_filters, include_name, include_object
 from firefly_orm.migrate._vectors import (
+    downgrade,
     downgrade_vectors,
     require_vectors,
     upgrade_vectors,

@@ -32,6 +32,7 @@ from sqlalchemy.engine import Connection
 
 from firefly_orm.errors import MigrationRequiredError
 from firefly_orm.migrate._commands import Target, _connect, _end, _schema_for, read_state
+from firefly_orm.migrate._commands import downgrade as downgrade_main
 from firefly_orm.migrate._config import head, make_config, script_location
 from firefly_orm.migrate._lock import migration_transaction
 from firefly_orm.vector._errors import VectorUnavailableError
@@ -39,6 +40,7 @@ from firefly_orm.vector._spec import VECTOR_VERSION_TABLE
 
 __all__ = [
     "NO_PGVECTOR",
+    "downgrade",
     "downgrade_vectors",
     "ensure_pgvector",
     "require_vectors",
@@ -235,6 +237,21 @@ def downgrade_vectors(
         with migration_transaction(conn, schema):
             _run(conn, schema, revision, upgrading=False)
     logger.info("firefly_orm vector tables in %s downgraded to %s", schema or "(default)", revision)
+
+
+def downgrade(target: Target, revision: str, *, schema_name: str | None = None) -> None:
+    """Downgrade our tables to ``revision`` (``"base"`` drops them).
+
+    Runs in one transaction holding the migration lock, like
+    :func:`~firefly_orm.migrate.upgrade`.  When the vector tables exist they
+    are dropped first (:func:`downgrade_vectors` to base, its own
+    transaction; a WARNING is logged): they hang on the entries' table and its
+    columns, and vectors can be made again (``firefly-orm reembed``).
+    """
+    if vectors_current(target, schema_name=schema_name) is not None:
+        logger.warning("firefly_orm: dropping the vector tables before downgrading to %s", revision)
+        downgrade_vectors(target, "base", schema_name=schema_name)
+    downgrade_main(target, revision, schema_name=schema_name)
 
 
 def require_vectors(target: Target, *, schema_name: str | None = None) -> None:
