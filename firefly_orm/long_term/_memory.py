@@ -35,6 +35,7 @@ from firefly_orm.entry import (
 from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import _ops as ops
+from firefly_orm.long_term._daily import DailyLogs, store_and_log
 from firefly_orm.long_term._embedding import Embedded, EmbedderLike, Embedding, as_embedder
 from firefly_orm.long_term._model import (
     SEMANTIC,
@@ -103,7 +104,7 @@ def _own_namespace(namespace: Any) -> str:
     return checked
 
 
-class LongTermMemory(MemoryLayer):
+class LongTermMemory(DailyLogs, MemoryLayer):
     """Facts and events kept beyond a conversation, found again by what they say.
 
     Every item is one entry of scope ``LONG_TERM`` in ``namespace`` (layout:
@@ -341,8 +342,8 @@ class LongTermMemory(MemoryLayer):
             kind=kind,
         )
         embedded = yield from self._embed([entry])
-        yield from retrying(
-            Transaction.write(ops.store_items, self._namespace, [entry], self._limit, embedded)
+        yield from retrying(  # the item and its daily-log line, in one unit of work
+            Transaction.write(store_and_log, self._namespace, [entry], self._limit, embedded)
         )
         logger.debug("long-term memory %r: remembered %s", self._namespace, entry.entry_id)
         return entry.entry_id
