@@ -68,6 +68,7 @@ from typing import Any, Literal
 import pydantic_core
 from pydantic import TypeAdapter
 from pydantic_graph import EndMarker, Graph, GraphRun, GraphTaskRequest
+from pydantic_graph.id_types import NodeID
 from pydantic_graph.node import EndNode
 from pydantic_graph.step import NodeStep
 
@@ -374,10 +375,10 @@ class GraphPersistence(MemoryLayer):
         rows = yield from Transaction.read(read_snapshots, self._namespace)
         return [self._loaded(s) for s in rows]
 
-    def _inputs(self) -> Operation[Any]:
+    def _stored_inputs(self) -> Operation[Any]:
         """The inputs the run was started with (JSON form), or ``None``."""
-        run = yield from Transaction.read(_read_inputs, self._namespace)
-        return run
+        inputs = yield from Transaction.read(_read_inputs, self._namespace)
+        return inputs
 
     def _start(self, snapshot_id: str) -> Operation[None]:
         """Mark a ``created`` or ``pending`` snapshot ``running`` for this worker.
@@ -436,8 +437,8 @@ class GraphPersistence(MemoryLayer):
     async_renew = async_method(_renew)
     delete = sync_method(_delete)
     async_delete = async_method(_delete)
-    stored_inputs = sync_method(_inputs)
-    async_stored_inputs = async_method(_inputs)
+    stored_inputs = sync_method(_stored_inputs)
+    async_stored_inputs = async_method(_stored_inputs)
 
     @contextlib.contextmanager
     def record_run(self, snapshot_id: str) -> Iterator[None]:
@@ -506,7 +507,7 @@ class PersistentGraph:
         self._store = store if store is not None else InMemoryStore()
         self._lease_seconds = _check_lease(lease_seconds)
         self._input_types = dict(input_types or {})
-        self.persistence("check")  # input_types checked now
+        GraphPersistence().set_graph_types(graph, input_types=self._input_types)  # checks them
 
     @property
     def graph(self) -> Graph:
@@ -572,10 +573,12 @@ class PersistentGraph:
         async with self._graph.iter(
             state=state, deps=deps, inputs=inputs, infer_name=False
         ) as graph_run:
-            fork_stack = graph_run.next_task[0].fork_stack  # type: ignore[index]
+            opening = graph_run.next_task  # the start node's task, not run yet
+            assert isinstance(opening, Sequence)
+            fork_stack = opening[0].fork_stack
             await anext(graph_run)  # open the run: the start node's edges, dropped
             graph_run.override_next(
-                [GraphTaskRequest(n.node_id, n.inputs, fork_stack) for n in claimed.nodes]  # type: ignore[arg-type]
+                [GraphTaskRequest(NodeID(n.node_id), n.inputs, fork_stack) for n in claimed.nodes]
             )
             logger.info("graph run %r resumed at snapshot %s", run_id, claimed.id)
             return await _drive(persistence, graph_run, claimed, state)
@@ -637,7 +640,14 @@ async def _drive(
                 event = await anext(graph_run)
         except Exception as exc:
             await _stop(beat)
-            await persistence.async_finish(current.id, error=_describe(exc))
+            try:
+                await persistence.async_finish(current.id, error=_describe(exc))
+            except SnapshotStatusError:  # another worker took the run over: its error now
+                logger.warning(
+                    "graph run %r: step %s failed after its claim was lost",
+                    persistence.run_id,
+                    current.id,
+                )
             raise
         except BaseException:
             await _stop(beat)  # cancelled: the claim lapses, another worker resumes
