@@ -24,10 +24,11 @@ from firefly_orm.errors import ConcurrencyError, MissingExtraError
 from firefly_orm.mongo._document import entry_to_document, upsert_pipeline
 from firefly_orm.mongo._journal import CommitPlan, Journal, conditional_write
 from firefly_orm.mongo._owner import IN_FLIGHT
+from firefly_orm.mongo._vectors import check_vectors, vector_namespaces, vector_specs, vector_writes
 from firefly_orm.uow import StagedChanges
 
 try:
-    from pymongo import DeleteMany, DeleteOne, UpdateOne
+    from pymongo import DeleteMany, DeleteOne, UpdateMany, UpdateOne
     from pymongo.asynchronous.client_session import AsyncClientSession
     from pymongo.asynchronous.collection import AsyncCollection
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -82,10 +83,11 @@ async def apply_changes(
     """
     await _check_preconditions(col, changes, session)
     await check_version_room(col, changes, session)
+    await check_vectors(col, changes, session)
     conditional, ordered = _split(changes)
     for namespace, entry, version in conditional:
         await _conditional_write(col, namespace, entry, version, session)
-    ops: list[DeleteMany | DeleteOne | UpdateOne] = [
+    ops: list[DeleteMany | DeleteOne | UpdateMany | UpdateOne] = [
         DeleteMany({"user_id": user_id}) for user_id in sorted(changes.erased_users)
     ]
     ops.extend(DeleteMany({"namespace": ns}) for ns in sorted(changes.cleared))
@@ -95,6 +97,7 @@ async def apply_changes(
         else:
             doc = entry_to_document(staged, namespace)
             ops.append(UpdateOne({"entry_id": entry_id}, upsert_pipeline(doc), upsert=True))
+    ops.extend(vector_writes(changes))
     if ops:
         await col.bulk_write(ops, ordered=True, session=session)
 
@@ -107,6 +110,7 @@ async def apply_journaled(col: Collection, changes: StagedChanges, journal: Jour
             left written).
     """
     await check_version_room(col, changes, None)
+    await check_vectors(col, changes, None)
     conditional, ordered = _split(changes)
     specs: list[dict[str, Any]] = [{"erase": user_id} for user_id in sorted(changes.erased_users)]
     specs.extend({"clear": ns} for ns in sorted(changes.cleared))
@@ -119,11 +123,12 @@ async def apply_journaled(col: Collection, changes: StagedChanges, journal: Jour
             specs.append({"delete": namespace, "id": entry_id})
         else:
             specs.append({"upsert": entry_to_document(staged, namespace)})
+    specs.extend(vector_specs(changes))
     if not conditional and not specs:
         await _check_preconditions(col, changes, None)
         return
     plan = CommitPlan(
-        namespaces=sorted(changes.namespaces() | erased_in),
+        namespaces=sorted(changes.namespaces() | erased_in | vector_namespaces(changes)),
         cond=[
             {"doc": entry_to_document(entry, ns), "expected": version}
             for ns, entry, version in conditional

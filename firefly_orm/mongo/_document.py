@@ -100,6 +100,9 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 #: The document field holding the words of ``search_text`` (see the module docstring).
 SEARCH_WORDS = "search_words"
+#: The field holding an entry's vector, ``{"model", "dimensions", "values"}``
+#: (:mod:`firefly_orm.mongo._vectors`); absent when it has none.
+VECTOR_FIELD = "vector"
 #: The index ``(namespace, key)`` (not partial) of lookups by key and key ranges.
 KEY_INDEX = "ix_namespace_key"
 #: The multikey index ``(namespace, search_words)`` full-text search looks words up in.
@@ -381,7 +384,10 @@ def upsert_pipeline(doc: Mapping[str, Any], commit: str | None = None) -> list[d
     else:
         values["version"] = {"$cond": [{"$eq": [f"${COMMIT_FIELD}", commit]}, "$version", bumped]}
         values[COMMIT_FIELD] = {"$literal": commit}
-    pipeline: list[dict[str, Any]] = [{"$set": values}]
+    # A save into another namespace (a move) drops the vector; a re-save keeps it.
+    same_namespace = {"$eq": ["$namespace", {"$literal": doc["namespace"]}]}
+    keep_vector = {"$cond": [same_namespace, f"${VECTOR_FIELD}", "$$REMOVE"]}
+    pipeline: list[dict[str, Any]] = [{"$set": {VECTOR_FIELD: keep_vector}}, {"$set": values}]
     absent = [name for name in _OPTIONAL_FIELDS if name not in doc]
     if absent:
         pipeline.append({"$unset": absent})

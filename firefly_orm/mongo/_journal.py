@@ -53,10 +53,11 @@ from firefly_orm.entry import utcnow
 from firefly_orm.errors import MissingExtraError
 from firefly_orm.mongo._document import COMMIT_FIELD, upsert_pipeline
 from firefly_orm.mongo._owner import IN_FLIGHT, current_owner, owner_state
+from firefly_orm.mongo._vectors import vector_write
 
 try:
     import bson
-    from pymongo import DeleteMany, DeleteOne, ReturnDocument, UpdateOne
+    from pymongo import DeleteMany, DeleteOne, ReturnDocument, UpdateMany, UpdateOne
     from pymongo.asynchronous.client_session import AsyncClientSession
     from pymongo.asynchronous.collection import AsyncCollection
     from pymongo.errors import BulkWriteError, DuplicateKeyError
@@ -68,7 +69,7 @@ __all__ = ["CommitPlan", "Journal", "conditional_write", "lock_id"]
 logger = logging.getLogger("firefly_orm.mongo")
 
 Collection = AsyncCollection[dict[str, Any]]
-Write = DeleteMany | DeleteOne | UpdateOne
+Write = DeleteMany | DeleteOne | UpdateOne | UpdateMany
 Outcome = Literal["forward", "undone", "dropped"]
 
 LOCK_PREFIX = "\x00lock:"
@@ -114,8 +115,12 @@ def to_write(spec: Mapping[str, Any], commit: str | None) -> Write:
     """One journal write spec -> the pymongo operation.
 
     Specs: ``{"erase": user_id}`` (every entry of that user), ``{"clear": ns}``,
-    ``{"delete": ns, "id": entry_id}``, ``{"upsert": document}``.
+    ``{"delete": ns, "id": entry_id}``, ``{"upsert": document}``, and the vector
+    specs of :func:`~firefly_orm.mongo._vectors.vector_write`.
     """
+    vector = vector_write(spec)
+    if vector is not None:
+        return vector
     if "erase" in spec:
         return DeleteMany({"user_id": spec["erase"]})
     if "clear" in spec:

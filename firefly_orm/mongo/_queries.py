@@ -61,6 +61,7 @@ from firefly_orm.entry import MemoryEntry, utcnow
 from firefly_orm.mongo._document import (
     BY_TIME_NEWEST_FIRST,
     SEARCH_WORDS,
+    VECTOR_FIELD,
     document_to_entry,
     is_live,
     key_prefix_filter,
@@ -74,8 +75,9 @@ T = TypeVar("T")
 
 #: The computed field holding how many of the query's words a document has.
 MATCHED = "_firefly_matched"
-#: Stored entries are read without their words (they can be as long as the text).
-_WITHOUT_WORDS = {SEARCH_WORDS: 0}
+#: Stored entries are read without their words (they can be as long as the text) and
+#: without their vector (only a vector search reads it).
+_WITHOUT_WORDS = {SEARCH_WORDS: 0, VECTOR_FIELD: 0}
 
 
 async def _read_live(

@@ -24,6 +24,7 @@ from firefly_orm.entry import MemoryEntry, validate_key, validate_namespace, val
 from firefly_orm.mongo._document import BY_KEY, BY_TIME, key_prefix_filter
 from firefly_orm.mongo._journal import Collection
 from firefly_orm.mongo._queries import search_live
+from firefly_orm.mongo._vectors import VectorReads
 from firefly_orm.protocols import ListOptions, SearchOptions
 from firefly_orm.uow import StagedChanges
 
@@ -59,10 +60,11 @@ class _Reader(Protocol):
     def apply_changes(self, changes: StagedChanges) -> None: ...
 
 
-class UnitOfWorkReads:
+class UnitOfWorkReads(VectorReads):
     """The store as one unit of work (or, with ``remember=False``, the store itself) reads it.
 
-    See the module docstring.  Every read validates its arguments first
+    See the module docstring; the vector reads are
+    :class:`~firefly_orm.mongo._vectors.VectorReads`.  Every read validates its arguments first
     (:class:`~firefly_orm.errors.EntryValidationError`, nothing read).
     """
 

@@ -23,7 +23,7 @@ from firefly_orm.testing.embeddings import ConceptEmbeddingModel, concept_vector
 from firefly_orm.uow import unit_of_work_for
 from firefly_orm.vector import EmbeddingMismatchError, EmbeddingSpec
 
-STAGED_VECTOR_BACKENDS = ("memory",)
+STAGED_VECTOR_BACKENDS = ("memory", "mongo")
 NS = "long_term:u"
 SPEC = EmbeddingSpec(f"firefly_orm:{ConceptEmbeddingModel().model_name}", 256)
 OTHER = EmbeddingSpec("other:model", 256)
@@ -166,6 +166,9 @@ def test_a_resave_keeps_the_vector_and_a_move_takes_it_away(backend: OpenedBacke
         uow.entries.save("long_term:elsewhere", entry("email"))
         uow.commit()
     assert search(backend.store, "phone", limit=5) == ["dog"]
+    backend.store.save(NS, entry("email"))  # moved back: its old vector does not come back
+    assert search(backend.store, "phone", limit=5) == ["dog"]
+    assert state(backend.store) == (SPEC, {"email"})
 
 
 def test_mixing_embedding_models_is_refused_and_nothing_is_written(
@@ -211,3 +214,43 @@ def test_scores_are_cosine_similarities_and_ties_go_to_importance(
     assert [h.entry.entry_id for h in hits[:2]] == ["twin", "e3"]
     assert hits[0].score == pytest.approx(1.0, abs=1e-6)
     assert hits[2].score < hits[1].score
+
+
+@pytest.mark.mongo
+def test_mongo_keeps_vectors_in_the_documents_and_bounds_the_scan(
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from firefly_orm.mongo import _vectors
+
+    opened = open_backend(request, "mongo")
+    try:
+        store = opened.store
+        remember(store, ["email", "dog", "report"], user_id="alice")
+        docs = raw_documents(opened)
+        assert {d["entry_id"] for d in docs if "vector" in d} == {"email", "dog", "report"}
+        assert all(d["vector"]["model"] == SPEC.model for d in docs if "vector" in d)
+        monkeypatch.setattr(_vectors, "MAX_VECTOR_SCAN", 2)  # the newest two only
+        with caplog.at_level("WARNING", logger="firefly_orm.mongo"):
+            found = search(store, "phone", limit=5)
+        assert "email" not in found and len(found) == 2
+        assert "MAX_VECTOR_SCAN" in caplog.text
+        with unit_of_work_for(store) as uow:
+            uow.entries.erase_user("alice")
+            uow.commit()
+        assert not [d for d in raw_documents(opened) if "vector" in d]
+    finally:
+        opened.close()
+
+
+def raw_documents(opened: OpenedBackend) -> list[dict[str, Any]]:
+    """Every document of the test's collection, read with pymongo."""
+    from pymongo import MongoClient
+
+    store = opened.store
+    client: MongoClient[dict[str, Any]] = MongoClient(opened.place.mongo())
+    try:
+        return list(client[store.database_name][store.collection_name].find({}))
+    finally:
+        client.close()
