@@ -65,9 +65,22 @@ unreachable server) raise before anything is written; a failure of the target
 store stops the import (namespaces already committed stay imported, and a
 rerun completes the rest).
 
+**At once, and once.**  :func:`import_upstream_once` (and its async twin)
+writes every namespace in ONE unit of work together with a mark (an entry in
+namespace :data:`IMPORT_MARK_NAMESPACE`) that says the store holds that kind of
+upstream data; a store already marked is left alone, and an invalid record
+raises :class:`UpstreamImportError` with nothing written.  The
+``firefly-orm import-upstream`` command writes the mark after an import that
+went through completely.  The stores of :mod:`firefly_orm.compat.firefly`
+look for upstream data where they open (:func:`find_upstream_sqlite`,
+:func:`find_upstream_files`) and refuse unmarked data with
+:class:`UpstreamDataFoundError`, which names the command to run, unless they
+are opened with ``import_upstream=True``.
+
 The code lives in :mod:`firefly_orm._interop` (``_upstream_plan``: errors, results,
 records and planning; ``_upstream_sources``: the three sources;
-``_upstream_run``: the import); this module is its import path.
+``_upstream_run``: the import; ``_upstream_once``: at once, the mark); this
+module is its import path.
 
 Example::
 
@@ -82,6 +95,13 @@ Example::
 
 from __future__ import annotations
 
+from firefly_orm._interop._upstream_once import (
+    IMPORT_MARK_NAMESPACE,
+    UpstreamDataFoundError,
+    UpstreamImportError,
+    async_import_upstream_once,
+    import_upstream_once,
+)
 from firefly_orm._interop._upstream_plan import (
     ImportIssue,
     ImportOptions,
@@ -109,6 +129,8 @@ from firefly_orm._interop._upstream_sources import (
     UpstreamFileSource,
     UpstreamMongoSource,
     UpstreamSQLiteSource,
+    find_upstream_files,
+    find_upstream_sqlite,
     upstream_source,
 )
 
@@ -116,6 +138,7 @@ __all__ = [
     "DEFAULT_MONGO_COLLECTION",
     "DEFAULT_MONGO_DATABASE",
     "DEFAULT_SQLITE_TABLE",
+    "IMPORT_MARK_NAMESPACE",
     "MAX_UPSTREAM_FILE_BYTES",
     "ImportIssue",
     "ImportOptions",
@@ -125,6 +148,8 @@ __all__ = [
     "NamespaceResult",
     "ProgressCallback",
     "UpstreamFileSource",
+    "UpstreamDataFoundError",
+    "UpstreamImportError",
     "UpstreamMongoSource",
     "UpstreamReadError",
     "UpstreamRecord",
@@ -132,8 +157,12 @@ __all__ = [
     "UpstreamSource",
     "UpstreamSourceError",
     "async_import_upstream",
+    "async_import_upstream_once",
     "entry_from_upstream",
+    "find_upstream_files",
+    "find_upstream_sqlite",
     "import_upstream",
+    "import_upstream_once",
     "plan_namespace",
     "upstream_source",
 ]

@@ -40,6 +40,7 @@ from firefly_orm.errors import (
     scrub_secret,
     url_secrets,
 )
+from firefly_orm.file_store._log import DATA_FILE
 from firefly_orm.file_store._regular import read_regular_file
 
 __all__ = [
@@ -50,6 +51,9 @@ __all__ = [
     "UpstreamFileSource",
     "UpstreamMongoSource",
     "UpstreamSQLiteSource",
+    "find_upstream_files",
+    "find_upstream_sqlite",
+    "sqlite_has_table",
     "upstream_source",
 ]
 
@@ -99,11 +103,13 @@ class UpstreamFileSource:
     """An upstream ``FileStore`` directory: ``<namespace>.json`` per namespace.
 
     Each file holds one JSON object mapping every ``entry_id`` to its entry.
-    Only ``*.json`` entries directly inside ``base_dir`` are read, and only
-    regular files: an entry named ``*.json`` that is a symbolic link (inside
-    the directory or out of it, dangling or not), a FIFO, a socket or a device
-    is never followed or opened; its namespace is reported as failed (so the
-    import's result is not ok) and a warning logged.  Sub-directories are
+    Only ``*.json`` entries directly inside ``base_dir`` are read (not the
+    files of a firefly_orm ``FileStore`` opened on the same directory, named
+    ``<prefix>-<32 hex digits>.json``), and only regular files: an entry named
+    ``*.json`` that is a symbolic link (inside the directory or out of it,
+    dangling or not), a FIFO, a socket or a device is never followed or
+    opened; its namespace is reported as failed (so the import's result is
+    not ok) and a warning logged.  Sub-directories are
     not namespaces and are left out.  A file larger than
     :data:`MAX_UPSTREAM_FILE_BYTES` or whose JSON is refused by the bounded
     reader (nesting, integer digits) fails its namespace the same way.
@@ -125,8 +131,9 @@ class UpstreamFileSource:
         """The namespaces: the ``*.json`` entry names without ``.json``, sorted.
 
         Sub-directories are not namespaces (upstream never made one) and are
-        left out; any other entry that is not a regular file (a link, a FIFO,
-        a socket, a device) is listed, and reading it reports it (:meth:`read`).
+        left out, and so are firefly_orm's own ``FileStore`` files; any other
+        entry that is not a regular file (a link, a FIFO, a socket, a device)
+        is listed, and reading it reports it (:meth:`read`).
         """
         if not self.base_dir.is_dir():
             raise UpstreamSourceError(f"{self.describe()}: not a directory")
@@ -135,7 +142,9 @@ class UpstreamFileSource:
                 names = [
                     entry.name[: -len(_FILE_SUFFIX)]
                     for entry in entries
-                    if entry.name.endswith(_FILE_SUFFIX) and not entry.is_dir(follow_symlinks=False)
+                    if entry.name.endswith(_FILE_SUFFIX)
+                    and not DATA_FILE.fullmatch(entry.name)  # firefly_orm's own FileStore file
+                    and not entry.is_dir(follow_symlinks=False)
                 ]
         except OSError as exc:
             raise UpstreamSourceError(f"{self.describe()}: cannot list it: {exc}") from exc
@@ -556,3 +565,72 @@ def upstream_source(
             f"{path}: neither an upstream FileStore directory nor a SQLite database"
         )
     return UpstreamSQLiteSource(path, table=table if table is not None else DEFAULT_SQLITE_TABLE)
+
+
+def _is_sqlite_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file starting with SQLite's header (no FIFO opened)."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return False
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def find_upstream_sqlite(
+    path: str | Path, *, table: str = DEFAULT_SQLITE_TABLE
+) -> UpstreamSQLiteSource | None:
+    """The upstream data in SQLite file ``path``, or ``None`` when it holds none.
+
+    Upstream data is a table ``table`` (upstream's ``firefly_memory``) holding
+    at least one row with a namespace.  No file, a file that is not a SQLite
+    database (the store opening it reports that), no such table or an empty
+    one: ``None``.  The file is only read (read-only connection).
+
+    Raises:
+        UpstreamSourceError: A ``table`` is there but cannot be read as
+            upstream's (a view, computed columns, a looping schema...).
+    """
+    source = UpstreamSQLiteSource(path, table=table)
+    if not sqlite_has_table(source.path, table):
+        return None
+    return source if source.namespaces() else None
+
+
+def sqlite_has_table(path: str | Path, name: str) -> bool:
+    """Whether ``path`` is a SQLite database with a table or view ``name`` (read-only look).
+
+    ``False`` for no file, a file that is not a SQLite database, or one that
+    cannot be read (whoever opens it reports that).
+    """
+    path = Path(path)
+    if not _is_sqlite_file(path):
+        return False
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        found = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE lower(name) = lower(?)", (name,)
+        ).fetchone()
+    except sqlite3.Error:
+        return False
+    finally:
+        conn.close()
+    return found is not None
+
+
+def find_upstream_files(base_dir: str | Path) -> UpstreamFileSource | None:
+    """The upstream ``FileStore`` files in ``base_dir``, or ``None`` when there are none.
+
+    Upstream data is at least one ``<namespace>.json`` entry that is not a
+    firefly_orm ``FileStore`` file (see :meth:`UpstreamFileSource.namespaces`).
+    No directory, or nothing of upstream's in it: ``None``.  Nothing is opened.
+    """
+    source = UpstreamFileSource(base_dir)
+    if not source.base_dir.is_dir():
+        return None
+    return source if source.namespaces() else None

@@ -21,6 +21,7 @@ from firefly_orm._interop._export_file import (
     export_document,
     read_import_document,
 )
+from firefly_orm._interop._upstream_once import mark_imported
 from firefly_orm._interop._upstream_plan import ImportProgress, UpstreamSourceError
 from firefly_orm._interop._upstream_run import import_upstream
 from firefly_orm._interop._upstream_sources import upstream_source
@@ -287,6 +288,8 @@ def _cmd_import_upstream(args: argparse.Namespace) -> int:
             )
         except UpstreamSourceError as exc:
             raise CliError(f"{exc}; nothing imported", EXIT_USAGE) from None
+        if summary.ok:  # all of it is in: the compatible stores open on it from now on
+            mark_imported(store, source, summary.imported)
         run(store, refresh_statistics(summary.imported))
     print(json.dumps(summary.to_dict(), indent=2) if args.json else summary.describe())
     return EXIT_OK if summary.ok else EXIT_USAGE

@@ -86,9 +86,10 @@ def test_names_are_firefly_orms_own_classes() -> None:
     assert ConversationMemory is firefly_orm.ConversationMemory
     assert WorkingMemory is firefly_orm.WorkingMemory
     assert InMemoryStore is firefly_orm.InMemoryStore
-    assert FileStore is firefly_orm.FileStore
     assert TokenEstimator is firefly_orm.TokenEstimator
-    # The database stores and the manager are thin subclasses (upstream's lifecycle shapes).
+    # The database stores and the manager are thin subclasses (upstream's lifecycle shapes),
+    # FileStore one that looks for upstream's files where it opens.
+    assert issubclass(FileStore, firefly_orm.FileStore)
     assert issubclass(SQLiteStore, firefly_orm.SQLiteStore)
     assert issubclass(PostgreSQLStore, firefly_orm.PostgreSQLStore)
     assert issubclass(MongoDBStore, firefly_orm.MongoDBStore)
