@@ -1,0 +1,291 @@
+"""Semantic and hybrid recall on the SQL stores: SQLite with sqlite-vec, PostgreSQL with pgvector.
+
+Every test runs on both (``vector_store``): a ``SQLiteStore(vectors=True)`` in
+a temporary file, and a ``PostgreSQLStore(vectors=True)`` in a schema of its
+own on the pgvector server (``pgvector_url``).  The embedder is the
+deterministic :class:`~firefly_orm.testing.embeddings.ConceptEmbeddingModel`,
+whose vectors mean something (shared words, stems and concepts).  The main
+PostgreSQL of the tests has no pgvector: the last tests check the refusal there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from cli_runner import run_cli
+
+from firefly_orm import migrate
+from firefly_orm.entry import utcnow
+from firefly_orm.errors import EntryValidationError, MigrationRequiredError
+from firefly_orm.long_term import LongTermMemory
+from firefly_orm.manager import MemoryManager
+from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
+from firefly_orm.testing.embeddings import ConceptEmbeddingModel
+from firefly_orm.vector import EmbeddingMismatchError, EmbeddingSpec, VectorUnavailableError
+
+CONTACT = "the customer prefers email over phone calls"
+OTHERS = ("the invoice is due on Friday", "she lives in Lisbon", "the cat sleeps all day")
+QUESTION = "how should we contact her?"
+
+
+def _schema() -> str:
+    return f"vec_{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(params=["sqlite", "pgvector"])
+def vector_store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[SQLAlchemyStore]:
+    """A SQL store that keeps vectors, on SQLite and on PostgreSQL with pgvector."""
+    if request.param == "sqlite":
+        store: SQLAlchemyStore = SQLiteStore(tmp_path / "vectors.sqlite3", vectors=True)
+        yield store
+        store.close()
+        return
+    url = request.getfixturevalue("pgvector_url")
+    schema = _schema()
+    store = PostgreSQLStore(url, schema_name=schema, vectors=True, pool_min_size=0)
+    try:
+        yield store
+    finally:
+        store.close()
+        migrate.downgrade(url, "base", schema_name=schema)
+
+
+def _memory(store: SQLAlchemyStore, **kwargs: Any) -> LongTermMemory:
+    return LongTermMemory(store=store, embedder=ConceptEmbeddingModel(), **kwargs)
+
+
+def _vector_rows(store: SQLAlchemyStore) -> int:
+    table = sa.table("memory_vectors", schema=store.schema_name)
+    with store.engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
+
+
+@pytest.mark.parametrize("mode", ["semantic", "hybrid"])
+def test_recalled_by_meaning(vector_store: SQLAlchemyStore, mode: str) -> None:
+    ltm = _memory(vector_store, user_id="ada")
+    for text in (*OTHERS, CONTACT):
+        ltm.remember(text)
+    # No word of the question is in the item: text recall cannot find it.
+    assert [r.item.text for r in ltm.recall(QUESTION, mode="text")] == []
+    found = ltm.recall(QUESTION, mode=mode, limit=2)
+    assert found[0].item.text == CONTACT
+    assert ltm.recall(QUESTION)[0].item.text == CONTACT  # hybrid is the default
+
+
+def test_async_forms_embed_and_recall(vector_store: SQLAlchemyStore) -> None:
+    ltm = _memory(vector_store, user_id="ada")
+
+    async def scenario() -> list[str]:
+        for text in (*OTHERS, CONTACT):
+            await ltm.async_remember(text)
+        return [r.item.text for r in await ltm.async_recall(QUESTION, mode="semantic", limit=1)]
+
+    assert asyncio.run(scenario()) == [CONTACT]
+
+
+def test_hybrid_ranks_a_word_match_and_a_meaning_match(vector_store: SQLAlchemyStore) -> None:
+    ltm = _memory(vector_store)
+    ltm.remember("call the supplier about the late invoice")
+    ltm.remember("the customer prefers email over phone calls")
+    ltm.remember("lunch is at noon")
+    texts = [r.item.text for r in ltm.recall("phone the supplier", limit=3)]
+    # Both the item sharing words and the one sharing the concept outrank lunch.
+    assert texts[-1] == "lunch is at noon"
+    fused = ltm.recall("phone the supplier", limit=3)
+    assert [r.score for r in fused] == sorted((r.score for r in fused), reverse=True)
+
+
+def test_filters_apply_inside_the_scan(vector_store: SQLAlchemyStore) -> None:
+    ltm = _memory(vector_store)
+    # Twenty nearer items of another user and kind: a filter after a LIMIT would find none.
+    for i in range(20):
+        ltm.remember(f"{CONTACT} {i}", user_id="bob", tags=["crm"])
+    ltm.remember("reach her by e-mail, never by phone", user_id="ada", tags=["crm", "vip"])
+    ltm.remember("the phone bill is paid", user_id="ada", tags=["bills"], kind="episodic")
+    for mode in ("semantic", "hybrid"):
+        found = ltm.recall(QUESTION, mode=mode, limit=1, user_id="ada", tags=["vip"])
+        assert [r.item.text for r in found] == ["reach her by e-mail, never by phone"]
+        episodic = ltm.recall(QUESTION, mode=mode, limit=5, user_id="ada", kind="episodic")
+        assert [r.item.text for r in episodic] == ["the phone bill is paid"]
+        assert ltm.recall(QUESTION, mode=mode, user_id="ada", min_importance=0.9) == []
+
+
+HOSTILE = (
+    "'; DROP TABLE memory_vectors; --",
+    '" OR 1=1 --',
+    "$1 :q ::vector <=> ?",
+    "json_each(content) ') OR ('1'='1",
+    "\\'\\\" %s %(q)s",
+)
+
+
+def test_hostile_queries_and_filters_stay_values(vector_store: SQLAlchemyStore) -> None:
+    ltm = _memory(vector_store)
+    ltm.remember(OTHERS[0], tags=["plain"])
+    for hostile in HOSTILE:
+        ltm.remember(CONTACT, tags=[hostile], key=hostile)
+    for hostile in (*HOSTILE, "\x00 nul"):
+        for mode in ("text", "semantic", "hybrid"):
+            ltm.recall(hostile, mode=mode)
+    for hostile in HOSTILE:
+        found = ltm.recall(QUESTION, mode="semantic", tags=[hostile])
+        assert [r.item.key for r in found] == [hostile]
+        assert ltm.recall(QUESTION, mode="hybrid", kind="episodic", tags=[hostile]) == []
+    assert _vector_rows(vector_store) == 1 + len(HOSTILE)
+
+
+def test_deletes_leave_no_vector_behind(vector_store: SQLAlchemyStore) -> None:
+    ltm = _memory(vector_store)
+    forgotten = ltm.remember(CONTACT, user_id="ada")
+    ltm.remember(OTHERS[0], user_id="ada")
+    ltm.remember(OTHERS[1], user_id="bob")
+    ltm.remember(OTHERS[2], user_id="cy", expires_at=utcnow() + timedelta(milliseconds=1))
+    other = _memory(vector_store, namespace="long-term-2")
+    other.remember(CONTACT)
+    assert _vector_rows(vector_store) == 5
+    assert ltm.forget(forgotten, user_id="ada")
+    assert _vector_rows(vector_store) == 4
+    ltm.clear(user_id="ada")
+    assert _vector_rows(vector_store) == 3
+    with vector_store.unit_of_work() as uow:
+        uow.entries.erase_user("bob")
+        uow.commit()
+    assert _vector_rows(vector_store) == 2
+    assert vector_store.cleanup_expired() == 1
+    assert _vector_rows(vector_store) == 1
+    other.clear()
+    assert _vector_rows(vector_store) == 0
+
+
+def test_changed_text_is_embedded_again(vector_store: SQLAlchemyStore) -> None:
+    ltm = _memory(vector_store, user_id="ada")
+    ltm.remember(OTHERS[0], key="note")
+    ltm.remember(CONTACT, key="note")  # an upsert: the old vector goes, the new one is stored
+    assert _vector_rows(vector_store) == 1
+    assert ltm.recall(QUESTION, mode="semantic")[0].item.text == CONTACT
+    # A writer without an embedder changes the text: the stale vector goes with it.
+    LongTermMemory(store=vector_store, user_id="ada").remember(OTHERS[1], key="note")
+    assert _vector_rows(vector_store) == 0
+    assert ltm.recall(QUESTION, mode="semantic") == []
+    assert [r.item.text for r in ltm.recall("Lisbon")] == [OTHERS[1]]
+
+
+def test_mixing_models_is_refused(vector_store: SQLAlchemyStore) -> None:
+    ltm = _memory(vector_store)
+    ltm.remember(CONTACT)
+    other = LongTermMemory(
+        store=vector_store, embedder=ConceptEmbeddingModel(model_name="another-model")
+    )
+    with pytest.raises(EmbeddingMismatchError, match="another-model") as refused:
+        other.remember(OTHERS[0])
+    assert refused.value.stored.model.endswith(ConceptEmbeddingModel().model_name)
+    assert ltm.count() == 1  # nothing written: neither the item nor its vector
+    with pytest.raises(EmbeddingMismatchError):
+        other.recall(QUESTION, mode="semantic")
+    smaller = LongTermMemory(store=vector_store, embedder=ConceptEmbeddingModel(dimensions=64))
+    with pytest.raises(EmbeddingMismatchError, match="64 dimensions"):
+        smaller.import_items([{"text": OTHERS[1]}])
+    assert ltm.count() == 1 and _vector_rows(vector_store) == 1
+
+
+def test_import_embeds_in_batches(vector_store: SQLAlchemyStore) -> None:
+    ltm = _memory(vector_store)
+    items = [{"text": f"{OTHERS[i % 3]} {i}"} for i in range(70)] + [{"text": CONTACT}]
+    ids = ltm.import_items(items)  # 71 texts: two embedding requests of at most 64
+    assert len(ids) == 71 and _vector_rows(vector_store) == 71
+    assert ltm.recall(QUESTION, mode="semantic", limit=1)[0].item.text == CONTACT
+
+
+def test_the_manager_passes_its_embedder(vector_store: SQLAlchemyStore) -> None:
+    manager = MemoryManager(store=vector_store, embedder=ConceptEmbeddingModel())
+    ada = manager.for_user("ada")
+    ada.long_term.remember(CONTACT)
+    assert ada.long_term.recall(QUESTION, mode="semantic")[0].item.text == CONTACT
+
+
+def test_vector_migration_down_and_up(vector_store: SQLAlchemyStore) -> None:
+    vector_store.initialize()
+    url, schema = vector_store.engine.url, vector_store.schema_name
+    with vector_store.engine.connect() as conn:
+        assert migrate.vectors_current(conn, schema_name=schema) == migrate.vector_head()
+        assert sa.inspect(conn).has_table("memory_vectors", schema=schema)
+    vector_store.close()
+    engine = sa.create_engine(url.render_as_string(hide_password=False), poolclass=sa.pool.NullPool)
+    try:
+        migrate.downgrade_vectors(engine, "base", schema_name=schema)
+        with engine.connect() as conn:
+            assert migrate.vectors_current(conn, schema_name=schema) is None
+            inspector = sa.inspect(conn)
+            assert not inspector.has_table("memory_vectors", schema=schema)
+            assert not inspector.has_table("firefly_orm_vector_alembic_version", schema=schema)
+        assert migrate.current(engine, schema_name=schema) == migrate.head()  # entries stay
+        # A store that may not migrate refuses, and says how to migrate.
+        refusing = SQLAlchemyStore(engine=engine, schema_name=schema, vectors=True)
+        with pytest.raises(MigrationRequiredError, match="migrate --vectors"):
+            refusing.initialize()
+        migrate.upgrade_vectors(engine, schema_name=schema)
+        assert migrate.vectors_current(engine, schema_name=schema) == migrate.vector_head()
+    finally:
+        engine.dispose()
+
+
+def test_a_store_without_vectors_refuses_an_embedder(tmp_path: Any) -> None:
+    store = SQLiteStore(tmp_path / "plain.sqlite3")
+    try:
+        ltm = _memory(store)
+        with pytest.raises(VectorUnavailableError, match="vectors=True"):
+            ltm.remember(CONTACT)
+        assert LongTermMemory(store=store).count() == 0  # nothing written
+        with pytest.raises(EntryValidationError, match="needs an embedder"):
+            LongTermMemory(store=store).recall(QUESTION, mode="semantic")
+    finally:
+        store.close()
+
+
+def test_cli_migrates_the_vector_tables(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
+    done = run_cli("migrate", "--vectors", "--url", url)
+    assert done.returncode == 0, done.stderr
+    assert "vector tables upgraded (none) -> v001_memory_vectors" in done.stdout
+    undone = run_cli("downgrade", "--vectors", "base", "--url", url)
+    assert undone.returncode == 0, undone.stderr
+    assert migrate.vectors_current(url) is None and migrate.current(url) == migrate.head()
+
+
+# --------------------------------------------------------------------------- no pgvector
+
+
+def test_postgres_without_pgvector_says_how_and_the_rest_works(postgres_url: str) -> None:
+    """The main test server has no pgvector: the vector migration is refused, nothing else."""
+    schema = _schema()
+    store = PostgreSQLStore(postgres_url, schema_name=schema, vectors=True, pool_min_size=0)
+    plain = PostgreSQLStore(postgres_url, schema_name=schema, pool_min_size=0)
+    try:
+        with pytest.raises(VectorUnavailableError, match="pgvector") as refused:
+            store.initialize()
+        assert "install pgvector" in str(refused.value)
+        assert migrate.vectors_current(postgres_url, schema_name=schema) is None
+        with plain.engine.connect() as conn:
+            assert not sa.inspect(conn).has_table("memory_vectors", schema=schema)
+        text_only = LongTermMemory(store=plain, user_id="ada")
+        text_only.remember(CONTACT)
+        assert [r.item.text for r in text_only.recall("phone calls")] == [CONTACT]
+        done = run_cli("migrate", "--vectors", "--url", postgres_url, "--schema", schema)
+        assert done.returncode != 0 and "pgvector" in done.stderr
+    finally:
+        store.close()
+        plain.close()
+        migrate.downgrade(postgres_url, "base", schema_name=schema)
+
+
+def test_embedding_spec_is_checked() -> None:
+    with pytest.raises(EntryValidationError):
+        EmbeddingSpec("", 3)
+    with pytest.raises(EntryValidationError):
+        EmbeddingSpec("m", 0)
