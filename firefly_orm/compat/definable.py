@@ -33,8 +33,12 @@ conversation, every message one turn of it, so the conversation's limits
   run's instructions; while it is off, the agent runs alone (nothing read,
   nothing written).
 * Entries (:class:`MessageEntry`) carry ``role``, ``content``, ``user_id``,
-  ``session_id``, ``created_at`` and ``updated_at``.  ``get_entries(session_id,
-  user_id=...)`` filters by user: another user's session gives ``[]``.
+  ``session_id``, ``created_at`` and ``updated_at`` (the time of the last
+  edit, :meth:`Memory.update`; ``created_at`` when never edited).
+  ``get_entries(session_id, user_id=...)`` filters by user: another user's
+  session gives ``[]``.
+* :meth:`Memory.add_many` is all or nothing: every message is checked, then
+  all are written in one unit of work (a failure writes none).
 
 Each method has an ``async_`` twin (the same operation, run on the async
 driver).
@@ -51,7 +55,7 @@ from typing import Any, Final, cast
 
 from firefly_orm.bridges._steps import MemoryLayer, Operation, async_method, sync_method
 from firefly_orm.conversation import ConversationTurn, Summarizer
-from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
+from firefly_orm.errors import ConversationNotFoundError, EntryValidationError, NotFoundError
 from firefly_orm.manager import MemoryManager
 from firefly_orm.store import InMemoryStore, MemoryStore
 
@@ -76,8 +80,9 @@ class MessageEntry:
         content: The message's text.
         user_id: The user the session belongs to, or ``None``.
         created_at: When it was stored (timezone-aware).
-        updated_at: When it last changed (its turn's time: messages are not
-            edited through :class:`Memory`).
+        updated_at: When it last changed: the time of its last edit
+            (:meth:`Memory.update`, or ``ConversationMemory.update_turn``),
+            else ``created_at``.
         metadata: What else the turn carries (without the role).
     """
 
@@ -102,6 +107,17 @@ def _message(message: Any) -> tuple[str, str]:
     if not isinstance(content, str):
         raise EntryValidationError("content", "a message's content must be a str")
     return str(role), content
+
+
+def _turn(role: str, content: str) -> ConversationTurn:
+    """The turn that stores one message (its role in the metadata)."""
+    prompt, response = (content, "") if role == "user" else ("", content)
+    return ConversationTurn(
+        user_prompt=prompt,
+        assistant_response=response,
+        raw_messages=[{"role": role, "content": content}],
+        metadata={_ROLE_KEY: role},
+    )
 
 
 def _entries(session_id: str, turn: ConversationTurn, owner: str | None) -> list[MessageEntry]:
@@ -130,7 +146,7 @@ def _entries(session_id: str, turn: ConversationTurn, owner: str | None) -> list
             content=text,
             user_id=owner,
             created_at=turn.timestamp,
-            updated_at=turn.timestamp,
+            updated_at=turn.updated_at or turn.timestamp,
             metadata=dict(metadata),
         )
         for who, text in messages
@@ -278,29 +294,60 @@ class Memory(MemoryLayer):
     def _add_many(
         self, messages: Sequence[Any], session_id: str, user_id: str | None = None
     ) -> Operation[list[MessageEntry]]:
-        """Store ``messages`` in order, one turn each (``[]`` when memory is off).
+        """Store ``messages`` in order, one turn each, all or nothing (``[]`` when off).
 
-        Every message is checked before the first is written.  Each is then
-        its own unit of work: an error part-way leaves the earlier ones.
+        Every message is checked before anything is written, then all are
+        written in ONE unit of work
+        (:meth:`~firefly_orm.conversation.ConversationMemory.add_turns`): an
+        error (a lost connection, a failing summarizer) writes none of them.
         """
         if not self._enabled:
             return []
         if isinstance(messages, str | bytes | Mapping) or not isinstance(messages, Sequence):
             raise TypeError("messages must be a sequence of messages")
-        checked = [_message(message) for message in messages]
-        added: list[MessageEntry] = []
-        for role, content in checked:
-            prompt, response = (content, "") if role == "user" else ("", content)
-            turn = yield from self._manager._add_turn(
-                session_id,
-                prompt,
-                response,
-                [{"role": role, "content": content}],
-                metadata={_ROLE_KEY: role},
-                user_id=user_id,
-            )
-            added.extend(_entries(session_id, turn, user_id))
-        return added
+        turns = [_turn(*_message(message)) for message in messages]
+        stored = yield from self._manager.conversation._add_turns(
+            session_id, turns, user_id=user_id
+        )
+        if not stored:
+            return []
+        owner = yield from self._manager._owner_of(session_id)
+        return [entry for turn in stored for entry in _entries(session_id, turn, owner)]
+
+    def _update(
+        self, session_id: str, turn_id: int, content: str, user_id: str | None = None
+    ) -> Operation[MessageEntry | None]:
+        """Replace the content of one stored message; its ``updated_at`` becomes now.
+
+        ``user_id``: the session must be that user's.  ``None`` when memory is off.
+
+        Raises:
+            EntryValidationError: A bad id or content (nothing written).
+            ConversationNotFoundError: The session is missing or another user's.
+            NotFoundError: The session has no such message.
+        """
+        if not self._enabled:
+            return None
+        if not isinstance(content, str):
+            raise EntryValidationError("content", "a message's content must be a str")
+        owner = yield from self._manager._owner_of(session_id)
+        if user_id is not None and owner != user_id:
+            raise ConversationNotFoundError(session_id)
+        conversation = self._manager.conversation
+        turns = yield from conversation._get_turns(session_id)
+        old = next((t for t in turns if t.turn_id == turn_id), None)
+        role = None if old is None else old.metadata.get(_ROLE_KEY)
+        if old is None or role not in ROLES:
+            raise NotFoundError(f"session {session_id!r} has no message {turn_id!r}")
+        edited = _turn(str(role), content)
+        turn = yield from conversation._update_turn(
+            session_id,
+            turn_id,
+            user_prompt=edited.user_prompt,
+            assistant_response=edited.assistant_response,
+            raw_messages=edited.raw_messages,
+        )
+        return _entries(session_id, turn, owner)[0]
 
     def _get_entries(
         self, session_id: str, user_id: str | None = None
@@ -324,10 +371,12 @@ class Memory(MemoryLayer):
     # ------------------------------------------------------------------ public forms
     add = sync_method(_add)
     add_many = sync_method(_add_many)
+    update = sync_method(_update)
     get_entries = sync_method(_get_entries)
 
     async_add = async_method(_add)
     async_add_many = async_method(_add_many)
+    async_update = async_method(_update)
     async_get_entries = async_method(_get_entries)
 
 

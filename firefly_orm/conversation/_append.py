@@ -161,7 +161,10 @@ class EncodedTurn:
     ``message_tokens``: one token estimate per raw message (``None`` without
     them); ``user_id``: the owner a new conversation gets (an existing one must
     belong to that user); ``idempotency_key`` / ``fingerprint``: see
-    :mod:`firefly_orm.conversation._idempotency`.
+    :mod:`firefly_orm.conversation._idempotency`.  ``replaces``: the newest
+    stored turn (as read in the same unit of work) that this turn replaces,
+    keeping its ``turn_id`` (a turn grown by more messages,
+    :mod:`firefly_orm.conversation._batch`); ``None``: a new turn.
     """
 
     turn: ConversationTurn
@@ -170,6 +173,7 @@ class EncodedTurn:
     user_id: str | None = None
     idempotency_key: str | None = None
     fingerprint: str | None = None
+    replaces: ConversationTurn | None = None
 
 
 @dataclass(frozen=True)
@@ -349,6 +353,8 @@ def append_general(
             return Appended(replayed, None, None)
     if head.total_messages is None and head.turn_count and policy.limits.max_messages:
         head = replace(head, total_messages=_count_messages(uow, namespace))
+    if new_turn.replaces is not None:
+        head = _without_newest(head, new_turn.replaces)
     known_messages = head.total_messages is not None or head.turn_count == 0
     reader = OldestTurnsReader(uow, namespace)
     plan = plan_append(head, new_turn.turn, reader, policy.limits, has_summarizer=has_summarizer)
@@ -409,6 +415,27 @@ def append_general(
     if known_messages:
         policy.hints.record(conversation_id, plan.total_tokens, plan.total_messages)
     return Appended(plan.turn, plan, new_summary, promoted)
+
+
+def _without_newest(head: HeadState, newest: ConversationTurn) -> HeadState:
+    """The head as if its newest turn ``newest`` were not stored (it is being replaced).
+
+    The plan then gives the replacement ``newest.turn_id`` and never evicts the
+    stored row it overwrites (the newest turn is never evicted).
+    """
+    if head.next_turn_id != newest.turn_id + 1 or head.turn_count < 1:
+        raise RuntimeError(f"turn {newest.turn_id} is not the newest turn of {head}")
+    return replace(
+        head,
+        next_turn_id=newest.turn_id,
+        total_tokens=max(head.total_tokens - newest.token_estimate, 0),
+        turn_count=head.turn_count - 1,
+        total_messages=(
+            None
+            if head.total_messages is None
+            else max(head.total_messages - newest.message_count, 0)
+        ),
+    )
 
 
 def _count_messages(uow: UnitOfWork, namespace: str) -> int:

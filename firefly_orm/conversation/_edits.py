@@ -29,7 +29,7 @@ from firefly_orm.conversation._rows import (
     turn_key,
     turn_message_count,
 )
-from firefly_orm.entry import MemoryEntry
+from firefly_orm.entry import MemoryEntry, utcnow
 from firefly_orm.errors import NotFoundError
 from firefly_orm.protocols import UnitOfWork
 
@@ -100,6 +100,7 @@ def edit_turn(
             "metadata": old.metadata if edit.metadata is None else edit.metadata,
             "token_estimate": tokens,
             "message_count": turn_message_count({"raw_messages": encoded}),
+            "updated_at": utcnow(),
         }
     )
     uow.entries.save(

@@ -32,6 +32,7 @@ from firefly_orm.bridges._steps import (
 from firefly_orm.conversation import _ops as ops
 from firefly_orm.conversation._codec import encode_raw_messages
 from firefly_orm.conversation._idempotency import check_idempotency_key, fingerprint
+from firefly_orm.conversation._memory_batch import ConversationBatches
 from firefly_orm.conversation._memory_changes import ConversationChanges
 from firefly_orm.conversation._memory_reads import ConversationReads
 from firefly_orm.conversation._messages import estimate_turn
@@ -46,11 +47,8 @@ from firefly_orm.conversation._model import (
 from firefly_orm.conversation._plan import Limits
 from firefly_orm.conversation._policies import (
     Observer,
-    SummarizeEvent,
-    TrimEvent,
     check_observer,
     make_limits,
-    notify,
 )
 from firefly_orm.entry import validate_user_id
 from firefly_orm.errors import EntryValidationError
@@ -76,7 +74,7 @@ _CONFIG_KEYS = (
 )
 
 
-class ConversationMemory(ConversationReads, ConversationChanges):
+class ConversationMemory(ConversationReads, ConversationChanges, ConversationBatches):
     """Token-budgeted conversations, persisted through a store.
 
     Args:
@@ -359,47 +357,15 @@ class ConversationMemory(ConversationReads, ConversationChanges):
             ),
             SessionHold.of(self._store, warn=False),
         )
-        plan = appended.plan
-        if plan is None:
+        if appended.plan is None:
             logger.debug(
                 "conversation %r: turn %d was already added under idempotency key %r",
                 conversation_id,
                 appended.turn.turn_id,
                 key,
             )
-            return appended.turn
-        over = self._newest_over(plan.turn)
-        if plan.evicted_turn_ids or over is not None:
-            evicted = plan.evicted_turns
-            event = TrimEvent(
-                conversation_id=conversation_id,
-                reason=plan.reason or over or "max_tokens",
-                evicted_turn_ids=plan.evicted_turn_ids,
-                turns_removed=len(evicted),
-                messages_removed=sum(t.message_count for t in evicted),
-                turns_remaining=plan.turn_count,
-                messages_remaining=plan.total_messages,
-                tokens_remaining=plan.total_tokens,
-                promoted_ids=appended.promoted_ids,
-                newest_over_budget=over is not None,
-            )
-            logger.debug("conversation %r trimmed: %s", conversation_id, event)
-            yield from notify(self._on_trim, event)
-        if appended.new_summary is not None:
-            yield from notify(
-                self._on_summarize,
-                SummarizeEvent(conversation_id, appended.new_summary, plan.evicted_turn_ids),
-            )
+        yield from self._report(conversation_id, appended)
         return appended.turn
-
-    def _newest_over(self, turn: ConversationTurn) -> str | None:
-        """The limit ``turn`` alone exceeds (``"max_tokens"`` / ``"max_messages"``), or ``None``."""
-        limits = self._limits
-        if limits.max_tokens is not None and turn.token_estimate > limits.max_tokens:
-            return "max_tokens"
-        if limits.max_messages is not None and turn.message_count > limits.max_messages:
-            return "max_messages"
-        return None
 
     def _to_dict(self, conversation_id: str) -> Operation[dict[str, Any]]:
         """:meth:`export_conversation` plus ``"config"``: this memory's configuration."""
@@ -448,6 +414,9 @@ class ConversationMemory(ConversationReads, ConversationChanges):
     # ------------------------------------------------------------------ public forms
     new_conversation = sync_method(_new_conversation)
     add_turn = sync_method(_add_turn)
+    add_turns = sync_method(ConversationBatches._add_turns)
+    add = sync_method(ConversationBatches._add)
+    add_many = sync_method(ConversationBatches._add_many)
     get_message_history = sync_method(ConversationReads._get_message_history)
     get_turns = sync_method(ConversationReads._get_turns)
     get_archived_turns = sync_method(ConversationReads._get_archived_turns)
@@ -473,6 +442,9 @@ class ConversationMemory(ConversationReads, ConversationChanges):
 
     async_new_conversation = async_method(_new_conversation)
     async_add_turn = async_method(_add_turn)
+    async_add_turns = async_method(ConversationBatches._add_turns)
+    async_add = async_method(ConversationBatches._add)
+    async_add_many = async_method(ConversationBatches._add_many)
     async_get_message_history = async_method(ConversationReads._get_message_history)
     async_get_turns = async_method(ConversationReads._get_turns)
     async_get_archived_turns = async_method(ConversationReads._get_archived_turns)

@@ -43,6 +43,8 @@ class ConversationTurn(BaseModel):
         metadata: A JSON object.
         message_count: Model messages the turn stands for: ``len(raw_messages)``,
             or 2 (prompt and answer) without raw messages; filled in when 0.
+        updated_at: When the turn last changed after it was added (an edit,
+            a message added to it by ``add`` / ``add_many``); ``None``: never.
     """
 
     turn_id: int = 0
@@ -53,6 +55,7 @@ class ConversationTurn(BaseModel):
     token_estimate: int = 0
     metadata: dict[str, Any] = Field(default_factory=dict)
     message_count: int = 0
+    updated_at: AwareDatetime | None = None
 
     @field_validator("raw_messages", mode="before")
     @classmethod

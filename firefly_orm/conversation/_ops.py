@@ -79,7 +79,7 @@ from firefly_orm.conversation._rows import (
     TURN_KEY_PREFIX,
     archive_namespace,
     conversation_namespace,
-    head_entry,
+    empty_head_entry,
     head_from_content,
     head_from_entry,
     index_entry,
@@ -188,17 +188,7 @@ def add_turn(
 def create_conversation(uow: UnitOfWork, conversation_id: str, user_id: str | None = None) -> None:
     """Store the head and the index row of a new, empty conversation."""
     namespace = conversation_namespace(conversation_id)
-    head = head_entry(
-        conversation_id,
-        None,
-        next_turn_id=0,
-        total_tokens=0,
-        turn_count=0,
-        summary=None,
-        total_messages=0,
-        user_id=user_id,
-    )
-    uow.entries.save(namespace, head, expected_version=0)
+    uow.entries.save(namespace, empty_head_entry(conversation_id, user_id), expected_version=0)
     uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id, user_id))
 
 

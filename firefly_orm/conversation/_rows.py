@@ -66,6 +66,7 @@ __all__ = [
     "TURN_KEY_PREFIX",
     "archive_namespace",
     "conversation_namespace",
+    "empty_head_entry",
     "head_entry",
     "head_from_content",
     "head_from_entry",
@@ -145,6 +146,20 @@ def head_entry(
     )
 
 
+def empty_head_entry(conversation_id: str, user_id: str | None = None) -> MemoryEntry:
+    """The head row of a new, empty conversation owned by ``user_id``."""
+    return head_entry(
+        conversation_id,
+        None,
+        next_turn_id=0,
+        total_tokens=0,
+        turn_count=0,
+        summary=None,
+        total_messages=0,
+        user_id=user_id,
+    )
+
+
 # --------------------------------------------------------------------------- index and turns
 
 
@@ -178,6 +193,8 @@ def turn_entry(
         "token_estimate": turn.token_estimate,
         "metadata": turn.metadata,
     }
+    if turn.updated_at is not None:
+        content["updated_at"] = turn.updated_at.isoformat()
     if message_tokens is not None:
         infos = inspect_encoded(encoded_raw, with_text=False)
         split = any(info.opens for info in infos[1:])
@@ -224,11 +241,17 @@ def turn_from_entry(entry: MemoryEntry, *, with_raw: bool = True) -> Conversatio
             token_estimate=content["token_estimate"],
             metadata=content.get("metadata") or {},
             message_count=turn_message_count(content),
+            updated_at=_optional_time(content.get("updated_at")),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise StoreCorruptedError(
             f"unreadable conversation turn {entry.key!r} in {entry.namespace!r}: {exc}"
         ) from exc
+
+
+def _optional_time(value: Any) -> datetime | None:
+    """A stored ISO time, or ``None`` when the row has none."""
+    return None if value is None else datetime.fromisoformat(value)
 
 
 def stored_raw(entry: MemoryEntry) -> Any:
