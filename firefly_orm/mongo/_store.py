@@ -28,8 +28,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from types import TracebackType
-from typing import Any, Self, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack
 
 from firefly_orm._search import SearchHit
 from firefly_orm.bridges._loop_thread import LoopThread, shared_loop
@@ -68,7 +67,7 @@ from firefly_orm.mongo._document import (
 from firefly_orm.mongo._journal import MAX_SETTLE_ROUNDS, Journal
 from firefly_orm.mongo._queries import find_live
 from firefly_orm.mongo._reads import UnitOfWorkReads
-from firefly_orm.protocols import SearchOptions
+from firefly_orm.protocols import OpensOnEnter, SearchOptions
 from firefly_orm.uow import StagedChanges, StagedUnitOfWork, SyncBackedAsyncUnitOfWork
 
 try:
@@ -86,7 +85,7 @@ logger = logging.getLogger("firefly_orm")
 T = TypeVar("T")
 
 
-class MongoDBStore:
+class MongoDBStore(OpensOnEnter):
     """A :class:`~firefly_orm.protocols.MemoryStore` on MongoDB through Beanie.
 
     Args:
@@ -231,30 +230,6 @@ class MongoDBStore:
         loop = self._live_loop()
         if loop is not None:
             await loop.acall(self._close_client())
-
-    def __enter__(self) -> Self:
-        self.initialize()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        await self.async_initialize()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.async_close()
 
     # ------------------------------------------------------------------ protocol
     def save(self, namespace: str, entry: MemoryEntry) -> None:

@@ -40,12 +40,14 @@ from firefly_orm.protocols import (
     AppendedHead,
     AsyncMemoryStore,
     AsyncUnitOfWork,
+    ClosesOnExit,
     EntryRepository,
     JoinsSession,
     ListOptions,
     MemoryStore,
     SearchHit,
     SearchOptions,
+    StoreMaintenance,
     TurnAppend,
     UnitOfWork,
     declares,
@@ -394,18 +396,11 @@ class _Closes(Protocol):
 
 
 @runtime_checkable
-class _Analyzes(Protocol):
-    def analyze(self) -> bool: ...
-
-    async def async_analyze(self) -> bool: ...
-
-
-@runtime_checkable
 class _CleansUp(Protocol):
     def cleanup_expired(self) -> int: ...
 
 
-class ProtectedStore:
+class ProtectedStore(ClosesOnExit):
     """A store whose contents are redacted and encrypted on the way in, decrypted on the way out.
 
     Build it with :func:`protect`.  Hand it to the memory layers
@@ -559,28 +554,16 @@ class ProtectedStore:
         if declares(self.inner, _Closes):
             await cast(_Closes, self.inner).async_close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.async_close()
-
     def analyze(self) -> bool:
         """The wrapped store's ``analyze`` (``False`` when it has none)."""
-        if declares(self.inner, _Analyzes):
-            return cast(_Analyzes, self.inner).analyze()
+        if declares(self.inner, StoreMaintenance):
+            return cast(StoreMaintenance, self.inner).analyze()
         return False
 
     async def async_analyze(self) -> bool:
         """Async form of :meth:`analyze`."""
-        if declares(self.inner, _Analyzes):
-            return await cast(_Analyzes, self.inner).async_analyze()
+        if declares(self.inner, StoreMaintenance):
+            return await cast(StoreMaintenance, self.inner).async_analyze()
         return False
 
     def cleanup_expired(self) -> int:
