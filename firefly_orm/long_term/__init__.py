@@ -13,6 +13,8 @@ async.
 * :mod:`~firefly_orm.long_term._ops`: the transactions (plain functions over a
   unit of work, so another layer can write items inside its own);
 * :mod:`~firefly_orm.long_term._memory`: the :class:`LongTermMemory` class;
+* :mod:`~firefly_orm.long_term._reembed`: :func:`reembed`, a namespace's vectors
+  made again by another embedding model (batches, resumable);
 * :mod:`~firefly_orm.long_term.promotion`: promoting evicted conversation turns;
 * :mod:`~firefly_orm.long_term.tools`: ``remember`` / ``recall`` tools for a
   pydantic-ai agent (:func:`long_term_toolset`).
@@ -21,6 +23,7 @@ async.
 from firefly_orm.long_term._memory import DEFAULT_NAMESPACE, LongTermMemory
 from firefly_orm.long_term._model import EPISODIC, KINDS, SEMANTIC, MemoryItem, Recalled
 from firefly_orm.long_term._ops import store_items
+from firefly_orm.long_term._reembed import ReembedProgress, ReembedReport, async_reembed, reembed
 from firefly_orm.long_term.promotion import Promotion, Scorer, default_scorer
 from firefly_orm.long_term.tools import RecalledMemory, long_term_toolset
 
@@ -34,8 +37,12 @@ __all__ = [
     "Promotion",
     "Recalled",
     "RecalledMemory",
+    "ReembedProgress",
+    "ReembedReport",
     "Scorer",
+    "async_reembed",
     "default_scorer",
     "long_term_toolset",
+    "reembed",
     "store_items",
 ]

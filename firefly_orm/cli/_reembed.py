@@ -1,0 +1,153 @@
+"""``firefly-orm reembed`` (internal): a namespace's vectors made again by another embedding model.
+
+``--model`` names a pydantic-ai embedding model (``openai:text-embedding-3-small``,
+``sentence-transformers:all-MiniLM-L6-v2``, ...; its provider's credentials
+come from the environment as pydantic-ai reads them); ``--embedder-factory
+MODULE:NAME`` imports an ``EmbeddingModel`` or ``Embedder`` (or a callable
+returning one) of your own instead.  Each ``--namespace`` is re-embedded by
+:func:`firefly_orm.long_term.reembed`: ``--batch-size`` entries per embedding
+call and transaction, the old model's vectors dropped, resumable (run the same
+command again after an interruption).  The database must be migrated with
+``firefly-orm migrate --vectors``.  A progress bar per namespace is drawn on
+stderr when it is a terminal (or with ``--progress``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from firefly_orm.cli._target import EXIT_OK, EXIT_USAGE, CliError, Progress, _resolve_target
+from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore
+
+if TYPE_CHECKING:
+    from firefly_orm.long_term import ReembedProgress
+
+__all__ = ["add_reembed"]
+
+
+def _embedder(args: argparse.Namespace) -> Any:
+    """The embedder the arguments name (refused before the database is opened)."""
+    if bool(args.model) == bool(args.embedder_factory):
+        raise CliError("give either --model or --embedder-factory", EXIT_USAGE)
+    if args.model:
+        return args.model
+    module_name, _, attribute = str(args.embedder_factory).partition(":")
+    if not module_name or not attribute:
+        raise CliError("--embedder-factory: expected MODULE:NAME", EXIT_USAGE)
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise CliError(f"--embedder-factory {args.embedder_factory}: {exc}", EXIT_USAGE) from None
+    from pydantic_ai.embeddings import Embedder, EmbeddingModel
+
+    if not isinstance(found, Embedder | EmbeddingModel) and callable(found):
+        found = found()
+    if not isinstance(found, Embedder | EmbeddingModel):
+        raise CliError(
+            f"--embedder-factory {args.embedder_factory}: not an EmbeddingModel or Embedder "
+            f"(got {type(found).__name__})",
+            EXIT_USAGE,
+        )
+    return found
+
+
+def _progress(namespace: str, enabled: bool) -> Callable[[ReembedProgress], None]:
+    """A progress bar of one namespace's re-embedding (drawn once its size is known)."""
+    bar: list[Progress] = []
+
+    def on_batch(step: ReembedProgress) -> None:
+        if not bar:
+            bar.append(Progress(step.total, f"reembed {namespace}", enabled=enabled))
+        bar[0].advance(step.done - bar[0].done)
+
+    return on_batch
+
+
+def _cmd_reembed(args: argparse.Namespace) -> int:
+    from firefly_orm.long_term import reembed
+
+    if isinstance(args.batch_size, int) and args.batch_size < 1:
+        raise CliError("--batch-size must be at least 1", EXIT_USAGE)
+    embedder = _embedder(args)
+    target = _resolve_target(args)
+    store: SQLAlchemyStore
+    if target.is_sqlite:
+        store = SQLAlchemyStore(target.url, vectors=True)
+    else:
+        store = PostgreSQLStore(
+            target.url,
+            schema_name=target.schema,
+            vectors=True,
+            pool_min_size=0,
+            timeout=args.timeout,
+        )
+    reports = []
+    try:
+        store.initialize(migrate=False)
+        for namespace in args.namespaces:
+            reports.append(
+                reembed(
+                    store,
+                    namespace,
+                    embedder,
+                    batch_size=args.batch_size,
+                    on_batch=_progress(namespace, args.progress),
+                )
+            )
+    finally:
+        store.close()
+    for report in reports:
+        if args.json:
+            summary = {
+                "namespace": report.namespace,
+                "model": None if report.spec is None else report.spec.model,
+                "dimensions": None if report.spec is None else report.spec.dimensions,
+                "previous_model": None if report.previous is None else report.previous.model,
+                "total": report.total,
+                "embedded": report.embedded,
+                "batches": report.batches,
+            }
+            print(json.dumps(summary, sort_keys=True))
+        else:
+            dropped = "" if report.previous is None else f", vectors of {report.previous} dropped"
+            print(
+                f"{report.namespace}: {report.embedded} vector(s) of {report.spec or 'no model'} "
+                f"stored in {report.batches} batch(es) ({report.total} entries with text{dropped})"
+            )
+    return EXIT_OK
+
+
+def add_reembed(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """Register ``reembed`` on the ``firefly-orm`` parser's sub-commands."""
+    p = sub.add_parser(
+        "reembed",
+        help="re-embed namespaces with another embedding model (resumable, in batches)",
+        parents=[common],
+    )
+    p.set_defaults(func=_cmd_reembed)
+    p.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        required=True,
+        metavar="NAMESPACE",
+        help="the namespace to re-embed, e.g. long_term:<user> (repeatable)",
+    )
+    p.add_argument(
+        "--model", help="a pydantic-ai embedding model, e.g. openai:text-embedding-3-small"
+    )
+    p.add_argument(
+        "--embedder-factory",
+        metavar="MODULE:NAME",
+        help="import an EmbeddingModel or Embedder (or a callable returning one) instead",
+    )
+    p.add_argument("--batch-size", type=int, default=64, help="entries per embedding call")
+    p.add_argument("--json", action="store_true", help="print one JSON summary per namespace")
