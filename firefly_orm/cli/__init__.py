@@ -14,6 +14,7 @@ Usage::
     firefly-orm artifacts export KEY DIR [--user USER] [--force]
     firefly-orm artifacts import DIR [--key KEY] [--user USER] [--replace]
     firefly-orm rotate-keys [--keys-file FILE] [--prefix P] [--batch-size N]
+    firefly-orm reembed --namespace NS --model PROVIDER:MODEL [--batch-size N]
     firefly-orm demo
 
 The database comes from ``--url``, else ``FIREFLY_AGENTIC_MEMORY_POSTGRES_URL``,
@@ -73,6 +74,7 @@ from firefly_orm.cli._migrate import (
     _cmd_stamp,
 )
 from firefly_orm.cli._privacy import add_rotate_keys
+from firefly_orm.cli._reembed import add_reembed
 from firefly_orm.cli._target import (
     EXIT_ERROR,
     EXIT_NOT_AT_HEAD,
@@ -272,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", help=owner_help)
     p.add_argument("--replace", action="store_true", help="replace the workspace if it exists")
     add_rotate_keys(sub, common)
+    add_reembed(sub, common)
     add("demo", "run the demo (firefly_orm.demo; other arguments go to it)", _cmd_demo)
     return parser
 
