@@ -433,14 +433,14 @@ def test_from_config_sqlite(env: pytest.MonkeyPatch, tmp_path: Path) -> None:
         again.store.close()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("bad", ["sqllite", "postgresql", "redis", "memory", ""])
+@pytest.mark.parametrize("bad", ["sqllite", "postgresql", "rediss", "memory", ""])
 def test_from_config_unknown_backend_is_an_error(env: pytest.MonkeyPatch, bad: str) -> None:
     env.setenv(f"{ENV_PREFIX}BACKEND", bad)
     with pytest.raises(ConfigurationError) as info:
         MemoryManager.from_config()
     message = str(info.value)
     assert f"{ENV_PREFIX}BACKEND" in message
-    for allowed in ("in_memory", "file", "sqlite", "postgres", "mongodb"):
+    for allowed in ("in_memory", "file", "sqlite", "postgres", "mongodb", "redis"):
         assert allowed in message
 
 
