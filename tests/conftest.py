@@ -38,7 +38,7 @@ from modes import MODES  # noqa: E402
 from pg_servers import pgbouncer_url  # noqa: E402,F401  (a fixture: PgBouncer in front)
 from store_backends import OpenedBackend, layer_params, open_backend  # noqa: E402
 
-DB_NAMES = ("postgres", "mongo", "redis", "pgvector")
+DB_NAMES = ("postgres", "mongo", "redis", "s3", "pgvector")
 POSTGRES_ENV = "FIREFLY_ORM_TEST_POSTGRES_URL"
 MONGO_ENV = "FIREFLY_ORM_TEST_MONGO_URL"
 POSTGRES_IMAGE = "postgres:16-alpine"
@@ -99,6 +99,7 @@ DATABASE_FIXTURES = frozenset(
         "layer_backend",
         "pgbouncer_url",
         "pgvector_url",
+        "s3_url",
     }
 )
 
@@ -245,6 +246,23 @@ def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
             url = stack.enter_context(redis_url_for_tests())
         except RedisUnavailable as exc:
             _unavailable(request.config, "redis", str(exc))
+        yield url
+
+
+@pytest.fixture(scope="session")
+def s3_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """An S3 endpoint URL: ``FIREFLY_ORM_TEST_S3_URL``, else moto's server started here, else skip.
+
+    The resolution lives in ``tests/s3_server.py``; ``--require-db s3`` fails
+    instead of skipping.
+    """
+    from s3_server import S3Unavailable, s3_endpoint_for_tests
+
+    with contextlib.ExitStack() as stack:
+        try:
+            url = stack.enter_context(s3_endpoint_for_tests())
+        except S3Unavailable as exc:
+            _unavailable(request.config, "s3", str(exc))
         yield url
 
 
