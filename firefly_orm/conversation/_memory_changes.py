@@ -11,10 +11,11 @@ runs the operation of that module;
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from firefly_orm.bridges._steps import Operation, Transaction
+from firefly_orm.bridges._steps import Operation, Transaction, retrying
 from firefly_orm.conversation import _ops as ops
 from firefly_orm.conversation._codec import encode_raw_messages
 from firefly_orm.conversation._edits import (
@@ -38,11 +39,13 @@ from firefly_orm.conversation._repair import (
     verify_conversation,
 )
 from firefly_orm.conversation._transfer import (
+    copy_conversation,
     import_conversations,
     parse_import,
     parse_imports,
     read_export,
 )
+from firefly_orm.errors import EntryValidationError
 from firefly_orm.tokens import TokenEstimator
 
 __all__ = ["ConversationChanges"]
@@ -125,6 +128,32 @@ class ConversationChanges(OwnedLayer):
     def _clear_all(self) -> Operation[None]:
         """Forget every conversation of the store (bound to a user: every one of theirs)."""
         return (yield from Transaction.write(ops.clear_conversations, None, self._user_id))
+
+    def _copy_conversation(
+        self, conversation_id: str, *, new_conversation_id: str | None = None
+    ) -> Operation[str]:
+        """Copy a conversation to a new id, in one unit of work; return the new id.
+
+        The copy has the conversation's retained turns (ids, prompts, answers,
+        raw messages, metadata, times) and its summary, and the same owner; not
+        its archive.  Writes to either one never reach the other.
+        ``new_conversation_id``: the copy's id (default: a new one); a
+        conversation there is replaced.
+
+        Raises:
+            EntryValidationError: A bad id.
+            ConversationNotFoundError: No such conversation (bound to a user:
+                or it is another user's).
+        """
+        conversation_id = check_conversation_id(conversation_id)
+        target = check_conversation_id(
+            uuid.uuid4().hex if new_conversation_id is None else new_conversation_id
+        )
+        if target == conversation_id:
+            raise EntryValidationError("new_conversation_id", "must differ from conversation_id")
+        step = Transaction.write(copy_conversation, conversation_id, target, self._estimate)
+        yield from self._as_owner(conversation_id, retrying(step))
+        return target
 
     def _export_conversation(self, conversation_id: str) -> Operation[dict[str, Any]]:
         """Export a conversation as a JSON-ready dict.

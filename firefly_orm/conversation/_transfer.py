@@ -32,7 +32,7 @@ from firefly_orm.conversation._model import (
     check_text,
 )
 from firefly_orm.conversation._ops import EncodedTurn, replace_conversation
-from firefly_orm.conversation._owner import claim
+from firefly_orm.conversation._owner import claim, owner_row
 from firefly_orm.conversation._rows import (
     HEAD_KEY,
     MAX_TURN_ID,
@@ -53,6 +53,7 @@ __all__ = [
     "IMPORT_BATCH_TURNS",
     "ParsedImport",
     "append_imported",
+    "copy_conversation",
     "import_conversations",
     "import_in_batches",
     "imported_batches",
@@ -344,6 +345,23 @@ def replace_conversations(
     one (new ones belong to ``owner``; with an ``owner``, existing ones must be theirs)."""
     for cid, turns, summary in conversations:
         replace_conversation(uow, cid, turns, summary, owner)
+
+
+def copy_conversation(
+    uow: UnitOfWork, source: str, target: str, estimate: Callable[[str, str], int]
+) -> None:
+    """Transaction: ``target`` becomes a copy of ``source`` (its retained turns with
+    their ids, raw messages, metadata and times, and its summary), owned by
+    ``source``'s owner.  The archive is not copied.
+
+    Raises:
+        ConversationNotFoundError: ``source`` does not exist.
+    """
+    row = owner_row(uow, source)
+    if row is None:
+        raise ConversationNotFoundError(source)
+    _cid, turns, summary = parse_import(read_export(uow, source), target, estimate)
+    replace_conversation(uow, target, turns, summary, row.user_id)
 
 
 def _parse_turn(position: int, item: Any, estimate: Callable[[str, str], int]) -> EncodedTurn:
