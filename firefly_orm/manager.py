@@ -24,6 +24,8 @@ and the working memory's operations (:mod:`firefly_orm.bridges._steps`); its
 from __future__ import annotations
 
 import threading
+import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from firefly_orm.assemble import STYLES, AssembleRequest, ContextShares, LongTermSource
@@ -34,17 +36,21 @@ from firefly_orm.bridges._steps import (
     Transaction,
     async_method,
     delegate,
+    retrying,
     sync_method,
 )
 from firefly_orm.conversation import ConversationMemory, Summarizer
 from firefly_orm.conversation._model import check_conversation_id, check_int
+from firefly_orm.conversation._ops import clear_conversations
 from firefly_orm.conversation._plan import Limits
-from firefly_orm.entry import validate_user_id
+from firefly_orm.conversation._transfer import copy_conversation
+from firefly_orm.entry import derived_entry_id, validate_user_id
 from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
-from firefly_orm.long_term import DEFAULT_NAMESPACE, LongTermMemory
+from firefly_orm.long_term import DEFAULT_NAMESPACE, EPISODIC, LongTermMemory
 from firefly_orm.long_term._embedding import EmbedderLike
 from firefly_orm.long_term.promotion import Scorer
+from firefly_orm.protocols import UnitOfWork
 from firefly_orm.store import InMemoryStore, MemoryStore
 from firefly_orm.working import WorkingMemory
 
@@ -169,6 +175,7 @@ class MemoryManager(MemoryLayer):
         self._parent: MemoryManager | None = None
         self._started: set[str] = set()
         self._started_lock = threading.Lock()
+        self._copies: dict[str, str] = {}
 
     # ------------------------------------------------------------------ configuration
     @classmethod
@@ -297,6 +304,7 @@ class MemoryManager(MemoryLayer):
         child._parent = self
         child._started = set()
         child._started_lock = threading.Lock()
+        child._copies = {}
         return child
 
     def for_user(self, user_id: str, *, working_scope_id: str | None = None) -> MemoryManager:
@@ -503,6 +511,75 @@ class MemoryManager(MemoryLayer):
                 yield from self._clear_conversation(conversation_id)
         yield from self._working._clear()
 
+    def _reset(self) -> Operation[None]:
+        """Clear short-term and episodic memory in ONE unit of work; keep long-term knowledge.
+
+        Cleared: the conversations :meth:`clear_all` would clear (a manager
+        built directly: every conversation, its user's when bound; a fork: the
+        ones it started), this manager's working-memory facts, and the
+        episodic long-term items (``kind="episodic"``) of its user (unbound:
+        of every owner).  Kept: semantic long-term items and the daily logs.
+        All or nothing: a failure leaves everything as it was.
+        """
+        conversations = None if self._parent is None else self._started_ids()
+        long_term = self._long_term
+        yield from retrying(
+            Transaction.write(
+                _reset_transaction,
+                conversations,
+                self._user_id,
+                self._working.namespace,
+                long_term.namespace,
+                long_term.user_id,
+            )
+        )
+        for conversation_id in conversations or ():
+            self._forget_started(conversation_id)
+
+    def _clone_for_isolation(
+        self, *, conversation_id: str | None = None, working_scope_id: str | None = None
+    ) -> Operation[MemoryManager]:
+        """A fork whose writes do not reach this manager's short-term memory.
+
+        In ONE unit of work: this manager's working-memory facts are copied to
+        the clone's own scope (``working_scope_id``, default
+        ``<scope>.isolated-<12 hex>``), and, with ``conversation_id``, that
+        conversation's retained turns and summary are copied to a new
+        conversation (:attr:`conversation_copies` maps the id to its copy's;
+        the clone's :meth:`clear_all` clears the copy).  Shared on purpose:
+        the store, the configuration and the long-term memory (what either
+        remembers, both recall).
+
+        Raises:
+            ConversationNotFoundError: No such conversation (bound: or another user's).
+        """
+        checked = None if conversation_id is None else check_conversation_id(conversation_id)
+        scope = working_scope_id or f"{self._working.scope_id}.isolated-{uuid.uuid4().hex[:12]}"
+        clone = self.fork(working_scope_id=scope)
+        if clone._working.namespace == self._working.namespace:
+            raise EntryValidationError("working_scope_id", "must differ from this manager's")
+        copy_id = None if checked is None else uuid.uuid4().hex
+        step = Transaction.write(
+            _clone_transaction,
+            self._working.namespace,
+            clone._working.namespace,
+            checked,
+            copy_id,
+            self._conversation._estimate,
+        )
+        if checked is None:
+            yield from retrying(step)
+        else:
+            yield from self._conversation._as_owner(checked, retrying(step))
+        if checked is not None and copy_id is not None:
+            clone._copies[checked] = clone._record_started(copy_id)
+        return clone
+
+    @property
+    def conversation_copies(self) -> Mapping[str, str]:
+        """Made by :meth:`clone_for_isolation`: original conversation id -> the copy's id."""
+        return dict(self._copies)
+
     # ------------------------------------------------------------------ public forms
     new_conversation = sync_method(_new_conversation)
     add_turn = sync_method(_add_turn)
@@ -525,6 +602,8 @@ class MemoryManager(MemoryLayer):
     get_working_context = sync_method(_get_working_context)
     clear_working = sync_method(_clear_working)
     clear_all = sync_method(_clear_all)
+    reset = sync_method(_reset)
+    clone_for_isolation = sync_method(_clone_for_isolation)
 
     async_new_conversation = async_method(_new_conversation)
     async_add_turn = async_method(_add_turn)
@@ -547,6 +626,48 @@ class MemoryManager(MemoryLayer):
     async_get_working_context = async_method(_get_working_context)
     async_clear_working = async_method(_clear_working)
     async_clear_all = async_method(_clear_all)
+    async_reset = async_method(_reset)
+    async_clone_for_isolation = async_method(_clone_for_isolation)
+
+
+def _reset_transaction(
+    uow: UnitOfWork,
+    conversations: list[str] | None,
+    user_id: str | None,
+    working_namespace: str,
+    long_term_namespace: str,
+    long_term_owner: str | None,
+) -> None:
+    """:meth:`MemoryManager.reset`'s unit of work."""
+    clear_conversations(uow, conversations, user_id)
+    uow.entries.clear(working_namespace)
+    items = uow.entries.list(long_term_namespace, user_id=long_term_owner)
+    episodic = [
+        e.entry_id
+        for e in items
+        if isinstance(e.content, Mapping) and e.content.get("kind") == EPISODIC
+    ]
+    if episodic:
+        uow.entries.delete(long_term_namespace, episodic)
+
+
+def _clone_transaction(
+    uow: UnitOfWork,
+    source_scope: str,
+    target_scope: str,
+    conversation_id: str | None,
+    copy_id: str | None,
+    estimate: Any,
+) -> None:
+    """:meth:`MemoryManager.clone_for_isolation`'s unit of work: facts, then the conversation."""
+    for fact in uow.entries.list(source_scope):
+        if fact.key is not None:
+            entry_id = derived_entry_id(target_scope, fact.key)
+            uow.entries.save(
+                target_scope, fact.copy_entry(namespace=target_scope, entry_id=entry_id)
+            )
+    if conversation_id is not None and copy_id is not None:
+        copy_conversation(uow, conversation_id, copy_id, estimate)
 
 
 def _settings_and_summarizer(
