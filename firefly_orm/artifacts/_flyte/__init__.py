@@ -77,12 +77,14 @@ from firefly_orm.artifacts._flyte._import import (
     read_directory,
 )
 from firefly_orm.artifacts._flyte._layout import AUDIT_LOG_PATH, SIDECAR_PATH, DirectoryLayoutError
+from firefly_orm.artifacts._flyte._live import DirectoryWorkspace
 
 __all__ = [
     "AUDIT_LOG_PATH",
     "MAX_BOOKKEEPING_BYTES",
     "SIDECAR_PATH",
     "DirectoryLayoutError",
+    "DirectoryWorkspace",
     "async_export_directory",
     "async_import_directory",
     "export_directory",

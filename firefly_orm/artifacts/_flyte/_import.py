@@ -17,6 +17,8 @@ from typing import Unpack
 from firefly_orm.artifacts._flyte._layout import (
     AUDIT_DIR,
     AUDIT_LOG_PATH,
+    LIVE_DIR,
+    LIVE_JOURNAL_PATH,
     META_DIR,
     META_KEYS,
     SIDECAR_PATH,
@@ -152,6 +154,14 @@ def _sort(tree: Mapping[str, _Found]) -> _Sorted:
     parts = _Sorted({}, {}, {}, None, None, None)
     for rel, found in sorted(tree.items()):
         top, _, rest = rel.partition("/")
+        if rel == LIVE_JOURNAL_PATH:
+            raise DirectoryLayoutError(
+                rel,
+                "a live workspace's write was cut off; open the directory with "
+                "DirectoryWorkspace to finish it first",
+            )
+        if rel.startswith(f"{LIVE_DIR}/"):
+            continue  # the live workspace's lock and temporary files
         if rel == TRANSCRIPT_PATH:
             parts.messages = found
         elif top.casefold() == TRANSCRIPT_PATH and rest:

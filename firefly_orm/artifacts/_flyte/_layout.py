@@ -27,6 +27,8 @@ __all__ = [
     "META_KEYS",
     "SIDECAR_PATH",
     "VERSIONS_DIR",
+    "LIVE_DIR",
+    "LIVE_JOURNAL_PATH",
     "DirectoryLayoutError",
     "checked",
     "encoded_name",
@@ -51,6 +53,10 @@ AUDIT_DIR, META_DIR, VERSIONS_DIR = RESERVED_DIRS
 AUDIT_LOG_PATH = f"{AUDIT_DIR}/log.jsonl"
 #: What Flyte's layout has no place for (``quote`` never writes ``@``).
 SIDECAR_PATH = f"{META_DIR}/@workspace.json"
+#: The live workspace's own folder (its lock, journal and temporary files); readers skip it.
+LIVE_DIR = f"{META_DIR}/@live"
+#: A write the live workspace had begun and not finished (it finishes it on its next open).
+LIVE_JOURNAL_PATH = f"{LIVE_DIR}/journal.json"
 #: The keys of a file's metadata, in the order Flyte writes them.
 META_KEYS = ("path", "sha256", "updated_at", "updated_by", "reason", "bytes")
 #: A kept version's file name: ``<ts>_<sha256>[_<8 hex>].txt``, ``:`` in ts written ``-``.
