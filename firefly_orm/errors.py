@@ -22,6 +22,7 @@ __all__ = [
     "ConcurrencyError",
     "ConversationNotFoundError",
     "DatabaseConnectionError",
+    "DelegationError",
     "EntryValidationError",
     "FireflyOrmError",
     "MigrationRequiredError",
@@ -69,6 +70,10 @@ class ConversationNotFoundError(NotFoundError):
     def __init__(self, conversation_id: str) -> None:
         self.conversation_id = conversation_id
         super().__init__(f"conversation {conversation_id!r} not found")
+
+
+class DelegationError(FireflyOrmError, LookupError):
+    """No sub-agent can take a delegated task (an empty pool, nothing matches...)."""
 
 
 class StoreError(FireflyOrmError):
