@@ -13,6 +13,8 @@ async.
 * :mod:`~firefly_orm.long_term._ops`: the transactions (plain functions over a
   unit of work, so another layer can write items inside its own);
 * :mod:`~firefly_orm.long_term._memory`: the :class:`LongTermMemory` class;
+* :mod:`~firefly_orm.long_term._daily`: the daily logs of what was remembered
+  (:class:`DailyLogLine`);
 * :mod:`~firefly_orm.long_term._reembed`: :func:`reembed`, a namespace's vectors
   made again by another embedding model (batches, resumable);
 * :mod:`~firefly_orm.long_term.promotion`: promoting evicted conversation turns;
@@ -20,6 +22,7 @@ async.
   pydantic-ai agent (:func:`long_term_toolset`).
 """
 
+from firefly_orm.long_term._daily import DailyLogLine
 from firefly_orm.long_term._memory import DEFAULT_NAMESPACE, LongTermMemory
 from firefly_orm.long_term._model import EPISODIC, KINDS, SEMANTIC, MemoryItem, Recalled
 from firefly_orm.long_term._ops import store_items
@@ -32,6 +35,7 @@ __all__ = [
     "EPISODIC",
     "KINDS",
     "SEMANTIC",
+    "DailyLogLine",
     "LongTermMemory",
     "MemoryItem",
     "Promotion",
