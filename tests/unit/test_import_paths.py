@@ -123,7 +123,7 @@ OLD_PATHS: tuple[tuple[str, str, str], ...] = (
     ("firefly_orm.summarization", "PREVIOUS_SUMMARY_TURN_ID", "firefly_orm.summarization"),
     # file_store.py, file_log.py, file_index.py, file_journal.py, file_commit.py -> file_store/
     ("firefly_orm.file_store", "FileStore", "firefly_orm.file_store"),
-    ("firefly_orm.file_store", "namespace_file_name", "firefly_orm.file_store._log"),
+    ("firefly_orm.file_store", "namespace_file_name", "firefly_orm.file_store._files"),
     ("firefly_orm", "FileStore", "firefly_orm.file_store"),
     # migrate.py, migration_*.py, alembic_env.py -> migrate/
     ("firefly_orm.migrate", "VERSION_TABLE", "firefly_orm.migrate._config"),
