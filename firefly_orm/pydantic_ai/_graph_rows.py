@@ -20,7 +20,7 @@ sync or async by the step driver (:mod:`firefly_orm.bridges._steps`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -269,7 +269,7 @@ def _append(uow: UnitOfWork, namespace: str, run: dict[str, Any], snapshot: Snap
     run["next_seq"] = seq + 1
     if snapshot.status in _OPEN:
         run["open"] = [*run["open"], seq]
-    stored = Snapshot(**{**snapshot.__dict__, "id": f"{seq:0{_SNAPSHOT_DIGITS}d}"})
+    stored = replace(snapshot, id=f"{seq:0{_SNAPSHOT_DIGITS}d}")
     row = _row(namespace, _snapshot_key(seq), _encode(stored), 1)
     uow.entries.save(namespace, row, expected_version=0)
     return stored
@@ -326,9 +326,7 @@ def claim_next(
             continue
         if snap.status in _CLAIMED and not (take_over or snap.lapsed(now)):
             continue
-        claimed = Snapshot(
-            **{**snap.__dict__, "status": "pending", "owner": owner, "lease_until": now + lease}
-        )
+        claimed = replace(snap, status="pending", owner=owner, lease_until=now + lease)
         _save_snapshot(uow, row, claimed)
         _save_run(uow, run, dict(run.content))  # serialises claims of this run
         return claimed
@@ -398,14 +396,12 @@ def transition(uow: UnitOfWork, namespace: str, change: Transition) -> Snapshot 
             "error": change.error,
         }
         content["open"] = [s for s in content["open"] if s != seq]
-    _save_snapshot(uow, row, Snapshot(**{**snap.__dict__, **fields}))
+    _save_snapshot(uow, row, replace(snap, **fields))
     appended = None
     if change.then is not None:
         then = change.then
         if then.status == "pending":  # handed on to the same worker: its claim starts now
-            then = Snapshot(
-                **{**then.__dict__, "owner": change.owner, "lease_until": now + change.lease}
-            )
+            then = replace(then, owner=change.owner, lease_until=now + change.lease)
         appended = _append(uow, namespace, content, then)
     _save_run(uow, run, content)
     return appended

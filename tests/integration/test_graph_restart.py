@@ -16,12 +16,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers.graph_worker import START, count_down_graph, spec_for
-from store_backends import OpenedBackend, backend_params, open_backend
+from store_backends import OpenedBackend, backend_params
 
 from firefly_orm.pydantic_ai.graph import PersistentGraph
 
@@ -30,16 +29,6 @@ TESTS_DIR = REPO / "tests"
 #: Seconds a worker may take to reach the node it stalls in (import, migrate, 2 nodes).
 READY_TIMEOUT = 60.0
 STALL_AT = 2
-
-
-@pytest.fixture(params=backend_params(["sqlite", "postgres"]))
-def opened(request: pytest.FixtureRequest) -> Iterator[OpenedBackend]:
-    """The backend the worker processes share."""
-    backend = open_backend(request, str(request.param))
-    try:
-        yield backend
-    finally:
-        backend.close()
 
 
 def _worker(spec: str, **kwargs: object) -> subprocess.Popen[str]:
@@ -67,7 +56,11 @@ def _report(spec: str) -> dict[str, object]:
     return report
 
 
-def test_a_killed_run_resumes_in_another_process(opened: OpenedBackend, tmp_path: Path) -> None:
+@pytest.mark.parametrize("layer_backend", backend_params(["sqlite", "postgres"]), indirect=True)
+def test_a_killed_run_resumes_in_another_process(
+    layer_backend: OpenedBackend, tmp_path: Path
+) -> None:
+    opened = layer_backend
     marker = tmp_path / "stalled"
     first = _worker(spec_for(opened, "r1", "start", stall_at=STALL_AT, marker=str(marker)))
     deadline = time.monotonic() + READY_TIMEOUT

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from modes import call
 from pydantic_graph import BaseNode, End, GraphBuilder, GraphRunContext, reduce_sum
 from store_backends import OpenedBackend
@@ -375,3 +377,24 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(EntryValidationError, match="PendingNode"):
         persistence.begin(None, [("a", 1)])  # type: ignore[list-item]
     assert persistence.load_all() == []  # nothing was written
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(state=JSON_VALUES, inputs=JSON_VALUES)
+def test_any_json_state_and_inputs_come_back_or_are_refused(state: Any, inputs: Any) -> None:
+    persistence = GraphPersistence(InMemoryStore(), run_id="json")
+    try:
+        persistence.begin(state, [PendingNode("step", inputs)], inputs=inputs)
+    except EntryValidationError:
+        assert persistence.load_all() == []  # refused whole: nothing written
+        return
+    (stored,) = persistence.load_all()
+    assert (stored.state, stored.nodes) == (state, (PendingNode("step", inputs),))
+    assert persistence.stored_inputs() == inputs
