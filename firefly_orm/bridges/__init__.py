@@ -31,6 +31,10 @@ of its landing below.
      ``run_sync`` runs the same sync function on the caller's loop;
    * :class:`~firefly_orm.sql._engines.Engines`' ``close()``: disposing async
      engines from sync code (``finish_from_sync``);
+   * the SQLite connect hook's wait for a lock before switching the file to WAL
+     (:func:`~firefly_orm.bridges._threads.pause`): on an aiosqlite engine that
+     hook runs on the caller's event loop (in SQLAlchemy's greenlet), and the
+     wait lets the loop run;
    * the step driver's :class:`~firefly_orm.bridges._steps.StoreCall` (a store
      without ``async_*`` methods) and :class:`~firefly_orm.bridges._steps.CallOut`
      (a sync call-out, such as a sync summarizer, from async code).

@@ -10,7 +10,10 @@ loop keeps running meanwhile.  Everything else here is built on it:
 * :class:`SyncBackedAsyncUnitOfWork`: the async face of a sync unit of work
   (``await uow.run_sync(fn, *args)`` runs ``fn(sync_uow, *args)``);
 * :func:`finish_from_sync`: the other direction, once: a sync ``close()``
-  finishing an async clean-up (disposing async engines).
+  finishing an async clean-up (disposing async engines);
+* :func:`pause`: a wait in sync code that may be running on an event loop's
+  thread (SQLAlchemy drives a native async driver's sync hooks from a greenlet
+  there): the loop keeps running while it waits.
 
 Do not use it for async-only libraries (their coroutines must run on one loop:
 :mod:`firefly_orm.bridges._loop_thread`) nor inside memory layers (they yield
@@ -21,13 +24,16 @@ steps: :mod:`firefly_orm.bridges._steps`).  The users are listed once, in
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from typing import Any, ParamSpec, Self, TypeVar
 
+from sqlalchemy.util.concurrency import await_only, in_greenlet
+
 from firefly_orm.protocols import UnitOfWork
 
-__all__ = ["SyncBackedAsyncUnitOfWork", "call_blocking", "finish_from_sync", "offloaded"]
+__all__ = ["SyncBackedAsyncUnitOfWork", "call_blocking", "finish_from_sync", "offloaded", "pause"]
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -123,3 +129,19 @@ def finish_from_sync(cleanup: Coroutine[Any, Any, None]) -> None:
     task = loop.create_task(cleanup)
     _PENDING.add(task)
     task.add_done_callback(_PENDING.discard)
+
+
+def pause(seconds: float) -> None:
+    """Wait ``seconds`` in sync code without stalling an event loop that drives it.
+
+    Sync code that SQLAlchemy's asyncio layer runs (a connect hook of an
+    aiosqlite engine, ``run_sync`` work) runs on the event loop's own thread,
+    in a greenlet: ``time.sleep`` there would stall every task of that loop,
+    including one that might end what the code waits for.  There the wait is
+    an ``asyncio.sleep`` handed to the loop through the greenlet (SQLAlchemy's
+    ``await_only``); anywhere else (a plain or worker thread) a ``time.sleep``.
+    """
+    if in_greenlet():
+        await_only(asyncio.sleep(seconds))
+    else:
+        time.sleep(seconds)

@@ -57,7 +57,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Dialect, Engine, RootTransaction
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from firefly_orm.bridges._threads import call_blocking, finish_from_sync
+from firefly_orm.bridges._threads import call_blocking, finish_from_sync, pause
 from firefly_orm.entry._json import load_json
 from firefly_orm.errors import (
     EntryValidationError,
@@ -167,7 +167,7 @@ def _switch_to_wal(cursor: Any, timeout_ms: int) -> None:
         except Exception as exc:
             if not _is_sqlite_busy(exc) or time.monotonic() + delay > deadline:
                 raise
-            time.sleep(delay)
+            pause(delay)  # on an aiosqlite engine's loop, the loop runs meanwhile
             delay = min(delay * 2, 0.1)
             continue
         if tries > 1:
