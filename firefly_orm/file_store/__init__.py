@@ -1,4 +1,4 @@
-"""A durable store that keeps one append-only JSON-lines file per namespace: :class:`FileStore`.
+"""A durable store keeping each namespace as a JSON snapshot plus a commit log: :class:`FileStore`.
 
 It honours the same contract as :class:`~firefly_orm.store.InMemoryStore` (upsert
 on ``entry_id``, ``(created_at, entry_id)`` order, newest match for
@@ -7,55 +7,64 @@ copies in and out), with one documented difference: an ``entry_id`` is unique
 *within a namespace*, not across the whole store (see :class:`FileStore`).
 
 File layout
-    ``base_dir/<prefix>-<hash>.json`` holds one namespace.  ``<hash>`` is the
-    first 32 hex digits (128 bits) of the SHA-256 of the namespace's UTF-8
+    A namespace is a JSON **snapshot**, ``base_dir/<prefix>-<hash>.json``, plus
+    a **commit log** beside it, ``<prefix>-<hash>.log.jsonl``.  ``<hash>`` is
+    the first 32 hex digits (128 bits) of the SHA-256 of the namespace's UTF-8
     bytes, so distinct namespaces get distinct files (``a/b``, ``a_b`` and
     ``a:b`` included, and names that differ only in case, which matters on
     case-insensitive file systems).  ``<prefix>`` is only for humans: the first
     48 characters of the namespace with everything outside ``A-Z a-z 0-9 _ -``
     replaced by ``_``.  A file name therefore never contains a path separator,
     ``..`` or a leading dot, and cannot leave ``base_dir`` whatever the
-    namespace.  The file is a log of JSON lines, a header naming the namespace
-    then one record per commit (entries put as
-    :meth:`MemoryEntry.to_json_dict` output, ids deleted); the format is
-    described in :mod:`firefly_orm.file_store._log`.  Every entry read back must carry
-    the namespace the file was opened for, so even a hash collision would
-    surface as :class:`~firefly_orm.errors.StoreCorruptedError` rather than
-    mixing two namespaces.  A namespace whose last entry is deleted has its
-    file removed.  ``<file>.lock`` beside each file is its lock;
-    ``base_dir/.journal/`` holds the journals of commits in flight.  Files of
-    earlier versions (one JSON object mapping ``entry_id`` to the entry) are
-    read, and converted by their first write.
+    namespace.  The snapshot is one JSON document in the upstream FileStore's
+    shape, ``{entry_id: entry}`` (entries as :meth:`MemoryEntry.to_json_dict`
+    writes them): ``json.load`` reads it.  The log holds the commits since the
+    snapshot as JSON lines (a header naming the snapshot's SHA-256, then one
+    record per commit: entries put, ids deleted); the format is described in
+    :mod:`firefly_orm.file_store._log`.  The namespace is the snapshot with
+    the log applied; the log is folded into the snapshot when it outgrows the
+    live entries, by :meth:`FileStore.compact` and by :meth:`FileStore.close`.
+    Every entry read back must carry the namespace the file was opened for, so
+    even a hash collision would surface as
+    :class:`~firefly_orm.errors.StoreCorruptedError` rather than mixing two
+    namespaces.  A namespace whose last entry is deleted has its files
+    removed.  ``<snapshot>.lock`` beside each snapshot is the namespace's
+    lock; ``base_dir/.journal/`` holds the journals of commits in flight.
+    Files of earlier versions are read: a snapshot alone (the first versions'
+    format) needs nothing; a ``.json`` that is itself a log (the previous
+    version's format) is converted into a snapshot when the store is opened.
 
 Writes
-    Every change happens under the file's lock: a per-file ``threading`` lock
-    (shared by every ``FileStore`` in the process) plus a
-    :class:`filelock.FileLock` on ``<file>.lock``, so neither threads nor
-    processes lose updates.  A commit appends one line to each file it changes
-    and fsyncs it; a new file is written whole to a temporary file, fsynced and
-    moved into place with :func:`os.replace`.  A file whose dead records
-    outweigh its live entries is compacted the same way.  Reads take the lock
-    too, and each process keeps every namespace it has read parsed in memory
-    (:class:`~firefly_orm.file_store._log.NamespaceLog`): a read or a write parses only
-    the lines appended since this process last looked, so the cost of an
-    operation follows its change, not the size of the namespace.
+    Every change happens under the namespace's lock: a per-file ``threading``
+    lock (shared by every ``FileStore`` in the process) plus a
+    :class:`filelock.FileLock` on ``<snapshot>.lock``, so neither threads nor
+    processes lose updates.  A commit appends one line to the log of each
+    namespace it changes and fsyncs it; a new namespace's snapshot (and every
+    compaction's) is written whole to a temporary file, fsynced and moved into
+    place with :func:`os.replace`.  Reads take the lock too, and each process
+    keeps every namespace it has read parsed in memory
+    (:class:`~firefly_orm.file_store._log.NamespaceLog`): a read or a write
+    parses only the lines appended since this process last looked, so the cost
+    of an operation follows its change, not the size of the namespace.
 
 Crashes
-    A commit over one file is one appended line: a process killed half-way
-    leaves a torn last line, which readers ignore and the next writer cuts off
-    (that commit was never acknowledged).  A commit over several files (an
-    evicted turn moved to the archive, say) first writes a commit journal
-    naming every file and its exact line (:mod:`firefly_orm.file_store._journal`),
-    then appends, then removes the journal.  Whoever next locks one of those
-    files (or opens the store) finds the journal of the dead writer, takes
-    every lock it names and completes the commit; each step is idempotent, so
-    a crash during the recovery is harmless too.  Other threads and processes
-    therefore see all of a commit or none of it, also across a kill -9.
-    Temporary files of dead writers are removed when the store is opened and
-    after a recovery.
+    A commit over one namespace is one appended line: a process killed
+    half-way leaves a torn last line, which readers ignore and the next writer
+    cuts off (that commit was never acknowledged).  A compaction writes the new
+    snapshot, then a new log naming it: killed in between, the old log names
+    the old snapshot and is ignored (the new snapshot holds all of it).  A
+    commit over several namespaces (an evicted turn moved to the archive, say)
+    first writes a commit journal naming every file and its exact line
+    (:mod:`firefly_orm.file_store._journal`), then appends, then removes the
+    journal.  Whoever next locks one of those files (or opens the store) finds
+    the journal of the dead writer, takes every lock it names and completes
+    the commit; each step is idempotent, so a crash during the recovery is
+    harmless too.  Other threads and processes therefore see all of a commit
+    or none of it, also across a kill -9.  Temporary files of dead writers are
+    removed when the store is opened and after a recovery.
 
 Corruption
-    A file that cannot be read or parsed raises
+    A snapshot or log that cannot be read or parsed raises
     :class:`~firefly_orm.errors.StoreCorruptedError` naming the file, for reads
     and writes alike; the file is never reset or overwritten (only an explicit
     :meth:`FileStore.clear` removes it).  A lock file that is not a regular file
@@ -68,8 +77,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import stat
-import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Unpack
@@ -77,18 +86,22 @@ from typing import Unpack
 import filelock
 
 from firefly_orm._search import SearchHit, SearchRequest
-from firefly_orm.bridges.twins import AsyncTwins
+from firefly_orm.bridges.twins import AsyncTwins, call_blocking
 from firefly_orm.entry import MemoryEntry, validate_entry, validate_key
-from firefly_orm.errors import StoreError
+from firefly_orm.errors import StoreCorruptedError, StoreError
 from firefly_orm.file_store import _journal as file_journal
 from firefly_orm.file_store._commit import (
     commit,
+    fold_log,
     load_state,
     remove_file,
     remove_orphans,
     roll_forward,
 )
-from firefly_orm.file_store._log import DATA_FILE, Edit, namespace_file_name
+from firefly_orm.file_store._files import DATA_FILE, LOG_FILE, log_path_for, namespace_file_name
+from firefly_orm.file_store._locks import thread_locks
+from firefly_orm.file_store._log import Edit
+from firefly_orm.file_store._read import is_old_format
 from firefly_orm.protocols import ListOptions, SearchOptions
 from firefly_orm.uow import (
     StagedChanges,
@@ -105,49 +118,14 @@ logger = logging.getLogger("firefly_orm")
 _LOCK_SUFFIX = ".lock"
 
 
-class _ThreadLocks:
-    """Process-wide, reference-counted ``threading.Lock`` per lock-file path."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._locks: dict[str, tuple[threading.Lock, int]] = {}
-
-    @contextlib.contextmanager
-    def hold(self, key: str, timeout: float) -> Iterator[None]:
-        with self._guard:
-            lock, users = self._locks.get(key, (threading.Lock(), 0))
-            self._locks[key] = (lock, users + 1)
-        try:
-            if not lock.acquire(timeout=timeout):
-                raise StoreError(f"timed out after {timeout}s waiting for the lock on {key}")
-            try:
-                yield
-            finally:
-                lock.release()
-        finally:
-            with self._guard:
-                lock, users = self._locks[key]
-                if users == 1:
-                    del self._locks[key]
-                else:
-                    self._locks[key] = (lock, users - 1)
-
-
-_thread_locks = _ThreadLocks()
-
-
-def _reset_thread_locks_after_fork() -> None:
-    # A forked child must not inherit locks held by threads that do not exist in it.
-    global _thread_locks
-    _thread_locks = _ThreadLocks()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_thread_locks_after_fork)
-
-
 class FileStore(AsyncTwins):
-    """A store that persists each namespace as one append-only JSON-lines file in ``base_dir``.
+    """A store that persists each namespace as a JSON snapshot plus a commit log in ``base_dir``.
+
+    ``<namespace file>.json`` is one JSON document, ``{entry_id: entry}`` as
+    the upstream FileStore writes it; the commits since it was written are
+    appended to ``<namespace file>.log.jsonl`` and folded into it when the log
+    outgrows the live entries, by :meth:`compact` and by :meth:`close` (after
+    which every ``.json`` is the whole namespace).
 
     Safe to share between threads, and between processes that point at the same
     directory (on a local file system: the inter-process lock is ``flock``).
@@ -182,10 +160,11 @@ class FileStore(AsyncTwins):
     dropped first.  A namespace dropped, or over a bound on its own (a very
     long conversation), is parsed again in full at its next use.
 
-    Files written by earlier versions are read and converted on their first
-    write; earlier versions cannot read the new files (they report them as
-    corrupt and leave them alone), so upgrade every process sharing a
-    directory together.
+    Directories written by earlier versions open as they are: a ``.json``
+    that is a commit log (the previous version's format) is converted into a
+    snapshot when the store is opened.  Earlier versions do not read the
+    ``.log.jsonl`` files, so upgrade every process sharing a directory
+    together.
 
     The ``async_*`` methods are derived from the sync ones
     (:class:`~firefly_orm.bridges.twins.AsyncTwins`) and run in a worker
@@ -199,9 +178,12 @@ class FileStore(AsyncTwins):
             :class:`~firefly_orm.errors.StoreError`; ``None`` waits forever.
 
     Raises:
-        StoreError: If ``base_dir`` cannot be created.
+        StoreError: If ``base_dir`` cannot be created, or a file of the
+            previous version cannot be converted.
         StoreCorruptedError: If a commit journal left by a dead writer cannot
-            be read or names a corrupt file.
+            be read or names a corrupt file.  (A corrupt namespace file of
+            the previous version is left as it is, logged, and raises when
+            its namespace is used.)
     """
 
     def __init__(
@@ -222,6 +204,7 @@ class FileStore(AsyncTwins):
             if journal is not None:  # taking its files' locks completes it
                 with self._locked(self._base_dir / step.name for step in journal.steps):
                     pass
+        self._upgrade_files()
 
     # ------------------------------------------------------------------ protocol
     def save(self, namespace: str, entry: MemoryEntry) -> None:
@@ -341,6 +324,14 @@ class FileStore(AsyncTwins):
             raise StoreError(f"namespace {namespace!r} maps outside {self._base_dir}")
         return path
 
+    def log_path_for(self, namespace: str) -> Path:
+        """The commit log of ``namespace``, beside :meth:`path_for` (it may not exist).
+
+        Raises:
+            EntryValidationError: If ``namespace`` is invalid.
+        """
+        return log_path_for(self.path_for(namespace))
+
     @property
     def namespaces(self) -> list[str]:
         """Namespaces that currently hold at least one entry, sorted.
@@ -379,6 +370,55 @@ class FileStore(AsyncTwins):
             removed += len(expired)
         logger.debug("FileStore: cleanup_expired removed %d entries", removed)
         return removed
+
+    def compact(self, namespace: str | None = None) -> int:
+        """Fold the commit log of ``namespace`` (default: of every namespace) into its snapshot.
+
+        Afterwards ``<namespace file>.json`` alone holds the whole namespace
+        (until the next write), which is what tools reading the upstream
+        FileStore's files see.  Writes compact on their own when a log
+        outgrows its namespace; this is for handing the files over.
+
+        Args:
+            namespace: The namespace to compact, or ``None`` for all of them.
+
+        Returns:
+            How many namespaces had commits to fold.
+
+        Raises:
+            EntryValidationError: If ``namespace`` is invalid.
+            StoreCorruptedError: If a namespace file is corrupt (namespaces
+                compacted before it stay compacted).
+            StoreError: If a file cannot be written (the namespace reads as before).
+        """
+        paths = self._data_files() if namespace is None else [self.path_for(namespace)]
+        folded = 0
+        for path in paths:
+            if not self._may_exist(path):
+                continue
+            with self._locked([path]):
+                state = load_state(path, namespace)
+                if state is not None and fold_log(path, state):
+                    folded += 1
+        logger.debug("FileStore: compacted %d namespace(s) in %s", folded, self._base_dir)
+        return folded
+
+    async def async_compact(self, namespace: str | None = None) -> int:
+        """Async twin of :meth:`compact` (runs in a worker thread)."""
+        return await call_blocking(self.compact, namespace)
+
+    def close(self) -> None:
+        """Compact every namespace (see :meth:`compact`); the store stays usable.
+
+        Raises:
+            StoreCorruptedError: If a namespace file is corrupt.
+            StoreError: If a file cannot be written.
+        """
+        self.compact()
+
+    async def async_close(self) -> None:
+        """Async twin of :meth:`close` (runs in a worker thread)."""
+        await call_blocking(self.close)
 
     def unit_of_work(self, *, read_only: bool = False) -> StagedUnitOfWork:
         """A unit of work whose changes are applied on commit under the file locks.
@@ -573,7 +613,7 @@ class FileStore(AsyncTwins):
                     f"the lock file {lock_path} is {kind}; refusing to use it (nothing was "
                     "written; remove it and FileStore recreates it)"
                 )
-        stack.enter_context(_thread_locks.hold(lock_path, timeout))
+        stack.enter_context(thread_locks().hold(lock_path, timeout))
         try:
             stack.enter_context(filelock.FileLock(lock_path, timeout=timeout))
         except filelock.Timeout as exc:
@@ -597,15 +637,39 @@ class FileStore(AsyncTwins):
             roll_forward(self._base_dir, path, journal)
         return set()
 
+    def _upgrade_files(self) -> None:
+        """Convert files of the previous version; remove logs whose namespace is gone."""
+        for path in self._data_files():
+            if not is_old_format(path):
+                continue
+            with self._locked([path]):
+                try:
+                    state = load_state(path, None)
+                except StoreCorruptedError as exc:  # raised again by each use of it
+                    logger.warning("FileStore: cannot convert %s: %s", path.name, exc)
+                    continue
+                if state is not None and state.old_format:
+                    fold_log(path, state)
+                    logger.info("FileStore: converted %s to a snapshot and a log", path.name)
+        for path in self._listed(LOG_FILE):
+            snapshot = path.with_name(path.name.removesuffix(".log.jsonl") + ".json")
+            if not os.path.lexists(snapshot):
+                with self._locked([snapshot]):
+                    if not os.path.lexists(snapshot):  # (a namespace being created removes it too)
+                        remove_file(snapshot)
+
     def _may_exist(self, path: Path) -> bool:
         """Whether ``path`` exists or may be created by completing a dead writer's commit."""
         return os.path.lexists(path) or bool(file_journal.pending(self._base_dir))
 
     def _data_files(self) -> list[Path]:
+        return self._listed(DATA_FILE)
+
+    def _listed(self, pattern: re.Pattern[str]) -> list[Path]:
         try:
             names = sorted(os.listdir(self._base_dir))
         except FileNotFoundError:
             return []
         except OSError as exc:
             raise StoreError(f"cannot list the FileStore directory {self._base_dir}") from exc
-        return [self._base_dir / name for name in names if DATA_FILE.fullmatch(name)]
+        return [self._base_dir / name for name in names if pattern.fullmatch(name)]

@@ -3,17 +3,21 @@
 Every function here runs with the locks of the files it touches held by the
 caller (:class:`~firefly_orm.file_store.FileStore` takes them).
 
-* :func:`load_state`: a namespace file's parsed state, from the process-wide
+* :func:`load_state`: a namespace's parsed state, from the process-wide
   cache, brought up to date with what was appended since (see
-  :func:`~firefly_orm.file_store._log.read_state`).
-* :func:`commit`: one commit's edits.  A single file gets one appended line (a
-  new file is written whole); several files go through a commit journal
-  (:mod:`firefly_orm.file_store._journal`): journal written, files changed, journal
-  removed.  If a change fails half-way the files are put back and the journal
-  dropped; if even that fails, the journal stays and the next user completes
-  the commit.  A file whose dead records outweigh the live ones is compacted
-  just before its line is appended (a failed compaction is only logged), so a
-  process that had read the file up to there adopts the new file as is.
+  :func:`~firefly_orm.file_store._read.read_state`).
+* :func:`commit`: one commit's edits.  A single namespace gets one line
+  appended to its log (a new namespace gets its snapshot written whole);
+  several go through a commit journal (:mod:`firefly_orm.file_store._journal`):
+  journal written, files changed, journal removed.  If a change fails half-way
+  the files are put back and the journal dropped; if even that fails, the
+  journal stays and the next user completes the commit.  A namespace whose
+  dead bytes outweigh the live ones is compacted just before its line is
+  appended (a failed compaction is only logged), so a process that had read it
+  up to there adopts the new files as they are; one in the previous version's
+  format is converted first.
+* :func:`fold_log`: compact on request (:meth:`FileStore.compact
+  <firefly_orm.file_store.FileStore.compact>`).
 * :func:`roll_forward`: complete the journal of a writer that is gone.
 """
 
@@ -30,24 +34,24 @@ from pathlib import Path
 
 from firefly_orm.errors import StoreCorruptedError, StoreError
 from firefly_orm.file_store import _journal as file_journal
+from firefly_orm.file_store._files import log_path_for, new_id, orphan_temps
 from firefly_orm.file_store._journal import JOURNAL_DIR, Journal, Step
 from firefly_orm.file_store._log import (
     Edit,
     NamespaceLog,
-    create_log,
+    create_namespace,
     decode_record,
     encode_record,
-    fsync_dir,
-    new_id,
-    orphan_temps,
-    read_state,
+    remove_namespace_files,
 )
+from firefly_orm.file_store._read import read_state
 
 __all__ = [
     "CACHE_MAX_BYTES",
     "CACHE_MAX_ENTRIES",
     "cache_totals",
     "commit",
+    "fold_log",
     "forget",
     "load_state",
     "remove_file",
@@ -187,17 +191,34 @@ def forget(path: Path) -> None:
 
 
 def remove_file(path: Path) -> None:
-    """Remove a namespace file (no error if it is gone), durably.
+    """Remove the namespace whose snapshot is ``path`` (no error if it is gone), durably.
 
     Raises:
-        StoreError: It could not be removed.
+        StoreError: A file could not be removed.
     """
     forget(path)
+    remove_namespace_files(path)
+
+
+def fold_log(path: Path, state: NamespaceLog) -> bool:
+    """Fold the log of ``state`` into its snapshot; whether there was anything to fold.
+
+    A namespace in the previous version's format is converted; one left
+    without entries is removed.
+
+    Raises:
+        StoreError: A file could not be written (the namespace reads as before).
+    """
+    if not state.old_format and state.log_bytes == 0:
+        return False
+    if len(state.index) == 0:
+        remove_file(path)
+        return True
     try:
-        path.unlink(missing_ok=True)
-    except OSError as exc:
-        raise StoreError(f"cannot remove memory file {path}: {exc}") from exc
-    fsync_dir(path.parent)
+        state.compact()
+    finally:
+        _cache.put(str(path), state)
+    return True
 
 
 def remove_orphans(base_dir: Path) -> None:
@@ -231,11 +252,13 @@ def commit(base_dir: Path, edits: dict[str, tuple[Path, NamespaceLog | None, Edi
             if state is not None:
                 plans.append(_Plan(path, namespace, state, None))
             continue
-        if state is not None and state.legacy:
-            state.rewrite()  # converted first (same entries): a journal pins log files
+        if state is not None:
+            if state.old_format:
+                state.compact()  # converted first (same entries)
+            elif state.needs_compaction():
+                _compact(state)  # before the append: a reader that saw it so far adopts it
+            state.ensure_log()  # started before a journal records where the line goes
             _cache.put(str(path), state)
-        elif state is not None and state.needs_compaction():
-            _compact(state)  # before the append: a reader that saw the file so far adopts it
         plans.append(_Plan(path, namespace, state, encode_record(commit_id, edit)))
     plans.sort(key=lambda plan: plan.line is None)  # removals last: the rest can be undone
     if len(plans) == 1:
@@ -252,11 +275,10 @@ def _run(plan: _Plan) -> None:
         if plan.line is None:
             remove_file(plan.path)
         elif plan.state is None:
-            create_log(plan.path, plan.namespace, plan.line)
+            create_namespace(plan.path, plan.namespace, plan.line)
             load_state(plan.path, plan.namespace)
         else:
-            if plan.state.legacy:  # only when completing a journal over an old version's file
-                plan.state.rewrite()
+            plan.state.ensure_log()  # (converts a file of the previous version, in a recovery)
             plan.state.append(plan.line)
             _cache.put(key, plan.state)
     except BaseException:
@@ -271,7 +293,7 @@ def _run_journaled(base_dir: Path, commit_id: str, plans: list[_Plan]) -> None:
             plan.path.name,
             plan.namespace,
             plan.line,
-            None if plan.state is None else plan.state.generation,
+            None if plan.state is None else plan.state.mark,
             0 if plan.state is None else plan.state.offset,
         )
         for plan in plans
@@ -309,9 +331,9 @@ def _undo(done: list[tuple[_Plan, Step]]) -> bool:
             if plan.line is None:
                 return False  # a removed file cannot be put back (removals come last)
             if step.generation is None:
-                os.unlink(plan.path)
+                os.unlink(plan.path)  # created by this commit
             else:
-                fd = os.open(plan.path, os.O_WRONLY)
+                fd = os.open(log_path_for(plan.path), os.O_WRONLY)
                 try:
                     os.ftruncate(fd, step.offset)
                     os.fsync(fd)
@@ -324,8 +346,8 @@ def _undo(done: list[tuple[_Plan, Step]]) -> bool:
 
 def _compact(state: NamespaceLog) -> None:
     try:
-        state.rewrite()
-    except StoreError as exc:  # the old file stays (just longer than needed)
+        state.compact()
+    except StoreError as exc:  # the namespace reads as before (its files just longer)
         logger.warning("FileStore: could not compact %s: %s", state.path, exc)
     else:
         logger.debug("FileStore: compacted %s (%d entries)", state.path.name, len(state.index))
@@ -366,13 +388,13 @@ def roll_forward(base_dir: Path, path: Path, journal: Journal) -> None:
 
 
 def _step_pending(path: Path, step: Step, state: NamespaceLog | None) -> bool:
-    """Whether a journal step still has to be applied to the file in ``state``."""
+    """Whether a journal step still has to be applied to the namespace in ``state``."""
     if step.generation is None:
         return state is None and step.line is not None
-    if state is None or state.generation != step.generation:
+    if state is None or state.mark != step.generation:
         return False  # removed or rewritten since: the step was applied
     if state.offset < step.offset:
         raise StoreCorruptedError(
-            f"memory file {state.path} is shorter than the commit journal {path} records"
+            f"memory log {state.log_path} is shorter than the commit journal {path} records"
         )
     return state.offset == step.offset

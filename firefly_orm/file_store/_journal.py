@@ -1,24 +1,27 @@
 """Commit journals: how a ``FileStore`` commit over several files survives a crash.
 
-A commit that changes more than one namespace file first writes a journal,
+A commit that changes more than one namespace first writes a journal,
 ``base_dir/.journal/<commit id>.json`` (temporary file, fsync, rename, fsync of
-the directory), holding one *step* per file: the file, its namespace, the exact
-record line to append (``null``: the file is to be removed) and the state the
-file was in when the commit was decided (its generation and the length of its
-good lines, or ``null``: it did not exist).  Only then are the files changed;
-the journal is removed (and the removal fsynced) last.  The writer holds the
-lock of every file of the commit from before the journal is written until it is
-removed.
+the directory), holding one *step* per namespace: its snapshot's file name,
+the namespace, the exact record line to append to its log (``null``: the
+namespace is to be removed) and the state it was in when the commit was
+decided (its log's generation and the length of the log's good lines;
+``"snapshot:<sha256>"`` and 0 for a namespace without a log; ``null``: it did
+not exist).  Only then are the files changed; the journal is removed (and the
+removal fsynced) last.  The writer holds the lock of every namespace of the
+commit from before the journal is written until it is removed.
 
 So a journal still present when one of its files' locks is taken again belongs
 to a writer that is gone (killed, or its machine crashed): the commit was
 decided and is *rolled forward* by whoever finds it (see
 :meth:`FileStore <firefly_orm.file_store.FileStore>`), holding the locks of
-all its files.  Each step is idempotent thanks to the recorded state: a file
-still in it gets the line appended (or is removed); a file that has moved past
-it (longer, another generation, created or removed) already has the change.
-A single-file commit needs no journal: appending one line is atomic once torn
-lines are ignored (:mod:`firefly_orm.file_store._log`).
+all its files.  Each step is idempotent thanks to the recorded state: a
+namespace still in it gets the line appended (or is removed; a new one is
+created from the line); one that has moved past it (a longer log, another
+generation, created or removed) already has the change.  A single-namespace
+commit needs no journal: appending one line is atomic once torn lines are
+ignored, and a new namespace's snapshot appears by one rename
+(:mod:`firefly_orm.file_store._log`).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from firefly_orm.errors import StoreCorruptedError, StoreError
-from firefly_orm.file_store._log import (
+from firefly_orm.file_store._files import (
     DATA_FILE,
     fsync_dir,
     namespace_file_name,
@@ -52,13 +55,14 @@ class Step:
     """What a commit does to one namespace file.
 
     Attributes:
-        name: The file's name in ``base_dir``.
+        name: The name of the namespace's snapshot in ``base_dir``.
         namespace: Its namespace.
         line: The record line to append (newline included), or ``None`` to
-            remove the file.
-        generation: The file's generation when the commit was decided, or
-            ``None`` if the file did not exist.
-        offset: The length of its good lines then.
+            remove the namespace.
+        generation: :attr:`NamespaceLog.mark
+            <firefly_orm.file_store._log.NamespaceLog.mark>` when the commit was
+            decided (its log's generation), or ``None`` if it did not exist.
+        offset: The length of its log's good lines then.
     """
 
     name: str

@@ -1,36 +1,56 @@
-"""The on-disk format of one :class:`~firefly_orm.FileStore` namespace file, and its parsed state.
+"""The on-disk format of one :class:`~firefly_orm.FileStore` namespace, and its parsed state.
 
-A namespace file is an append-only log of JSON lines (ASCII, one object a line):
+A namespace is two files (names in :mod:`firefly_orm.file_store._files`):
 
-* a **header** line: ``{"format": "firefly_orm.file_log", "version": 1,
-  "namespace": ..., "generation": <random id of this file>, "base": [<generation>,
-  <offset>] or null, "snapshot": <bytes>}``;
-* **record** lines, one per commit that changed the namespace: ``{"id": <commit
-  id>, "clear": true, "del": [<entry ids>], "put": [<MemoryEntry.to_json_dict()>,
-  ...]}`` (absent parts omitted), applied in that order: clear, deletes, puts.
+* the **snapshot** ``<name>.json``: one JSON document, the object
+  ``{entry_id: MemoryEntry.to_json_dict(), ...}`` (the upstream FileStore's
+  shape: ``json.load`` reads it), one entry a line, in ``(created_at,
+  entry_id)`` order.  It is only ever written whole (temporary file, fsync,
+  :func:`os.replace`), so it is always a complete, valid document;
+* the **commit log** ``<name>.log.jsonl``: the commits since the snapshot, as
+  JSON lines: a **header** line ``{"format": "firefly_orm.file_log",
+  "version": 2, "namespace": ..., "generation": <random id of this log>,
+  "base": [<generation>, <offset>] or null, "snapshot": {"sha256": <hex>,
+  "bytes": <size>}}`` then one **record** line per commit, ``{"id": <commit
+  id>, "clear": true, "del": [<entry ids>], "put": [<entries>]}`` (absent
+  parts omitted), applied in that order: clear, deletes, puts.
 
-A file is only ever created whole (temporary file, fsync, :func:`os.replace`),
-then grown by appending one record line per commit (one ``write``, then
-``fsync``).  A process killed in the middle of an append leaves a last line
-without its newline, or one that is not JSON: that commit was never
-acknowledged, so the line is ignored by readers and cut off by the next writer
-(who holds the lock).  Any other bad line is corruption
+The log belongs to the snapshot whose SHA-256 its header names; a log naming
+another snapshot is *stale* and ignored (a compaction that stopped between
+its two renames, see below).  No log means no commit since the snapshot.
+A log is created whole (header only) and grown by appending one record line
+per commit (one ``write``, then ``fsync``).  A process killed in the middle of
+an append leaves a last line without its newline, or one that is not JSON:
+that commit was never acknowledged, so the line is ignored by readers and cut
+off by the next writer (who holds the lock).  Any other bad line is corruption
 (:class:`~firefly_orm.errors.StoreCorruptedError` naming the file).
 
-Compaction rewrites the file as a header plus one record holding every live
-entry (the *snapshot*, ``snapshot`` bytes long) once the dead records outweigh
-the live ones (and at least :data:`COMPACT_MIN_BYTES`), so the file stays
-proportional to the live data and each commit costs O(its change), amortised.
-``base`` names the generation and offset the snapshot was taken at: a process
-whose parsed state is exactly there adopts the new file without re-reading the
-snapshot.
+**Compaction** folds the log into the snapshot: the entries are written as the
+new snapshot (rename), then a new header-only log naming it replaces the old
+log (rename).  Stopped between the two, the old log names the old snapshot: it
+is stale, and the new snapshot already holds all of it.  A namespace is
+compacted once its dead bytes (replaced or deleted entries in the snapshot
+plus the log) outweigh its live entries (and :data:`COMPACT_MIN_BYTES`), so
+the files stay proportional to the live data and each commit costs O(its
+change), amortised; :meth:`FileStore.compact
+<firefly_orm.file_store.FileStore.compact>` (and ``close``) compacts on request.
+``base`` names the log generation and offset a compaction was taken at: a
+process whose parsed state is exactly there adopts the new files without
+parsing the snapshot (it only checks its SHA-256).
 
-:class:`NamespaceLog` is a parsed file: the entries (an
-:class:`~firefly_orm.file_store._index.EntryIndex`) plus where the parse stopped.
-:func:`read_state` brings one up to date by reading only what was appended since
-(or everything, when the file was replaced by someone else).  Files written by
-earlier versions (one JSON object mapping ``entry_id`` to the entry) are read as
-*legacy* files and converted by the first write.
+A namespace is created by writing its snapshot (after removing any log left
+by an earlier namespace of that name), and removed snapshot first, then log.
+
+Files of earlier versions are read: a ``.json`` snapshot alone is the format of
+the first versions; a ``.json`` that is itself a log (a version-1 header line
+then records, the format of the previous version) is read as such
+(:attr:`NamespaceLog.old_format`) and converted into a snapshot (plus log) when
+the store is opened or the namespace is next written.
+
+:class:`NamespaceLog` is a parsed namespace: the entries (an
+:class:`~firefly_orm.file_store._index.EntryIndex`) plus where the parse
+stopped.  :func:`read_state` brings one up to date by reading only what was
+appended since (or everything, when the files were replaced by someone else).
 """
 
 from __future__ import annotations
@@ -39,107 +59,55 @@ import contextlib
 import hashlib
 import json
 import os
-import re
-import stat
-import tempfile
-import time
-import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from firefly_orm.entry import MemoryEntry, validate_entry, validate_namespace
-from firefly_orm.errors import StoreCorruptedError, StoreError
+from firefly_orm.entry import MemoryEntry, validate_entry
+from firefly_orm.errors import StoreError
+from firefly_orm.file_store._files import (
+    DATA_FILE,
+    counters,
+    dumps,
+    fsync_dir,
+    log_path_for,
+    new_id,
+    write_all,
+    write_new_file,
+)
 from firefly_orm.file_store._index import EntryIndex
 
 __all__ = [
     "COMPACT_MIN_BYTES",
     "DATA_FILE",
     "FORMAT",
-    "Counters",
+    "HEADER_START",
+    "LOG_VERSION",
+    "OLD_VERSION",
     "Edit",
     "NamespaceLog",
     "counters",
-    "create_log",
+    "create_namespace",
+    "decode_entry",
     "decode_record",
     "encode_record",
+    "encode_snapshot",
     "fsync_dir",
-    "new_id",
-    "orphan_temps",
-    "namespace_file_name",
-    "read_state",
-    "write_new_file",
+    "remove_namespace_files",
 ]
 
 FORMAT = "firefly_orm.file_log"  # the on-disk format's name (the module's former path)
-_VERSION = 1
-#: Files smaller than this many dead bytes are never compacted.
+LOG_VERSION = 2  # a log beside its snapshot
+OLD_VERSION = 1  # the previous version: the whole namespace as a log in the .json file
+#: Namespaces with fewer dead bytes than this are never compacted.
 COMPACT_MIN_BYTES = 64 * 1024
-#: Temporary files without a writer's pid (earlier versions) are orphans after this long.
-_ORPHAN_AGE_SECONDS = 3600.0
 
-_PREFIX_CHARS = 48
-_HASH_HEX = 32
-_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-#: Names of namespace files.
-DATA_FILE = re.compile(r"[A-Za-z0-9_-]{1,48}-[0-9a-f]{32}\.json")
-_TEMP_WITH_PID = re.compile(r"\.(?P<target>.+)\.(?P<pid>[0-9]+)\.[a-z0-9_]+\.tmp")
-_TEMP_LEGACY = re.compile(r"\.[A-Za-z0-9_-]{1,48}-[0-9a-f]{32}\.json\.[a-z0-9_]+\.tmp")
-_HEADER_START = b'{"format":'
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+#: How a log (a header line) starts; a snapshot (``{`` then a newline) never does.
+HEADER_START = b'{"format":'
 _APPEND_FLAGS = (
     os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
 )
-
-
-def namespace_file_name(namespace: str) -> str:
-    """The file name (no directory) that holds ``namespace``.
-
-    Args:
-        namespace: Any namespace :func:`~firefly_orm.entry.validate_namespace`
-            accepts.
-
-    Returns:
-        ``<prefix>-<hash>.json`` as described in :mod:`firefly_orm.file_store`.
-
-    Raises:
-        EntryValidationError: If ``namespace`` is not a valid namespace.
-    """
-    validate_namespace(namespace)
-    digest = hashlib.sha256(namespace.encode("utf-8")).hexdigest()
-    prefix = _UNSAFE.sub("_", namespace[:_PREFIX_CHARS])
-    if prefix.startswith("-"):  # keep names from looking like command-line options
-        prefix = "_" + prefix[1:]
-    return f"{prefix}-{digest[:_HASH_HEX]}.json"
-
-
-@dataclass
-class Counters:
-    """What namespace files cost this process (cumulative; for tests and diagnostics).
-
-    Attributes:
-        bytes_parsed: Bytes of namespace files decoded (headers and records).
-        entries_decoded: Entries built from namespace files.
-        bytes_written: Bytes written to namespace files (appends and rewrites).
-    """
-
-    bytes_parsed: int = 0
-    entries_decoded: int = 0
-    bytes_written: int = 0
-
-
-#: The process-wide :class:`Counters`.
-counters = Counters()
-
-
-def new_id() -> str:
-    """A fresh random id (32 hex digits) for a commit or a file generation."""
-    return uuid.uuid4().hex
-
-
-def _dumps(value: Any) -> bytes:
-    text = json.dumps(value, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
-    return text.encode("ascii")
 
 
 # --------------------------------------------------------------------------- records
@@ -163,7 +131,7 @@ def encode_record(commit_id: str | None, edit: Edit) -> bytes:
         record["del"] = edit.deletes
     if edit.puts:
         record["put"] = [entry.to_json_dict() for entry in edit.puts]
-    return _dumps(record) + b"\n"
+    return dumps(record) + b"\n"
 
 
 def decode_record(data: Any, namespace: str) -> tuple[str | None, Edit]:
@@ -180,10 +148,10 @@ def decode_record(data: Any, namespace: str) -> tuple[str | None, Edit]:
         raise ValueError("bad record fields")
     if not all(isinstance(entry_id, str) for entry_id in deletes):
         raise ValueError("deleted ids must be strings")
-    return commit_id, Edit(clear, deletes, [_decode_entry(item, namespace) for item in puts])
+    return commit_id, Edit(clear, deletes, [decode_entry(item, namespace) for item in puts])
 
 
-def _decode_entry(item: Any, namespace: str | None) -> MemoryEntry:
+def decode_entry(item: Any, namespace: str | None) -> MemoryEntry:
     if not isinstance(item, dict):
         raise ValueError("an entry is not a JSON object")
     entry = MemoryEntry.from_dict(item)
@@ -196,57 +164,78 @@ def _decode_entry(item: Any, namespace: str | None) -> MemoryEntry:
     return entry
 
 
-def _encode_header(namespace: str, generation: str, base: list[Any] | None, snapshot: int) -> bytes:
+def encode_snapshot(entries: Iterable[MemoryEntry]) -> bytes:
+    """The snapshot document of ``entries``: ``{entry_id: to_json_dict(), ...}``, one a line."""
+    items = [dumps(entry.entry_id) + b": " + dumps(entry.to_json_dict()) for entry in entries]
+    return b"{\n" + b",\n".join(items) + b"\n}\n" if items else b"{}\n"
+
+
+def _encode_header(
+    namespace: str, generation: str, base: list[Any] | None, sha: str, size: int
+) -> bytes:
     header = {
         "format": FORMAT,
-        "version": _VERSION,
+        "version": LOG_VERSION,
         "namespace": namespace,
         "generation": generation,
         "base": base,
-        "snapshot": snapshot,
+        "snapshot": {"sha256": sha, "bytes": size},
     }
-    return _dumps(header) + b"\n"
+    return dumps(header) + b"\n"
 
 
 # --------------------------------------------------------------------------- parsed state
 
 
 class NamespaceLog:
-    """One namespace file as parsed, and where the parse stopped.
+    """One namespace as parsed (snapshot plus log), and where the parse stopped.
 
-    Valid while the file keeps its identity and header; bytes appended since are
-    read by :func:`read_state`.
+    Valid while the snapshot keeps its identity and the log its identity and
+    header; bytes appended to the log since are read by :func:`read_state`.
 
     Attributes:
-        path: The file.
-        namespace: Its namespace (``None`` for an empty legacy file read without one).
+        path: The snapshot (``<name>.json``; its lock and journal name).
+        log_path: The commit log beside it.
+        namespace: Its namespace (``None`` for an empty snapshot read without one).
         index: The entries, expired ones included.
-        identity: ``(st_dev, st_ino)`` of the file parsed.
-        header: Its header line (empty for a legacy file).
-        generation: The header's generation (``None`` for a legacy file).
-        offset: End of the last good line (a legacy file: its size).
-        size: The file's size when last read; more than ``offset`` means a torn tail.
-        last_commit: Id of the last record applied.
-        live_bytes: Estimated bytes of the live entries in the file.
+        old_format: Whether ``path`` is a log of the previous version (to convert).
+        snapshot_identity: ``(st_dev, st_ino, st_size, st_mtime_ns)`` of the snapshot.
+        snapshot_sha: SHA-256 (hex) of the snapshot's bytes.
+        snapshot_bytes: Its size.
+        identity: ``(st_dev, st_ino)`` of the log parsed (of ``path`` if ``old_format``).
+        header: Its header line (empty: no log for this snapshot).
+        generation: The log's generation (``None``: no log for this snapshot).
+        offset: End of the last good line of the log.
+        size: The log's size when last read; more than ``offset`` means a torn tail.
+        live_bytes: Estimated bytes of the live entries.
     """
 
     def __init__(self, path: Path, namespace: str | None) -> None:
         self.path = path
+        self.log_path = log_path_for(path)
         self.namespace = namespace
         self.index = EntryIndex()
+        self.old_format = False
+        self.snapshot_identity: tuple[int, int, int, int] = (0, 0, 0, 0)
+        self.snapshot_sha = ""
+        self.snapshot_bytes = 0
         self.identity: tuple[int, int] = (0, 0)
         self.header = b""
         self.generation: str | None = None
         self.offset = 0
         self.size = 0
-        self.last_commit: str | None = None
         self.live_bytes = 0
         self._sizes: dict[str, int] = {}
 
     @property
-    def legacy(self) -> bool:
-        """Whether the file is in the format of earlier versions (no header)."""
-        return self.generation is None
+    def mark(self) -> str:
+        """What identifies the namespace's files now (a commit journal records it)."""
+        return self.generation if self.generation is not None else "snapshot:" + self.snapshot_sha
+
+    @property
+    def log_bytes(self) -> int:
+        """Bytes of records in the log (the commits since the snapshot)."""
+        return self.offset - len(self.header) if self.generation is not None else 0
 
     def remaining_after(self, edit: Edit) -> int:
         """How many entries the namespace holds once ``edit`` is applied."""
@@ -259,11 +248,11 @@ class NamespaceLog:
         return count + sum(1 for _ in new)
 
     def needs_compaction(self) -> bool:
-        """Whether dead records outweigh the live entries (and the minimum)."""
-        dead = self.offset - len(self.header) - self.live_bytes
-        return not self.legacy and dead > max(self.live_bytes, COMPACT_MIN_BYTES)
+        """Whether the dead bytes outweigh the live entries (and the minimum)."""
+        dead = self.snapshot_bytes + self.log_bytes - self.live_bytes
+        return dead > max(self.live_bytes, COMPACT_MIN_BYTES)
 
-    def apply(self, commit_id: str | None, edit: Edit, line_bytes: int) -> None:
+    def apply(self, edit: Edit, line_bytes: int) -> None:
         """Apply a decoded record of ``line_bytes`` bytes to the entries."""
         if edit.clear:
             self.index.clear()
@@ -277,373 +266,167 @@ class NamespaceLog:
             self.index.put(entry)
             self.live_bytes += share - self._sizes.get(entry.entry_id, 0)
             self._sizes[entry.entry_id] = share
-        if commit_id is not None:
-            self.last_commit = commit_id
 
-    def apply_line(self, line: bytes) -> None:
-        """Decode and apply one complete record line (newline included)."""
-        commit_id, edit = decode_record(json.loads(line), self._namespace())
-        counters.bytes_parsed += len(line)
-        self.apply(commit_id, edit, len(line))
-        self.offset += len(line)
-        self.size = max(self.size, self.offset)
+    def apply_lines(self, data: bytes) -> None:
+        """Apply the complete record lines of ``data`` (read at :attr:`offset`).
+
+        A last line without its newline, or one that is not JSON, is a commit
+        torn by a crash: it is left (not applied, :attr:`offset` stays before it).
+        """
+        start = 0
+        while (end := data.find(b"\n", start)) >= 0:
+            line = data[start : end + 1]
+            try:
+                parsed = json.loads(line)
+            except ValueError:
+                if end + 1 == len(data):
+                    return
+                raise ValueError(f"line at byte {self.offset} is not JSON") from None
+            _, edit = decode_record(parsed, self._namespace())
+            counters.bytes_parsed += len(line)
+            self.apply(edit, len(line))
+            self.offset += len(line)
+            start = end + 1
 
     def _namespace(self) -> str:
-        if self.namespace is None:  # pragma: no cover - log files always name it
-            raise ValueError("namespace unknown")
+        if self.namespace is None:
+            raise ValueError("the namespace of this file is unknown")
         return self.namespace
 
     # ------------------------------------------------------------------ writing
     def append(self, line: bytes) -> None:
-        """Append one record line, fsynced, then apply it (the caller holds the lock).
+        """Append one record line to the log, fsynced, then apply it (under the lock).
 
-        A torn tail left by a killed writer is cut off first.  If the write or
-        the fsync fails, the file is cut back to where it was.
+        The log must exist (:meth:`ensure_log`).  A torn tail left by a killed
+        writer is cut off first.  If the write or the fsync fails, the log is
+        cut back to where it was.
 
         Raises:
-            StoreError: The file could not be written (it is left as it was).
+            StoreError: The log could not be written (it is left as it was).
         """
+        if self.generation is None or self.old_format:
+            raise StoreError(f"memory log {self.log_path} was not started")  # pragma: no cover
         try:
-            fd = os.open(self.path, _APPEND_FLAGS)
+            fd = os.open(self.log_path, _APPEND_FLAGS)
         except OSError as exc:
-            raise StoreError(f"cannot write memory file {self.path}: {exc}") from exc
+            raise StoreError(f"cannot write memory log {self.log_path}: {exc}") from exc
         try:
             info = os.fstat(fd)
             if (info.st_dev, info.st_ino) != self.identity:
-                raise StoreError(f"memory file {self.path} was replaced while locked")
+                raise StoreError(f"memory log {self.log_path} was replaced while locked")
             if info.st_size != self.offset:
                 os.ftruncate(fd, self.offset)
             try:
-                _write_all(fd, line)
+                write_all(fd, line)
                 os.fsync(fd)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, self.offset)
                 raise
         except OSError as exc:
-            raise StoreError(f"cannot write memory file {self.path}: {exc}") from exc
+            raise StoreError(f"cannot write memory log {self.log_path}: {exc}") from exc
         finally:
             os.close(fd)
         counters.bytes_written += len(line)
+        self.apply_lines(line)
         self.size = self.offset
-        self.apply_line(line)
 
-    def rewrite(self) -> None:
-        """Replace the file with a snapshot of the entries (a new generation).
+    def ensure_log(self) -> None:
+        """Start the log of the current snapshot if there is none (under the lock).
 
-        Used to compact and to convert a legacy file; the entries do not change.
+        A namespace in the previous version's format is converted first.
 
         Raises:
-            StoreError: The new file could not be written (the old one stays).
+            StoreError: The log (or the converted snapshot) could not be written.
         """
-        namespace = self._namespace()
-        body = encode_record(self.last_commit, Edit(puts=list(self.index.values())))
-        base = None if self.legacy else [self.generation, self.offset]
-        generation = new_id()
-        header = _encode_header(namespace, generation, base, len(body))
-        identity = write_new_file(self.path, header + body)
-        counters.bytes_written += len(header) + len(body)
-        self.identity, self.header, self.generation = identity, header, generation
-        self.offset = self.size = len(header) + len(body)
-        self._reset_sizes(len(body))
+        if self.old_format:
+            self.compact()
+        elif self.generation is None:
+            self._start_log(None)
 
-    def _reset_sizes(self, body_bytes: int) -> None:
+    def compact(self) -> None:
+        """Write the entries as the new snapshot, then start an empty log naming it.
+
+        Also converts a namespace in the previous version's format.  If the new
+        log cannot be written the snapshot alone holds everything (the old log
+        is stale); the next write starts a log.
+
+        Raises:
+            StoreError: A file could not be written (the namespace reads as before).
+        """
+        base = None if self.generation is None else [self.generation, self.offset]
+        body = encode_snapshot(self.index.values())
+        info = write_new_file(self.path, body)
+        counters.bytes_written += len(body)
+        self.old_format = False
+        self.set_snapshot(info, hashlib.sha256(body).hexdigest())
+        self.identity, self.header, self.generation = (0, 0), b"", None
+        self.offset = self.size = 0
+        self.reset_sizes(len(body))
+        self._start_log(base)
+
+    def _start_log(self, base: list[Any] | None) -> None:
+        generation = new_id()
+        header = _encode_header(
+            self._namespace(), generation, base, self.snapshot_sha, self.snapshot_bytes
+        )
+        info = write_new_file(self.log_path, header)
+        counters.bytes_written += len(header)
+        self.attach(info, header, generation)
+
+    def attach(self, info: os.stat_result, header: bytes, generation: str) -> None:
+        """Take the log whose file is ``info`` and header line ``header`` as this state's."""
+        self.identity = (info.st_dev, info.st_ino)
+        self.header, self.generation = header, generation
+        self.offset = self.size = len(header)
+
+    def set_snapshot(self, info: os.stat_result, sha: str) -> None:
+        """Record the snapshot this state now reflects (its ``fstat`` and SHA-256)."""
+        self.snapshot_identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        self.snapshot_sha, self.snapshot_bytes = sha, info.st_size
+
+    def reset_sizes(self, body_bytes: int) -> None:
+        """Spread ``body_bytes`` (the snapshot's size) over the entries as their live bytes."""
         share = body_bytes // max(1, len(self.index))
         self._sizes = dict.fromkeys(self.index.ids(), share)
         self.live_bytes = share * len(self.index)
 
 
-def create_log(path: Path, namespace: str, line: bytes) -> None:
-    """Create the namespace file ``path`` holding one record line (atomically, durably).
+def create_namespace(path: Path, namespace: str, line: bytes) -> None:
+    """Create the namespace whose snapshot is ``path`` from one record line (under the lock).
+
+    A log left beside ``path`` by an earlier namespace of that name is removed
+    first, so it can never be taken for this snapshot's.
 
     Raises:
         StoreError: Nothing could be written.
     """
-    header = _encode_header(namespace, new_id(), None, 0)
-    write_new_file(path, header + line)
-    counters.bytes_written += len(header) + len(line)
+    _, edit = decode_record(json.loads(line), namespace)
+    _unlink(log_path_for(path))
+    puts = sorted(edit.puts, key=lambda entry: (entry.created_at, entry.entry_id))
+    body = encode_snapshot(puts)
+    write_new_file(path, body)
+    counters.bytes_written += len(body)
 
 
-# --------------------------------------------------------------------------- reading
+def remove_namespace_files(path: Path) -> None:
+    """Remove a namespace: its snapshot, then its log (durably, in that order).
 
-
-def read_state(
-    path: Path, namespace: str | None, cached: NamespaceLog | None = None
-) -> NamespaceLog | None:
-    """The current state of the namespace file at ``path`` (``None``: no file).
-
-    ``cached`` (a state read earlier from the same path) is brought up to date
-    and returned when the file is still the one it was read from (only the bytes
-    appended since are parsed) or a compaction of exactly that state; otherwise
-    the file is parsed in full.  The caller holds the file's lock.
-
-    Args:
-        path: The namespace file.
-        namespace: The namespace it must hold, or ``None`` to accept the one it
-            names (if the file name matches it).
-        cached: An earlier state of the same path, or ``None``.
+    Stopped between the two, the log is left without a snapshot: the namespace
+    does not exist, and creating it again removes that log first.
 
     Raises:
-        StoreCorruptedError: The file is unreadable or corrupt (it is left as is).
+        StoreError: A file could not be removed.
     """
-    fd = open_to_read(path, "memory file")
-    if fd is None:
-        return None
+    _unlink(path)
+    _unlink(log_path_for(path))
+
+
+def _unlink(path: Path) -> None:
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise StoreCorruptedError(f"cannot read memory file {path}: not a regular file")
-        return _read_open(fd, path, namespace, cached, (info.st_dev, info.st_ino), info.st_size)
-    except StoreCorruptedError:
-        raise
-    except OSError as exc:
-        raise StoreCorruptedError(f"cannot read memory file {path}: {exc}") from exc
-    except Exception as exc:
-        raise StoreCorruptedError(f"corrupt memory file {path}: {exc}") from exc
-    finally:
-        os.close(fd)
-
-
-def _read_open(
-    fd: int,
-    path: Path,
-    namespace: str | None,
-    cached: NamespaceLog | None,
-    identity: tuple[int, int],
-    size: int,
-) -> NamespaceLog:
-    if (
-        cached is not None
-        and not cached.legacy
-        and cached.identity == identity
-        and size >= cached.offset
-        and _read_at(fd, 0, len(cached.header)) == cached.header
-    ):
-        _read_tail(fd, cached, size)
-        return cached
-    first = _read_at(fd, 0, min(size, 1 << 16))
-    if not first.startswith(_HEADER_START):
-        return _read_legacy(fd, path, namespace, identity, size)
-    end = first.find(b"\n")
-    if end < 0:
-        first = _read_at(fd, 0, size)
-        end = first.find(b"\n")
-        if end < 0:
-            raise ValueError("the header line is incomplete")
-    header_line = first[: end + 1]
-    header = json.loads(header_line)
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        return _read_legacy(fd, path, namespace, identity, size)
-    if header.get("version") != _VERSION:
-        raise ValueError(f"format version {header.get('version')!r} is not supported")
-    owner = header.get("namespace")
-    generation = header.get("generation")
-    snapshot = header.get("snapshot")
-    if not isinstance(owner, str) or not isinstance(generation, str):
-        raise ValueError("the header lacks a namespace or a generation")
-    if not isinstance(snapshot, int) or snapshot < 0:
-        raise ValueError("the header has a bad snapshot size")
-    _check_owner(path, namespace, owner)
-    counters.bytes_parsed += len(header_line)
-    base = header.get("base")
-    adopt = (
-        cached is not None
-        and not cached.legacy
-        and cached.namespace == owner
-        and base == [cached.generation, cached.offset]
-        and len(header_line) + snapshot <= size
-    )
-    state = cached if adopt and cached is not None else NamespaceLog(path, owner)
-    state.identity, state.header, state.generation = identity, header_line, generation
-    state.offset = state.size = len(header_line)
-    if adopt:
-        state.offset = state.size = len(header_line) + snapshot
-    _read_tail(fd, state, size)
-    return state
-
-
-def _check_owner(path: Path, namespace: str | None, owner: str) -> None:
-    if namespace is not None and owner != namespace:
-        raise ValueError(f"it holds namespace {owner!r}, not {namespace!r}")
-    if namespace is None and namespace_file_name(owner) != path.name:
-        raise ValueError(f"namespace {owner!r} does not belong in this file")
-
-
-def _read_tail(fd: int, state: NamespaceLog, size: int) -> None:
-    """Apply the complete lines after ``state.offset``; a torn or unparsable last line is left."""
-    state.size = size
-    if size <= state.offset:
-        return
-    data = _read_at(fd, state.offset, size - state.offset)
-    start = 0
-    while True:
-        end = data.find(b"\n", start)
-        if end < 0:
-            return  # a torn last line (no newline): an unacknowledged commit
-        line = data[start : end + 1]
-        try:
-            parsed = json.loads(line)
-        except ValueError:
-            if end + 1 == len(data):
-                return  # the last line is not JSON: torn by a crash (see module docstring)
-            raise ValueError(f"line at byte {state.offset} is not JSON") from None
-        commit_id, edit = decode_record(parsed, state._namespace())
-        counters.bytes_parsed += len(line)
-        state.apply(commit_id, edit, len(line))
-        state.offset += len(line)
-        start = end + 1
-
-
-def _read_legacy(
-    fd: int, path: Path, namespace: str | None, identity: tuple[int, int], size: int
-) -> NamespaceLog:
-    """A file of earlier versions: one JSON object mapping entry_id to entry."""
-    raw = _read_at(fd, 0, size)
-    data: Any = json.loads(raw.decode("utf-8"))
-    if not isinstance(data, dict):
-        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-    counters.bytes_parsed += len(raw)
-    state = NamespaceLog(path, namespace)
-    for entry_id, item in data.items():
-        entry = _decode_entry(item, state.namespace)
-        if entry.entry_id != entry_id:
-            raise ValueError(f"entry {entry_id!r} has entry_id {entry.entry_id!r}")
-        if state.namespace is None:
-            _check_owner(path, None, entry.namespace)
-            state.namespace = entry.namespace
-        state.index.put(entry)
-    state.identity = identity
-    state.offset = state.size = size
-    state._reset_sizes(size)
-    return state
-
-
-def _read_at(fd: int, offset: int, length: int) -> bytes:
-    os.lseek(fd, offset, os.SEEK_SET)
-    chunks: list[bytes] = []
-    while length > 0:
-        chunk = os.read(fd, length)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        length -= len(chunk)
-    return b"".join(chunks)
-
-
-# --------------------------------------------------------------------------- writing
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def write_new_file(path: Path, content: bytes) -> tuple[int, int]:
-    """Create or replace ``path`` with ``content`` atomically and durably.
-
-    The content goes to a temporary file beside it (named after the target and
-    this process's pid, so :func:`orphan_temps` can tell a dead writer's), which
-    is fsynced and moved over ``path``; the directory is then fsynced.
-
-    Returns:
-        ``(st_dev, st_ino)`` of the new file.
-
-    Raises:
-        StoreError: Nothing could be written (``path`` is as it was, no temporary
-            file is left).
-    """
-    try:
-        fd, tmp_name = tempfile.mkstemp(
-            dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp"
-        )
-    except OSError as exc:
-        raise StoreError(f"cannot create a temporary file for {path}: {exc}") from exc
-    try:
-        try:
-            _write_all(fd, content)
-            os.fsync(fd)
-            info = os.fstat(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp_name, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        if isinstance(exc, OSError):
-            raise StoreError(f"cannot write memory file {path}: {exc}") from exc
-        raise
-    fsync_dir(path.parent)
-    return info.st_dev, info.st_ino
-
-
-def open_to_read(path: Path, what: str) -> int | None:
-    """A read-only descriptor of ``path`` (a link is not followed), or ``None`` if it is gone.
-
-    Raises:
-        StoreCorruptedError: ``cannot read {what} {path}: ...`` (any other OS error).
-    """
-    try:
-        return os.open(path, _READ_FLAGS)
+        path.unlink()
     except FileNotFoundError:
-        return None
+        return
     except OSError as exc:
-        raise StoreCorruptedError(f"cannot read {what} {path}: {exc}") from exc
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make renames and removals in ``directory`` durable (POSIX; elsewhere a no-op)."""
-    if os.name != "posix":
-        return
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def orphan_temps(directory: Path) -> list[Path]:
-    """Temporary files in ``directory`` that no live writer can still own.
-
-    A temporary file carries its writer's pid: it is an orphan once that process
-    is gone.  One from an earlier version (no pid) is an orphan after an hour.
-    Removing a live writer's temporary file would only make its rename fail
-    (nothing would be half-written), so a wrong guess cannot lose data.
-    """
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return []
-    found: list[Path] = []
-    now = time.time()
-    for name in names:
-        if not name.endswith(".tmp"):
-            continue
-        match = _TEMP_WITH_PID.fullmatch(name)
-        path = directory / name
-        if match is not None:
-            if not _alive(int(match["pid"])):
-                found.append(path)
-        elif _TEMP_LEGACY.fullmatch(name):
-            with contextlib.suppress(OSError):
-                if now - path.lstat().st_mtime > _ORPHAN_AGE_SECONDS:
-                    found.append(path)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid() or os.name != "posix":
-        return True  # (on Windows, os.kill would terminate the process)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # exists (e.g. another user's), or cannot tell: keep its files
-    return True
+        raise StoreError(f"cannot remove memory file {path}: {exc}") from exc
+    fsync_dir(path.parent)

@@ -9,14 +9,20 @@
   each crash the store is reopened and audited: no turn both archived and live,
   no acknowledged turn lost, the head's ``turn_count`` / ``total_tokens`` match
   the stored turns, no temporary file of the dead writer left, and the next
-  ``add_turn`` works.  Four starting points: the archive file does not exist yet,
-  it exists, every write compacts first, and files of an earlier version
-  (converted by that commit).
+  ``add_turn`` works.  After each crash every namespace's ``.json`` must also be
+  read by ``json.load`` and, with its ``.log.jsonl`` applied (by
+  :mod:`helpers.file_store_files`, which knows only the documented format),
+  equal what the store returns (issue 33).  Five starting points: the archive
+  file does not exist yet, it exists, every write compacts first (kills land
+  between a compaction's two renames), snapshots of the first versions (no
+  log), and files of the previous version, each ``.json`` a log (converted
+  when the killed process opens the store).
 * **Writers killed at random**: forked writers add turns to two conversations
   (every write compacting first, so kills also land in compactions and
   recoveries), each SIGKILLed after 1 or 2 acknowledged turns at a random point
   of the next one, and restarted, until :data:`RANDOM_KILLS` kills landed with an
-  ``add_turn`` in flight; then no acknowledged turn may be lost or duplicated.
+  ``add_turn`` in flight; then no acknowledged turn may be lost or duplicated,
+  and the files read as JSON must equal the store.
 * **A planted lock file** (a symbolic link, dangling or not) is refused with a
   ``StoreError`` naming it; nothing is written and the link's target is untouched.
 
@@ -49,6 +55,12 @@ from faults.harness import (
     WriterConfig,
     audit_conversations,
     read_ledger,
+)
+from helpers.file_store_files import (
+    disagreements,
+    read_snapshot,
+    snapshots,
+    write_previous_format,
 )
 
 from firefly_orm.conversation import ConversationMemory
@@ -98,12 +110,22 @@ def _to_legacy(directory: Path) -> None:
         store.path_for(namespace).write_text(json.dumps(data, indent=2))
 
 
+def _to_previous_format(directory: Path) -> None:
+    """Rewrite every namespace as the previous version did: a log in the .json file."""
+    store = FileStore(directory)
+    for namespace in store.namespaces:
+        entries = [e.to_json_dict() for e in store.load(namespace)]
+        write_previous_format(store.path_for(namespace), namespace, entries)
+
+
 def _make_start(root: Path, name: str, turns: int, **options: Any) -> Start:
     directory = root / name
     mem = memory(FileStore(directory))
     acked = {f"setup {n}": mem.add_turn(CID, f"setup {n}", "ok").turn_id for n in range(turns)}
     if name == "legacy-files":
         _to_legacy(directory)
+    if name == "previous-format":
+        _to_previous_format(directory)
     return Start(name, directory, acked, **options)
 
 
@@ -115,6 +137,7 @@ def starts(tmp_path_factory: pytest.TempPathFactory) -> list[Start]:
         _make_start(root, "archive-present", KEPT_TURNS + 3),
         _make_start(root, "compacting", KEPT_TURNS + 12, compact=True),
         _make_start(root, "legacy-files", KEPT_TURNS + 3),
+        _make_start(root, "previous-format", KEPT_TURNS + 3),
     ]
 
 
@@ -131,7 +154,33 @@ def _audit(directory: Path, acked: dict[str, int], attempted: set[str]) -> list[
         ledger.ack(prompt, CID, turn_id)
     store = FileStore(directory)  # opening completes a dead writer's commit
     audit = audit_conversations(store, [CID], ledger, max_tokens=MAX_TOKENS, summarized=False)
-    return audit.lost + audit.duplicated + audit.phantom + audit.problems
+    return audit.lost + audit.duplicated + audit.phantom + audit.problems + files_differ(store)
+
+
+def _not_json(directory: Path, previous_format: bool) -> list[str]:
+    """The snapshots ``json.load`` cannot read, as the killed process left them.
+
+    With ``previous_format``, a ``.json`` not converted yet may still be that
+    version's log (the next open converts it).
+    """
+    wrong = []
+    for snapshot in snapshots(directory):
+        if previous_format and snapshot.read_bytes().startswith(b'{"format":'):
+            continue
+        try:
+            read_snapshot(snapshot)
+        except (AssertionError, ValueError) as exc:
+            wrong.append(f"{snapshot.name} is not a JSON snapshot: {exc}")
+    return wrong
+
+
+def files_differ(store: FileStore) -> list[str]:
+    """Where the .json files (with their logs) differ from what ``store`` returns."""
+
+    def stored(namespace: str) -> dict[str, dict[str, Any]]:
+        return {e.entry_id: e.to_json_dict() for e in store.load(namespace)}
+
+    return disagreements(store.base_dir, stored, store.namespaces)
 
 
 @dataclass
@@ -175,7 +224,8 @@ def _sweep(start: Start, work: Path, figures: SweepFigures) -> list[str]:
         _crash_once(start, directory, prepare, kill_at, torn)
         figures.points += 1
         figures.torn += torn
-        wrong = _audit(directory, start.acked, attempted)
+        wrong = _not_json(directory, start.name == "previous-format")  # before any reopening
+        wrong += _audit(directory, start.acked, attempted)
         if not wrong:  # the store works on: one more turn, audited again
             stored = {t.user_prompt: t.turn_id for t in _all_turns(directory)}
             acked = {**start.acked, **({PROMPT: stored[PROMPT]} if PROMPT in stored else {})}
@@ -238,7 +288,10 @@ def test_writers_killed_at_random_lose_no_acknowledged_turn(tmp_path: Path) -> N
     )
     figures = loop.run()
     ledger = read_ledger(figures.logs)
-    audit = audit_conversations(spec.open(), CONVERSATIONS, ledger, max_tokens=20)
+    store = spec.open()
+    audit = audit_conversations(store, CONVERSATIONS, ledger, max_tokens=20)
+    assert isinstance(store, FileStore)
+    assert files_differ(store) == []
     left = temporary_files(Path(spec.location))
     print(
         f"\n[FileStore kill -9 loop] {figures.describe()} attempts={len(ledger.attempted)} "

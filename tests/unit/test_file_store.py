@@ -422,7 +422,7 @@ def test_writes_leave_no_temporary_files(tmp_path: Path) -> None:
         store.delete("ns1", e.entry_id)
     store.clear("ns2")
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert all(n.endswith(".json") or n.endswith(".json.lock") for n in names), names
+    assert all(n.endswith((".json", ".log.jsonl", ".json.lock")) for n in names), names
     assert not any(n.startswith(".") for n in names)
     assert {n for n in names if n.endswith(".json")} == {
         store.path_for("ns0").name,

@@ -1,7 +1,7 @@
-"""FileStore's log format: per-operation cost, legacy files, torn lines, compaction, journals.
+"""FileStore's snapshot and log: per-operation cost, legacy files, torn lines, compaction, journals.
 
 The cost tests read :data:`firefly_orm.file_store._log.counters` (bytes of namespace files
-parsed, entries decoded, bytes written) around one operation at two sizes of the
+parsed, entries decoded, bytes written, bytes hashed) around one operation at two sizes of the
 conversation: deterministic proxies of the time an operation takes.  Processes are
 forked where a test needs "another process" (its own parsed-state cache).
 """
@@ -17,7 +17,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import astuple
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -89,10 +88,12 @@ def filled(
 
 
 def counted(action: Callable[[], Any]) -> tuple[int, int, int]:
+    """(bytes parsed, entries decoded, bytes written) by ``action``; it must hash nothing."""
     before = astuple(file_log.counters)
     action()
     after = astuple(file_log.counters)
-    parsed, decoded, written = (a - b for a, b in zip(after, before, strict=True))
+    parsed, decoded, written, hashed = (a - b for a, b in zip(after, before, strict=True))
+    assert hashed == 0
     return parsed, decoded, written
 
 
@@ -118,35 +119,11 @@ def compact_always(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def read_log(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The header and the records of a namespace file (see firefly_orm.file_store._log)."""
+    """The header and the records of a namespace's log (see firefly_orm.file_store._log)."""
     lines = path.read_bytes().split(b"\n")
-    assert lines[-1] == b"", "a namespace file ends with a complete line"
+    assert lines[-1] == b"", "a log ends with a complete line"
     header, *records = (json.loads(line) for line in lines[:-1])
     return header, records
-
-
-def test_file_is_a_log_of_entry_json_dicts(tmp_path: Path) -> None:
-    store = FileStore(tmp_path)
-    future = datetime(2999, 1, 1, tzinfo=UTC)
-    e = MemoryEntry(
-        key="k", content={"a": [1, 2]}, metadata={"m": True}, expires_at=future, importance=0.25
-    )
-    store.save("ns", e)
-    store.delete("ns", e.entry_id + "-absent")  # no such entry: nothing appended
-    other = MemoryEntry(key="other")
-    store.save("ns", other)
-    store.delete("ns", other.entry_id)
-    header, records = read_log(store.path_for("ns"))
-    assert header["format"] == "firefly_orm.file_log"
-    assert header["namespace"] == "ns"
-    stored = e.copy_entry(namespace="ns")
-    assert [r.get("put") for r in records] == [
-        [stored.to_json_dict()],
-        [other.copy_entry(namespace="ns").to_json_dict()],
-        None,
-    ]
-    assert records[2]["del"] == [other.entry_id]
-    assert len({r["id"] for r in records}) == 3  # one id per commit
 
 
 # --------------------------------------------------------------------------- cost
@@ -160,8 +137,11 @@ def test_add_turn_and_history_cost_the_same_at_100_and_5000_turns(
         store, mem = filled(templates, tmp_path / str(turns), turns)
         add = counted(partial(mem.add_turn, CID, "next", "evicts one turn to the archive"))
         read = counted(partial(mem.get_message_history, CID))
-        path = store.path_for(f"conversation:{CID}")
-        figures[turns] = (add, read, path.stat().st_size)
+        namespace = f"conversation:{CID}"
+        size = sum(
+            p.stat().st_size for p in (store.path_for(namespace), store.log_path_for(namespace))
+        )
+        figures[turns] = (add, read, size)
     (add_small, read_small, size_small), (add_large, read_large, size_large) = figures.values()
     print(f"\nper add_turn (bytes parsed, entries decoded, bytes written): {figures}")
     assert size_large > 40 * size_small  # the namespace really is 50x larger
@@ -180,7 +160,7 @@ def test_another_process_s_append_is_read_as_a_tail(
     for turns in (100, 5000):
         directory = tmp_path / str(turns)
         store, mem = filled(templates, directory, turns)
-        path = store.path_for(f"conversation:{CID}")
+        path = store.log_path_for(f"conversation:{CID}")
         size = path.stat().st_size
         run_in_child(_add_turn_in_child, str(directory), turns, f"child-{turns}")
         grown = path.stat().st_size - size
@@ -205,14 +185,14 @@ def test_compaction_keeps_content_and_bounds_the_file(tmp_path: Path, compact_al
             if i >= 5:
                 target.delete("ns", f"e{i - 5}")
     path = store.path_for("ns")
-    header = json.loads(path.read_bytes().split(b"\n")[0])
-    assert header["base"] is not None  # rewritten from an earlier generation
+    header, _ = read_log(store.log_path_for("ns"))
+    assert header["base"] is not None  # started by a compaction of an earlier log
 
     def dump(entries: list[MemoryEntry]) -> list[dict[str, Any]]:
         return [e.to_dict() for e in entries]
 
     live_bytes = sum(len(json.dumps(e.to_json_dict())) for e in store.load("ns"))
-    assert path.stat().st_size < 3 * live_bytes + 1000
+    assert path.stat().st_size + store.log_path_for("ns").stat().st_size < 3 * live_bytes + 1000
     assert dump(store.load("ns")) == dump(reference.load("ns"))
     file_commit.forget(path)  # parse it from scratch, as a new process would
     assert dump(store.load("ns")) == dump(reference.load("ns"))
@@ -232,14 +212,19 @@ def test_a_compaction_elsewhere_is_adopted_without_reparsing(tmp_path: Path) -> 
         store.save("ns", MemoryEntry(entry_id="head", key="head", content=i))
         if i % 10 == 0:
             store.save("ns", MemoryEntry(key=f"k{i}", content="x" * 100))
-    path = store.path_for("ns")
-    size = path.stat().st_size
-    assert json.loads(path.read_bytes().split(b"\n")[0])["base"] is None  # never compacted
+    log = store.log_path_for("ns")
+    size = store.path_for("ns").stat().st_size + log.stat().st_size
+    assert read_log(log)[0]["base"] is None  # never compacted
     run_in_child(_compact_in_child, str(tmp_path))
-    header_line = path.read_bytes().split(b"\n")[0] + b"\n"
-    assert json.loads(header_line)["base"] is not None
-    parsed, decoded, _ = counted(lambda: store.load("ns"))
+    assert read_log(log)[0]["base"] is not None
+    before = file_log.counters.bytes_hashed
+    parsed, decoded = file_log.counters.bytes_parsed, file_log.counters.entries_decoded
+    store.load("ns")
+    parsed = file_log.counters.bytes_parsed - parsed
+    decoded = file_log.counters.entries_decoded - decoded
+    hashed = file_log.counters.bytes_hashed - before
     assert parsed < size / 10  # the header and the child's line, not the snapshot
+    assert hashed == store.path_for("ns").stat().st_size  # the snapshot checked, not parsed
     assert decoded == 1
     assert store.load_by_key("ns", "head").content == "child"  # type: ignore[union-attr]
     assert len(store.load("ns")) == 21
@@ -256,7 +241,7 @@ def legacy_file(store: FileStore, namespace: str, entries: list[MemoryEntry]) ->
     return path
 
 
-def test_legacy_files_are_read_and_converted_by_the_first_write(tmp_path: Path) -> None:
+def test_legacy_files_are_read_as_snapshots(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     old = [MemoryEntry(key=f"k{i}", content=i) for i in range(3)]
     path = legacy_file(store, "ns", old)
@@ -264,13 +249,15 @@ def test_legacy_files_are_read_and_converted_by_the_first_write(tmp_path: Path) 
     assert [e.content for e in store.load("ns")] == [0, 1, 2]
     assert store.load_by_key("ns", "k1").content == 1  # type: ignore[union-attr]
     assert store.namespaces == ["ns", "other"]
+    legacy_bytes = {name: store.path_for(name).read_bytes() for name in ("ns", "other")}
     with store.unit_of_work() as uow:
         assert [e.content for e in uow.entries.list("ns", limit=2, newest_first=True)] == [2, 1]
         uow.entries.save("ns", MemoryEntry(key="new", content=3))
         uow.entries.save("other", MemoryEntry(key="y", content="more"))
         uow.commit()
-    for name in ("ns", "other"):
-        assert store.path_for(name).read_bytes().startswith(b'{"format":"firefly_orm.file_log"')
+    for name in ("ns", "other"):  # a legacy file is a snapshot: the commit went to a log
+        assert json.loads(store.path_for(name).read_bytes()) == json.loads(legacy_bytes[name]), name
+        assert read_log(store.log_path_for(name))[1][0]["put"]
     assert file_journal.pending(tmp_path) == []
     file_commit.forget(path)
     assert [e.content for e in store.load("ns")] == [0, 1, 2, 3]
@@ -282,20 +269,22 @@ def test_legacy_files_are_read_and_converted_by_the_first_write(tmp_path: Path) 
 
 def test_a_torn_last_line_is_ignored_then_cut_off(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
-    store.save("ns", MemoryEntry(key="a", content=1))
-    path = store.path_for("ns")
+    store.save("ns", MemoryEntry(key="a", content=0))
+    store.save("ns", MemoryEntry(key="a", content=1))  # the snapshot holds 0, the log 1
+    store.delete("ns", store.load("ns")[0].entry_id)
+    path = store.log_path_for("ns")
     good = path.read_bytes()
     for torn in (b'{"id":"x","put":[{"entry_id":"b"', b'{"id":"x","put":[{"entry_id\x00\n'):
         path.write_bytes(good + torn)
         for reader in (store, FileStore(tmp_path)):
             assert [e.content for e in reader.load("ns")] == [1]
-        file_commit.forget(path)
+        file_commit.forget(store.path_for("ns"))
         assert [e.content for e in store.load("ns")] == [1]
         assert path.read_bytes() == good + torn  # reads change nothing
     store.save("ns", MemoryEntry(key="b", content=2))
     data = path.read_bytes()
     assert data.startswith(good) and b"\x00" not in data and data.endswith(b"\n")
-    file_commit.forget(path)
+    file_commit.forget(store.path_for("ns"))
     assert [e.content for e in store.load("ns")] == [1, 2]
 
 
@@ -307,8 +296,9 @@ def _rewritten(path: Path, content: bytes) -> None:
 
 def test_bad_lines_and_headers_are_corruption(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
+    store.save("ns", MemoryEntry(key="a", content=0))
     store.save("ns", MemoryEntry(key="a", content=1))
-    path = store.path_for("ns")
+    path = store.log_path_for("ns")
     header, record = path.read_bytes().splitlines(keepends=True)
     entry_json = json.loads(record)["put"][0]
     other_ns = json.dumps({"id": "x", "put": [{**entry_json, "namespace": "zz"}]}).encode()
@@ -319,7 +309,8 @@ def test_bad_lines_and_headers_are_corruption(tmp_path: Path) -> None:
         "invalid entry": header
         + json.dumps({"put": [{**entry_json, "importance": 7}]}).encode()
         + b"\n",
-        "newer format": header.replace(b'"version":1', b'"version":2') + record,
+        "newer format": header.replace(b'"version":2', b'"version":3') + record,
+        "no header": record,
         "header of another namespace": header.replace(b'"namespace":"ns"', b'"namespace":"x"'),
     }
     for name, content in cases.items():
@@ -327,7 +318,7 @@ def test_bad_lines_and_headers_are_corruption(tmp_path: Path) -> None:
         for call in (lambda: store.load("ns"), lambda: store.save("ns", MemoryEntry())):
             with pytest.raises(StoreCorruptedError) as info:
                 call()
-            assert str(path) in str(info.value), name
+            assert f"memory log {path}" in str(info.value), name
             assert path.read_bytes() == content, name
 
 
@@ -340,6 +331,14 @@ def test_a_symlinked_namespace_file_is_refused(tmp_path: Path) -> None:
         store.load("ns")
     with pytest.raises(StoreCorruptedError):
         store.save("ns", MemoryEntry())
+    assert target.read_text() == "precious"
+    store.path_for("ns").unlink()
+    store.save("ns", MemoryEntry())
+    store.log_path_for("ns").unlink(missing_ok=True)
+    os.symlink(target, store.log_path_for("ns"))  # the log too
+    for call in (lambda: store.load("ns"), lambda: store.save("ns", MemoryEntry())):
+        with pytest.raises(StoreCorruptedError, match="memory log"):
+            call()
     assert target.read_text() == "precious"
 
 
@@ -395,11 +394,11 @@ def test_a_leftover_journal_is_completed_on_open_and_only_once(
         uow.entries.save("b", MemoryEntry(key="y2", content=1))
         uow.commit()
     monkeypatch.setattr(file_journal, "remove", real_remove)
-    sizes = {ns: store.path_for(ns).stat().st_size for ns in "ab"}
+    sizes = {ns: store.log_path_for(ns).stat().st_size for ns in "ab"}
     assert len(file_journal.pending(tmp_path)) == 1
     FileStore(tmp_path)  # opening completes it: both lines are there, nothing is appended
     assert file_journal.pending(tmp_path) == []
-    assert {ns: store.path_for(ns).stat().st_size for ns in "ab"} == sizes
+    assert {ns: store.log_path_for(ns).stat().st_size for ns in "ab"} == sizes
     assert [e.content for e in store.load("a")] == [0, 1]
     assert [e.content for e in store.load("b")] == [0, 1]
 
