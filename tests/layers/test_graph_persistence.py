@@ -398,3 +398,38 @@ def test_any_json_state_and_inputs_come_back_or_are_refused(state: Any, inputs: 
     (stored,) = persistence.load_all()
     assert (stored.state, stored.nodes) == (state, (PendingNode("step", inputs),))
     assert persistence.stored_inputs() == inputs
+
+
+async def test_a_running_step_keeps_its_claim_and_a_taken_one_is_lost() -> None:
+    release = asyncio.Event()
+    g = GraphBuilder(state_type=Tally, output_type=str)
+
+    @g.step
+    async def slow(ctx: Any) -> str:
+        await release.wait()
+        return "done"
+
+    g.add(g.edge_from(g.start_node).to(slow), g.edge_from(slow).to(g.end_node))
+    store = InMemoryStore()
+    runner = PersistentGraph(g.build(), store, lease_seconds=0.3)
+    thief = GraphPersistence(store, run_id="slow", owner="thief")
+
+    async def running() -> None:
+        while not any(s.status == "running" for s in await thief.async_load_all()):
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(runner.run("slow", state=Tally()))
+    await running()
+    await asyncio.sleep(0.8)  # over two leases: the runner renewed its claim meanwhile
+    assert await thief.async_load_next() is None
+    release.set()
+    assert await task == "done"
+
+    release.clear()
+    task = asyncio.create_task(runner.run("slow-2", state=Tally()))
+    thief = GraphPersistence(store, run_id="slow-2", owner="thief")
+    await running()
+    assert await thief.async_load_next(take_over=True) is not None
+    release.set()
+    with pytest.raises(SnapshotStatusError, match="claim was lost"):
+        await task
