@@ -18,8 +18,10 @@ Differences from the module this library is modelled on, on purpose:
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -411,6 +413,23 @@ _REDIS_ARGS = {
 }
 
 
+@dataclass(frozen=True)
+class _ServerBackend:
+    """A backend whose store connects to a database server at a URL."""
+
+    module: str  # where its store class is, imported only when the backend is chosen
+    store: str  # the store class
+    extra: str  # the optional dependencies it needs (``pip install firefly-orm[<extra>]``)
+    fields: dict[str, str]  # store-constructor argument -> settings field
+
+
+_SERVER_BACKENDS: dict[str, _ServerBackend] = {
+    "postgres": _ServerBackend("firefly_orm.sql", "PostgreSQLStore", "postgres", _POSTGRES_ARGS),
+    "mongodb": _ServerBackend("firefly_orm.mongo", "MongoDBStore", "mongo", _MONGODB_ARGS),
+    "redis": _ServerBackend("firefly_orm.redis", "RedisStore", "redis", _REDIS_ARGS),
+}
+
+
 def _sqlite_variable(settings: MemorySettings) -> str:
     """The variable that chose the SQLite file (its own, or the file directory)."""
     return env_var("sqlite_path" if settings.sqlite_path is not None else "file_dir")
@@ -434,15 +453,23 @@ def _constructor_error(
 
 
 def _server_store(
-    settings: MemorySettings,
-    url: str,
-    fields: dict[str, str],
-    open_store: Callable[..., PostgreSQLStore | MongoDBStore | RedisStore],
+    settings: MemorySettings, server: _ServerBackend
 ) -> tuple[MemoryStore, StoreLifecycle, str]:
-    """The database store at ``url``: every other constructor argument from its field in ``fields``.
+    """The store of a database backend, every constructor argument from its settings field.
 
-    A constructor's complaint names the variable it came from (:func:`_constructor_error`).
+    Raises:
+        ConfigurationError: The URL is not set, or the constructor refused an
+            argument (naming the variable it came from: :func:`_constructor_error`).
+        MissingExtraError: The backend's optional dependencies are not installed.
     """
+    fields = server.fields
+    url = _require(settings, fields["url"])
+    try:
+        module = importlib.import_module(server.module)
+    except ImportError as exc:
+        raise MissingExtraError(f"the {settings.backend} memory backend", server.extra) from exc
+    open_store: Callable[..., PostgreSQLStore | MongoDBStore | RedisStore]
+    open_store = getattr(module, server.store)
     options = {arg: getattr(settings, field) for arg, field in fields.items() if arg != "url"}
     try:
         store = open_store(url, **options)
@@ -483,27 +510,8 @@ def _construct(
         except (OSError, EntryValidationError) as exc:
             raise _unusable_sqlite(settings, exc) from exc
         return sqlite, sqlite, None
-    if backend == "postgres":
-        url = _require(settings, "postgres_url")
-        try:
-            from firefly_orm.sql import PostgreSQLStore
-        except ImportError as exc:  # pragma: no cover - depends on the installed extras
-            raise MissingExtraError("the postgres memory backend", "postgres") from exc
-        return _server_store(settings, url, _POSTGRES_ARGS, PostgreSQLStore)
-    if backend == "mongodb":
-        url = _require(settings, "mongodb_url")
-        try:
-            from firefly_orm.mongo import MongoDBStore
-        except ImportError as exc:
-            raise MissingExtraError("the mongodb memory backend", "mongo") from exc
-        return _server_store(settings, url, _MONGODB_ARGS, MongoDBStore)
-    if backend == "redis":
-        url = _require(settings, "redis_url")
-        try:
-            from firefly_orm.redis import RedisStore
-        except ImportError as exc:
-            raise MissingExtraError("the redis memory backend", "redis") from exc
-        return _server_store(settings, url, _REDIS_ARGS, RedisStore)
+    if backend in _SERVER_BACKENDS:
+        return _server_store(settings, _SERVER_BACKENDS[backend])
     raise ConfigurationError(  # pragma: no cover - the Literal type rules this out
         f"{env_var('backend')}={backend!r} is not a known backend"
     )
