@@ -162,7 +162,8 @@ class ConversationChanges(OwnedLayer):
         "assistant_response", "token_estimate", "metadata", "timestamp"}, ...],
         "summary", "total_tokens"}``.  A turn with raw messages also has a
         ``"raw_messages"`` key holding their portable JSON form, which
-        :meth:`import_conversation` turns back into ``ModelMessage`` objects.
+        :meth:`import_conversation` turns back into ``ModelMessage`` objects;
+        a turn changed since it was added has ``"updated_at"``.
         Unknown id -> the same shape with no turns (bound to a user:
         ``ConversationNotFoundError``, as for another user's conversation).
         """

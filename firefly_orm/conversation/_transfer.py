@@ -90,6 +90,8 @@ def read_export(uow: UnitOfWork, conversation_id: str) -> dict[str, Any]:
             "metadata": turn.metadata,
             "timestamp": turn.timestamp.isoformat(),
         }
+        if turn.updated_at is not None:
+            item["updated_at"] = turn.updated_at.isoformat()
         raw = stored_raw(row)
         if raw:
             item["raw_messages"] = json.loads(json.dumps(raw))
@@ -388,6 +390,7 @@ def _parse_turn(position: int, item: Any, estimate: Callable[[str, str], int]) -
         timestamp=_parse_timestamp(item.get("timestamp")),
         token_estimate=token_estimate,
         metadata=check_metadata(item.get("metadata")),
+        updated_at=None if item.get("updated_at") is None else _parse_timestamp(item["updated_at"]),
     )
     return EncodedTurn(turn, encoded)
 

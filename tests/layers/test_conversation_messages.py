@@ -7,6 +7,7 @@ call and its result are never in two turns; a batch is one unit of work.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from store_backends import OpenedBackend, layer_mode_params
+from store_backends import OpenedBackend, backend_params, layer_mode_params
 
 from firefly_orm.conversation import ConversationMemory, ConversationTurn, TrimEvent
 
@@ -175,3 +176,35 @@ async def test_add_turns_and_json_messages(layer_backend: OpenedBackend, mode: s
     assert shape(written) == [(0, 4), (1, 1)]
     assert written[0].assistant_response == "It is sunny"
     assert await call(mode, mem, "get_message_history", "j") == msgs
+    # A grown turn's updated_at survives an export and an import.
+    grown = await call(mode, mem, "add", "j", {"role": "assistant", "content": "welcome"})
+    assert (grown.turn_id, grown.message_count) == (1, 2) and grown.updated_at is not None
+    exported = await call(mode, mem, "export_conversation", "j")
+    assert "updated_at" not in exported["turns"][0]
+    assert exported["turns"][1]["updated_at"] == grown.updated_at.isoformat()
+    await call(mode, mem, "import_conversation", exported, conversation_id="k")
+    imported = await call(mode, mem, "get_turns", "k")
+    assert [t.updated_at for t in imported] == [None, grown.updated_at]
+
+
+@pytest.mark.parametrize(
+    "layer_backend", backend_params(["sqlite", "postgres", "mongo", "redis"]), indirect=True
+)
+def test_concurrent_writers_lose_no_message(layer_backend: OpenedBackend) -> None:
+    mem = ConversationMemory(store=layer_backend.store, max_tokens=None)
+    mem.add("c", ask("start"))
+
+    def writer(tag: str) -> None:
+        for n in range(4):
+            mem.add_many("c", [ask(f"{tag}{n}"), say(f"{tag}{n}!")])
+
+    threads = [threading.Thread(target=writer, args=(tag,)) for tag in "ab"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    turns = mem.get_turns("c")
+    assert sum(t.message_count for t in turns) == 17
+    prompts = "\n".join(t.user_prompt for t in turns).split("\n")
+    assert sorted(prompts) == sorted(["start", *(f"{t}{n}" for t in "ab" for n in range(4))])
+    assert mem.verify("c") == []
