@@ -67,7 +67,7 @@ from firefly_orm.mongo._document import (
 from firefly_orm.mongo._journal import MAX_SETTLE_ROUNDS, Journal
 from firefly_orm.mongo._queries import find_live
 from firefly_orm.mongo._reads import UnitOfWorkReads
-from firefly_orm.protocols import OpensOnEnter, SearchOptions
+from firefly_orm.protocols import ListOptions, OpensOnEnter, SearchOptions
 from firefly_orm.uow import StagedChanges, StagedUnitOfWork, SyncBackedAsyncUnitOfWork
 
 try:
@@ -347,15 +347,7 @@ class MongoDBStore(OpensOnEnter):
         """Every live entry of ``namespace`` with ``key`` (the ``(namespace, key)`` index)."""
         return self._reads.read_by_key(namespace, key)
 
-    def read_list(
-        self,
-        namespace: str,
-        *,
-        key_prefix: str | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-        user_id: str | None = None,
-    ) -> list[MemoryEntry]:
+    def read_list(self, namespace: str, **options: Unpack[ListOptions]) -> list[MemoryEntry]:
         """Live entries of ``namespace``, ordered and limited by the server.
 
         With ``key_prefix``: the keys in ``[prefix, key_prefix_upper_bound(prefix))`` in
@@ -365,13 +357,7 @@ class MongoDBStore(OpensOnEnter):
         ``user_id``: only that user's entries (the ``(user_id, namespace, ...)``
         index when no key prefix is given).
         """
-        return self._reads.read_list(
-            namespace,
-            key_prefix=key_prefix,
-            limit=limit,
-            newest_first=newest_first,
-            user_id=user_id,
-        )
+        return self._reads.read_list(namespace, **options)
 
     def read_search(
         self, namespace: str, query: str, **options: Unpack[SearchOptions]
