@@ -85,7 +85,9 @@ else the agent's own (:func:`firefly_orm.summarization.using_agent_model`).
 
 **Delegation.** :func:`delegate` gives a sub-agent a :class:`MemoryAgent` over
 a fork of the memory: the same store and conversations, its own facts (scope
-``delegation:<name>``).
+``delegation:<name>``).  :class:`DelegationRouter` routes each task to one
+sub-agent of a pool, picked by a strategy (round robin, the description that
+best matches the task, or a model's choice), each on its own fork.
 
 Async runs use the ``async_`` operations only (the event loop never blocks on
 the database); ``run_sync`` uses the sync ones.  Needs the ``pydantic-ai``
@@ -131,6 +133,15 @@ from firefly_orm.pydantic_ai._result import (
     response_text,
     usage_metadata,
 )
+from firefly_orm.pydantic_ai._router import (
+    CapabilityStrategy,
+    DelegationError,
+    DelegationStrategy,
+    ModelChoiceStrategy,
+    RoundRobinStrategy,
+    RouterCore,
+    SubAgent,
+)
 from firefly_orm.pydantic_ai._run import (
     Prepared,
     Release,
@@ -144,9 +155,16 @@ from firefly_orm.summarization import using_agent_model
 
 __all__ = [
     "DELEGATION_SCOPE_PREFIX",
+    "CapabilityStrategy",
+    "DelegationError",
+    "DelegationRouter",
+    "DelegationStrategy",
     "MemoryAgent",
     "MemoryDeps",
     "MemoryRunResult",
+    "ModelChoiceStrategy",
+    "RoundRobinStrategy",
+    "SubAgent",
     "delegate",
     "prompt_text",
     "response_text",
@@ -631,3 +649,39 @@ def delegate(
         raise EntryValidationError("name", "must be a non-blank string")
     fork = memory.fork(working_scope_id=f"{DELEGATION_SCOPE_PREFIX}{name}")
     return MemoryAgent(agent, memory=fork, name=name, **options)
+
+
+class DelegationRouter(RouterCore[MemoryAgent[Any, Any]]):
+    """Routes each task to one sub-agent, which runs on its own fork of ``memory``.
+
+    Args:
+        agents: The pool: :class:`SubAgent` objects, or pydantic-ai agents
+            built with ``name=`` (and ``description=``).  Names are unique.
+        strategy: Picks the sub-agent of each task.
+        memory: The manager the sub-agents share (each works on
+            ``memory.fork(working_scope_id="delegation:<name>")``, as
+            :func:`~firefly_orm.pydantic_ai.delegate` gives it).  ``None``: a
+            new in-process :class:`~firefly_orm.manager.MemoryManager`.
+        **options: The other :class:`~firefly_orm.pydantic_ai.MemoryAgent`
+            options of every sub-agent (``max_tokens``, ``recall_limit``...).
+
+    Raises:
+        DelegationError: An empty pool, a repeated name, an agent without a name.
+
+    Example::
+
+        router = DelegationRouter(
+            [SubAgent(billing_agent, "billing", "invoice, payment and refund questions"),
+             SubAgent(tech_agent, "tech", "error, crash and installation problems")],
+            CapabilityStrategy(),
+            memory=mgr,
+        )
+        result = await router.route("I was charged twice, please refund", user_id="ada")
+        result.turn.metadata["agent"]      # 'billing'
+    """
+
+    def _delegate(
+        self, memory: MemoryManager, agent: SubAgent, options: Mapping[str, Any]
+    ) -> MemoryAgent[Any, Any]:
+        """``delegate(memory, agent.agent, name=agent.name, **options)``."""
+        return delegate(memory, agent.agent, name=agent.name, **options)
