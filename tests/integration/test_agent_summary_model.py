@@ -9,10 +9,9 @@ keeps reading ``FIREFLY_AGENTIC_MEMORY_SUMMARY_MODEL`` (unset: the fallback).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import pytest
-from store_backends import OpenedBackend, backend_params, open_backend
+from store_backends import OpenedBackend
 
 pytest.importorskip("pydantic_ai")
 
@@ -63,15 +62,6 @@ def _no_summary_model_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(SUMMARY_MODEL_ENV, raising=False)
 
 
-@pytest.fixture(params=backend_params(["memory", "file", "sqlite", "postgres", "mongo"]))
-def database(request: pytest.FixtureRequest) -> Iterator[OpenedBackend]:
-    opened = open_backend(request, str(request.param))
-    try:
-        yield opened
-    finally:
-        opened.close()
-
-
 def _manager(store: object, **summarizer_options: object) -> MemoryManager:
     """A manager whose second turn evicts the first (and so asks for a summary)."""
     return MemoryManager(
@@ -85,9 +75,9 @@ def _manager(store: object, **summarizer_options: object) -> MemoryManager:
 PROMPTS = ("Please remember that my order number is 1042 today", "Has my order shipped yet")
 
 
-def test_sync_run_summary_goes_to_the_agents_model(database: OpenedBackend) -> None:
+def test_sync_run_summary_goes_to_the_agents_model(layer_backend: OpenedBackend) -> None:
     own = Recorder("own")
-    agent = MemoryAgent(Agent(own.model), memory=_manager(database.store))
+    agent = MemoryAgent(Agent(own.model), memory=_manager(layer_backend.store))
     first = agent.run_sync(PROMPTS[0])
     agent.run_sync(PROMPTS[1], conversation_id=first.conversation_id)
     assert len(own.summary_requests) == 1
@@ -96,9 +86,9 @@ def test_sync_run_summary_goes_to_the_agents_model(database: OpenedBackend) -> N
     assert current_agent_model() is None  # nothing leaks out of the run
 
 
-async def test_async_run_summary_goes_to_the_agents_model(database: OpenedBackend) -> None:
+async def test_async_run_summary_goes_to_the_agents_model(layer_backend: OpenedBackend) -> None:
     own = Recorder("own")
-    agent = MemoryAgent(Agent(own.model), memory=_manager(database.store))
+    agent = MemoryAgent(Agent(own.model), memory=_manager(layer_backend.store))
     first = await agent.run(PROMPTS[0])
     await agent.run(PROMPTS[1], conversation_id=first.conversation_id)
     assert len(own.summary_requests) == 1

@@ -21,8 +21,11 @@ The modules mirror upstream's layout:
   ``memory.summarization``: ``ConversationMemory``, ``WorkingMemory``,
   ``MemoryManager``, ``create_llm_summarizer``;
 * ``content.compression``: ``TokenEstimator``;
+* ``agents`` / ``agents.delegation``: ``DelegationRouter`` and its strategies
+  (``RoundRobinStrategy``, ``CapabilityStrategy``, ``ContentBasedStrategy``),
+  on :class:`firefly_orm.pydantic_ai.DelegationRouter` (``pydantic-ai`` extra);
 * ``exceptions``: ``FireflyAgenticError``, ``FireflyMemoryError``,
-  ``DatabaseStoreError``, ``DatabaseConnectionError``.
+  ``DatabaseStoreError``, ``DatabaseConnectionError``, ``DelegationError``.
 
 Every class is firefly_orm's own (or a thin subclass of it), so the behaviour
 is firefly_orm's: conversations persist in the store, summaries fold the

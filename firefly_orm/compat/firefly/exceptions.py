@@ -11,17 +11,25 @@ is a ``FireflyMemoryError``; every driver failure a ``DatabaseStoreError``).
 Where upstream raised a plain ``ValueError`` (a bad ``schema_name``, a missing
 backend URL) firefly_orm raises :class:`~firefly_orm.errors.EntryValidationError`
 or :class:`~firefly_orm.config.ConfigurationError`, both ``ValueError`` subclasses.
+``DelegationError`` (upstream's delegation failure) is firefly_orm's
+:class:`~firefly_orm.errors.DelegationError`.
 The compatible database stores start the message of a connection failure in
 ``initialize()`` with ``"Failed to connect to <database>: "`` as upstream did.
 """
 
 from __future__ import annotations
 
-from firefly_orm.errors import DatabaseConnectionError, FireflyOrmError, StoreError
+from firefly_orm.errors import (
+    DatabaseConnectionError,
+    DelegationError,
+    FireflyOrmError,
+    StoreError,
+)
 
 __all__ = [
     "DatabaseConnectionError",
     "DatabaseStoreError",
+    "DelegationError",
     "FireflyAgenticError",
     "FireflyMemoryError",
 ]
