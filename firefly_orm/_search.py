@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import functools
 import heapq
-import math
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
@@ -85,6 +84,7 @@ from firefly_orm.entry import (
     validate_search_language,
     validate_user_id,
 )
+from firefly_orm.entry._rules import is_number
 from firefly_orm.errors import EntryValidationError
 
 __all__ = [
@@ -354,11 +354,7 @@ class SearchRequest:
             validate_user_id(user_id)
         if key_prefix is not None and (not isinstance(key_prefix, str) or "\x00" in key_prefix):
             raise EntryValidationError("key_prefix", "must be a string without NUL characters")
-        if min_importance is not None and (
-            isinstance(min_importance, bool)
-            or not isinstance(min_importance, int | float)
-            or math.isnan(min_importance)
-        ):
+        if min_importance is not None and not is_number(min_importance):
             raise EntryValidationError(
                 "min_importance", f"must be a number or None, got {min_importance!r}"
             )

@@ -22,7 +22,7 @@ import re
 import reprlib
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import ValidationError
 from pydantic_core import InitErrorDetails
@@ -200,6 +200,12 @@ def _check_aware(field: str, value: Any, *, optional: bool) -> None:
         raise EntryValidationError(field, "is out of range once converted to UTC") from None
 
 
+def is_number(value: object) -> TypeGuard[int | float]:
+    """Whether ``value`` is a number: an ``int`` or ``float``, never a bool, never NaN."""
+    # value == value is False only for NaN (math.isnan would overflow on a huge int).
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
 def check_unit_interval(
     value: Any, field: str, message: str = "must be a number from 0.0 to 1.0"
 ) -> float:
@@ -209,12 +215,7 @@ def check_unit_interval(
     :class:`~firefly_orm.errors.EntryValidationError` naming ``field``, with
     ``message`` followed by the value.
     """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or value != value  # NaN (math.isnan would overflow on a huge int)
-        or not 0.0 <= value <= 1.0
-    ):
+    if not is_number(value) or not 0.0 <= value <= 1.0:
         raise EntryValidationError(field, f"{message}, got {value!r}")
     return float(value)
 
