@@ -101,7 +101,9 @@ class SQLiteStore(UpstreamSQLLifecycle, _SQLiteStore):
     (:func:`~firefly_orm.upstream_import.import_upstream_once`), so it happens
     once; an invalid record makes the initialisation fail with
     :class:`~firefly_orm.upstream_import.UpstreamImportError` and nothing
-    imported.  Upstream's table is left as it was.
+    imported.  Upstream's table is left as it was.  The look happens in the
+    constructor: a read-only read of the file's schema (and, when upstream rows
+    are there and firefly_orm's tables too, of the import's mark).
 
     Args:
         path: The database file.

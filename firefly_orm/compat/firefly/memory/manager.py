@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from firefly_orm.bridges._threads import call_blocking
 from firefly_orm.compat.firefly.memory import _sql
 from firefly_orm.compat.firefly.memory._file import FileStore
 from firefly_orm.config import load_settings
@@ -127,9 +128,12 @@ class MemoryManager(_MemoryManager):
         summarizer: Summarizer | None = None,
         import_upstream: bool = False,
     ) -> MemoryManager:
-        """Async form of :meth:`from_config` (the store initialises on the event loop)."""
+        """Async form of :meth:`from_config` (the store initialises on the event loop).
+
+        The look for upstream data (and a ``file`` import) runs in a worker thread.
+        """
         settings = settings if settings is not None else load_settings()
-        sqlite = _upstream_sqlite(settings, import_upstream)
+        sqlite = await call_blocking(_upstream_sqlite, settings, import_upstream)
         if sqlite is not None:
             try:
                 await sqlite.async_initialize()
