@@ -102,6 +102,13 @@ from firefly_orm.file_store._files import DATA_FILE, LOG_FILE, log_path_for, nam
 from firefly_orm.file_store._locks import thread_locks
 from firefly_orm.file_store._log import Edit
 from firefly_orm.file_store._read import is_old_format
+from firefly_orm.file_store._vectors import (
+    FileVectors,
+    forget,
+    remove_vectors,
+    vector_file,
+    vector_namespaces,
+)
 from firefly_orm.protocols import ListOptions, SearchOptions
 from firefly_orm.uow import (
     StagedChanges,
@@ -118,7 +125,7 @@ logger = logging.getLogger("firefly_orm")
 _LOCK_SUFFIX = ".lock"
 
 
-class FileStore(AsyncTwins):
+class FileStore(AsyncTwins, FileVectors):
     """A store that persists each namespace as a JSON snapshot plus a commit log in ``base_dir``.
 
     ``<namespace file>.json`` is one JSON document, ``{entry_id: entry}`` as
@@ -298,6 +305,7 @@ class FileStore(AsyncTwins):
         if not self._may_exist(path):
             return
         with self._locked([path]):
+            remove_vectors(vector_file(path))
             remove_file(path)
         logger.debug("FileStore: cleared %r (%s)", namespace, path.name)
 
@@ -366,6 +374,7 @@ class FileStore(AsyncTwins):
                     continue
                 expired = state.index.expired_ids()
                 if expired:
+                    forget(vector_file(path), expired)
                     commit(self._base_dir, {state.namespace: (path, state, Edit(deletes=expired))})
             removed += len(expired)
         logger.debug("FileStore: cleanup_expired removed %d entries", removed)
@@ -519,7 +528,7 @@ class FileStore(AsyncTwins):
             StoreCorruptedError: A touched namespace file is corrupt.
             StoreError: A file cannot be written.
         """
-        namespaces = sorted(changes.namespaces())
+        namespaces = sorted(changes.namespaces() | vector_namespaces(changes))
         paths = {ns: self.path_for(ns) for ns in namespaces}
         every = self._data_files() if changes.erased_users else []
         while True:
@@ -527,7 +536,9 @@ class FileStore(AsyncTwins):
                 if changes.erased_users and set(self._data_files()) - set(every):
                     every = self._data_files()  # a namespace appeared: lock it too
                     continue
+                self._forget_vectors(changes, paths, every)  # vectors: file_store/_vectors.py
                 written = self._apply_locked(changes, paths, every)
+                self._store_vectors(changes, paths)
                 break
         logger.debug(
             "FileStore: committed a unit of work over %d namespace(s), %d file(s) written",

@@ -42,6 +42,7 @@ ITEMS = [
 @pytest.fixture(
     params=[
         "memory",
+        "file",
         pytest.param("mongo", marks=pytest.mark.mongo),
         "sqlite",
         pytest.param("pgvector", marks=pytest.mark.pgvector),
@@ -50,7 +51,7 @@ ITEMS = [
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
     """A store that keeps vectors."""
     kind = request.param
-    if kind in ("memory", "mongo"):
+    if kind in ("memory", "file", "mongo"):
         opened = open_backend(request, kind)
         yield opened.store
         opened.close()

@@ -98,6 +98,7 @@ def _expected(query: list[float], options: dict[str, Any]) -> list[tuple[str, fl
 @pytest.fixture(
     params=[
         "memory",
+        "file",
         pytest.param("mongo", marks=pytest.mark.mongo),
         "sqlite",
         pytest.param("pgvector", marks=pytest.mark.pgvector),
@@ -105,7 +106,7 @@ def _expected(query: list[float], options: dict[str, Any]) -> list[tuple[str, fl
 )
 def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
     kind = request.param
-    if kind in ("memory", "mongo"):
+    if kind in ("memory", "file", "mongo"):
         opened = open_backend(request, kind)
         yield opened.store
         opened.close()

@@ -23,7 +23,7 @@ from firefly_orm.testing.embeddings import ConceptEmbeddingModel, concept_vector
 from firefly_orm.uow import unit_of_work_for
 from firefly_orm.vector import EmbeddingMismatchError, EmbeddingSpec
 
-STAGED_VECTOR_BACKENDS = ("memory", "mongo")
+STAGED_VECTOR_BACKENDS = ("memory", "file", "mongo")
 NS = "long_term:u"
 SPEC = EmbeddingSpec(f"firefly_orm:{ConceptEmbeddingModel().model_name}", 256)
 OTHER = EmbeddingSpec("other:model", 256)
@@ -165,6 +165,9 @@ def test_a_resave_keeps_the_vector_and_a_move_takes_it_away(backend: OpenedBacke
     with unit_of_work_for(backend.store) as uow:
         uow.entries.save("long_term:elsewhere", entry("email"))
         uow.commit()
+    if backend.name == "file":  # its ids are per namespace: no move, two entries (documented)
+        assert search(backend.store, "phone", limit=5) == ["email", "dog"]
+        return
     assert search(backend.store, "phone", limit=5) == ["dog"]
     backend.store.save(NS, entry("email"))  # moved back: its old vector does not come back
     assert search(backend.store, "phone", limit=5) == ["dog"]
@@ -254,3 +257,32 @@ def raw_documents(opened: OpenedBackend) -> list[dict[str, Any]]:
         return list(client[store.database_name][store.collection_name].find({}))
     finally:
         client.close()
+
+
+def test_filestore_keeps_vectors_in_a_file_beside_the_namespace(tmp_path: Any) -> None:
+    from firefly_orm.file_store import FileStore
+    from firefly_orm.file_store._vectors import _encode, vector_file
+
+    store = FileStore(tmp_path)
+    remember(store, ["email", "dog", "report"], user_id="alice")
+    remember(store, ["build"], user_id="bob")
+    path = vector_file(store.path_for(NS))
+    assert path.exists() and b"firefly_orm:firefly-concept-v1" in path.read_bytes()
+    # a writer killed while appending leaves a torn line: ignored, then cut off
+    with open(path, "ab") as file:
+        file.write(b'{"put":{"x":"AAAA')
+    assert search(FileStore(tmp_path), "phone", limit=1) == ["email"]
+    for i in range(12):  # rewrites and deletes: the file is compacted, not grown forever
+        remember(store, [f"note {i}"])
+        store.delete(NS, f"note {i}")
+    assert path.read_bytes().count(b"\n") <= 2 * 4 + 8
+    assert sorted(search(store, "phone", limit=None)) == ["build", "dog", "email", "report"]
+    with unit_of_work_for(store) as uow:
+        uow.entries.erase_user("alice")
+        uow.commit()
+    assert search(store, "phone", limit=None) == ["build"]
+    assert store.read_vector_ids(NS) == {"build"}
+    erased = _encode(concept_vector(TEXTS["email"])).encode()
+    assert erased not in path.read_bytes()  # rewritten without it, not only marked deleted
+    store.clear(NS)
+    assert not path.exists()
