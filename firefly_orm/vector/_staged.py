@@ -22,7 +22,8 @@ from typing import Protocol, Unpack
 
 from firefly_orm._search import SearchHit, best_hits
 from firefly_orm.entry import MemoryEntry, validate_namespace
-from firefly_orm.errors import EntryValidationError, StoreError
+from firefly_orm.errors import EntryValidationError
+from firefly_orm.vector._errors import VectorUnavailableError
 from firefly_orm.vector._exact import exact_hits
 from firefly_orm.vector._protocols import VectorBackend
 from firefly_orm.vector._spec import (
@@ -73,7 +74,10 @@ class StagedVectorOperations:
     def _backend(self) -> VectorBackend:
         backend = self._vector_backend()
         if not isinstance(backend, VectorBackend):
-            raise StoreError(f"{type(backend).__name__} does not store vectors; nothing was done")
+            raise VectorUnavailableError(
+                f"{type(backend).__name__} keeps no vectors (no VectorBackend): use a store with "
+                "vector search or recall with mode='text'; nothing was done"
+            )
         return backend
 
     def _stored_gone(self, namespace: str) -> bool:

@@ -286,3 +286,18 @@ def test_filestore_keeps_vectors_in_a_file_beside_the_namespace(tmp_path: Any) -
     assert erased not in path.read_bytes()  # rewritten without it, not only marked deleted
     store.clear(NS)
     assert not path.exists()
+
+
+def test_a_store_without_vector_reads_says_so(request: pytest.FixtureRequest) -> None:
+    from firefly_orm.vector import VectorUnavailableError
+
+    opened = open_backend(request, "five_method")  # a custom store: the best-effort unit of work
+    try:
+        opened.store.save(NS, entry("dog"))
+        with unit_of_work_for(opened.store) as uow:
+            with pytest.raises(VectorUnavailableError, match="keeps no vectors"):
+                repo(uow).save_vectors(NS, SPEC, {"dog": concept_vector("dog")})
+            with pytest.raises(VectorUnavailableError, match="mode='text'"):
+                repo(uow).vector_search(NS, concept_vector("dog"), SPEC)
+    finally:
+        opened.close()
