@@ -62,7 +62,7 @@ from firefly_orm.conversation._rows import (
     turn_message_count,
 )
 from firefly_orm.entry import MemoryEntry
-from firefly_orm.errors import EntryValidationError
+from firefly_orm.errors import ConcurrencyError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
@@ -165,6 +165,8 @@ class EncodedTurn:
     stored turn (as read in the same unit of work) that this turn replaces,
     keeping its ``turn_id`` (a turn grown by more messages,
     :mod:`firefly_orm.conversation._batch`); ``None``: a new turn.
+    ``base_version``: the head version the turn was built on (``None``: any);
+    another raises ``ConcurrencyError`` (a concurrent writer got there first).
     """
 
     turn: ConversationTurn
@@ -174,6 +176,7 @@ class EncodedTurn:
     idempotency_key: str | None = None
     fingerprint: str | None = None
     replaces: ConversationTurn | None = None
+    base_version: int | None = None
 
 
 @dataclass(frozen=True)
@@ -346,6 +349,11 @@ def append_general(
             "turn_id", f"conversation {conversation_id!r} has run out of turn ids"
         )
     owner = claim(stored_head, new_turn.user_id, conversation_id)
+    if new_turn.base_version is not None and head.version != new_turn.base_version:
+        raise ConcurrencyError(
+            f"conversation {conversation_id!r} changed while its turn was built "
+            f"(head at version {head.version}, built on {new_turn.base_version})"
+        )
     key = new_turn.idempotency_key
     if key is not None and new_turn.fingerprint is not None:
         replayed = replayed_turn(uow, namespace, key, new_turn.fingerprint)
@@ -424,7 +432,7 @@ def _without_newest(head: HeadState, newest: ConversationTurn) -> HeadState:
     stored row it overwrites (the newest turn is never evicted).
     """
     if head.next_turn_id != newest.turn_id + 1 or head.turn_count < 1:
-        raise RuntimeError(f"turn {newest.turn_id} is not the newest turn of {head}")
+        raise ConcurrencyError(f"turn {newest.turn_id} is no longer the newest turn")
     return replace(
         head,
         next_turn_id=newest.turn_id,

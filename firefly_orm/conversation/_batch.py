@@ -32,7 +32,7 @@ estimates redone), through :attr:`EncodedTurn.replaces
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from firefly_orm.bridges._steps import Operation, RetryBudget, Transaction
@@ -321,7 +321,10 @@ class MessageBatch:
     Called in the unit of work (:data:`TurnsBuilder`): reads the head and the
     newest turn, groups the messages (:func:`group_messages`) and returns one
     :class:`EncodedTurn` per turn to write (the newest stored turn, grown,
-    first when messages join it).
+    first when messages join it).  The first carries the head version read
+    (``base_version``): on a store whose reads in a unit of work are not one
+    snapshot, a writer that changed the conversation in between makes the
+    batch retry instead of overwriting the turn it grew.
     """
 
     encoded: dict[str, Any]
@@ -353,6 +356,8 @@ class MessageBatch:
             turns.append(self._turn(fmt, newest_messages + messages[:joined], replaces=newest_turn))
         for begin, end in zip(starts, [*starts[1:], len(messages)][: len(starts)], strict=True):
             turns.append(self._turn(fmt, messages[begin:end], replaces=None))
+        if turns and head.version:  # grouped on the turn read: a concurrent change retries
+            turns[0] = replace(turns[0], base_version=head.version)
         return turns
 
     def _turn(
