@@ -43,6 +43,7 @@ __all__ = [
     "downgrade",
     "downgrade_vectors",
     "ensure_pgvector",
+    "require_pgvector_version",
     "require_vectors",
     "upgrade_vectors",
     "vector_head",
@@ -130,6 +131,30 @@ def ensure_pgvector(conn: Connection) -> str:
         found = conn.execute(sa.text(query)).scalar()
         logger.info("firefly_orm: created the pgvector extension in schema %s", found)
     return str(found)
+
+
+def require_pgvector_version(conn: Connection, minimum: tuple[int, ...]) -> str:
+    """The ``vector`` extension's schema (quoted), refusing a version below ``minimum``.
+
+    Raises:
+        VectorUnavailableError: pgvector is older; nothing is written.
+    """
+    row = conn.execute(
+        sa.text(
+            "SELECT extversion, extnamespace::regnamespace::text FROM pg_extension "
+            "WHERE extname = 'vector'"
+        )
+    ).one()
+    found = tuple(int(part) for part in str(row[0]).split(".") if part.isdigit())
+    if found < minimum:
+        wanted = ".".join(map(str, minimum))
+        raise VectorUnavailableError(
+            f"vector search needs pgvector {wanted} or later (iterative index scans), and "
+            f"this database has {row[0]}: update it on the server, then run "
+            "`ALTER EXTENSION vector UPDATE;` and the vector migration again "
+            "(`firefly-orm migrate --vectors`)"
+        )
+    return str(row[1])
 
 
 def _current(conn: Connection, schema: str | None) -> str | None:

@@ -59,15 +59,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from firefly_orm.bridges._threads import call_blocking, finish_from_sync, pause
 from firefly_orm.entry._json import load_json
-from firefly_orm.errors import (
-    EntryValidationError,
-    MissingEngineError,
-    MissingExtraError,
-    redact_url,
-    url_secrets,
-)
-from firefly_orm.sql._vectors import VECTORS_OPTION
-from firefly_orm.vector._sqlite_vec import load_sqlite_vec, sqlite_vec_module
+from firefly_orm.errors import MissingEngineError, MissingExtraError, redact_url, url_secrets
+from firefly_orm.sql._vectors import VECTORS_OPTION, install_vector_hooks, vector_engine_options
 
 __all__ = [
     "Engines",
@@ -444,9 +437,8 @@ class Engines:
             (:class:`ThreadedEngine`) instead of building a native async one.
 
     :attr:`vectors` (set by a store built with ``vectors=True``) marks every
-    engine with :data:`~firefly_orm.sql._vectors.VECTORS_OPTION`, and builds a
-    SQLite engine with :func:`~firefly_orm.vector.sqlite_vec_module` and
-    ``sqlite-vec`` loaded into each connection.
+    engine with :data:`~firefly_orm.sql._vectors.VECTORS_OPTION` and builds
+    engines for vectors (:func:`~firefly_orm.sql._vectors.install_vector_hooks`).
     """
 
     def __init__(
@@ -612,11 +604,11 @@ class Engines:
                 "same database) as well"
             )
         created = self._create(self._url_for(is_async), is_async)
+        sync_engine = created.sync_engine if isinstance(created, AsyncEngine) else created
         if created.dialect.name == "sqlite":
-            sync_engine = created.sync_engine if isinstance(created, AsyncEngine) else created
             _install_sqlite_hooks(sync_engine)
-            if self.vectors:
-                event.listen(sync_engine, "connect", lambda conn, _record: load_sqlite_vec(conn))
+        if self.vectors:
+            install_vector_hooks(sync_engine)
         self._owned.append(created)
         return created
 
@@ -642,12 +634,8 @@ class Engines:
             # psycopg decodes JSONB with this (the faster parse of the same values).
             defaults = {"json_deserializer": load_json, **defaults}
         kwargs = {**defaults, **self._engine_kwargs}
-        if self.vectors and url.get_backend_name() == "sqlite":
-            if is_async:
-                raise EntryValidationError(
-                    "async_url", "vectors on SQLite run on the sync engine: leave async_url unset"
-                )
-            kwargs.setdefault("module", sqlite_vec_module())
+        if self.vectors:
+            kwargs = vector_engine_options(url, is_async, kwargs)
         if "connect_args" in defaults or "connect_args" in self._engine_kwargs:
             kwargs["connect_args"] = {
                 **defaults.get("connect_args", {}),

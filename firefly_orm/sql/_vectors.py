@@ -5,15 +5,22 @@ vector, ``(entry_id, namespace, model, dimensions, embedding)``; deleting an
 entry deletes its vector (PostgreSQL ``ON DELETE CASCADE``, SQLite triggers),
 and so does a change of its ``search_text`` or ``namespace``.
 
-Search is exact: every vector of the namespace's spec that passes the filters
-is compared, the filters (live, user, importance, kind, tags) are in the
-``WHERE`` clause of the one statement, and the cut comes last, so a filtered
-search never loses hits to a ``LIMIT``.  PostgreSQL scans the namespace's rows
-through the ``(namespace, model, dimensions)`` index and computes pgvector's
-``<=>`` (cosine distance); SQLite does the same with sqlite-vec's
-``vec_distance_cosine`` over float32 BLOBs.  An approximate index (HNSW) is
-not used: a ``vector`` column of one table holds the models of every
-namespace, of several sizes, and an HNSW index needs one fixed size.
+One statement per search, the filters (live, user, importance, kind, tags) in
+its ``WHERE`` clause and the cut last.  SQLite: an exact scan of the
+namespace's vectors of the spec (the ``(namespace, model, dimensions)``
+index) with sqlite-vec's ``vec_distance_cosine`` over float32 BLOBs: a
+filtered search never loses hits to the ``LIMIT``.  PostgreSQL: pgvector's
+``<=>`` (cosine distance); for the sizes of
+:data:`~firefly_orm.vector._spec.HNSW_DIMENSIONS` the distance is written as
+the expression of that size's HNSW index (vector migration v002), and the
+planner picks the index walk or the exact scan by cost (a small namespace in
+a large table: the exact scan).  An index walk runs with
+``hnsw.iterative_scan = strict_order`` (set on each connection of a store
+built with ``vectors=True``): rows failing the filters do not use up the
+limit, pgvector keeps walking until it is filled, up to its
+``hnsw.max_scan_tuples`` (20,000 by default) visited rows, and the results
+come in exact distance order.  The walk is approximate (HNSW); the exact scan
+is not.
 
 :class:`VectorMethods` gives :class:`~firefly_orm.sql._ops.SQLEntryRepository`
 the :class:`~firefly_orm.protocols.VectorRepository` methods; they need a store
@@ -31,7 +38,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.orm import Session
 
 from firefly_orm._layout import ITEM_DEFAULT_KIND, ITEM_KIND_FIELD, ITEM_TAGS_FIELD
@@ -41,6 +49,7 @@ from firefly_orm.errors import EntryValidationError
 from firefly_orm.sql import _statements as st
 from firefly_orm.vector._errors import VectorUnavailableError
 from firefly_orm.vector._spec import (
+    HNSW_DIMENSIONS,
     MAX_MODEL_NAME_LENGTH,
     VECTOR_TABLE,
     EmbeddingMismatchError,
@@ -49,8 +58,15 @@ from firefly_orm.vector._spec import (
     VectorSearchOptions,
     check_vector,
 )
+from firefly_orm.vector._sqlite_vec import load_sqlite_vec, sqlite_vec_module
 
-__all__ = ["VECTORS", "VECTORS_OPTION", "VectorMethods"]
+__all__ = [
+    "VECTORS",
+    "VECTORS_OPTION",
+    "VectorMethods",
+    "install_vector_hooks",
+    "vector_engine_options",
+]
 
 #: The engine execution option a store built with ``vectors=True`` sets.
 VECTORS_OPTION = "firefly_orm_vectors"
@@ -88,13 +104,57 @@ _UNEMBEDDED = (
 )
 
 
+# --------------------------------------------------------------------------- engines
+
+
+def vector_engine_options(url: URL, is_async: bool, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``create_engine`` arguments for vectors: SQLite's DB-API module that loads sqlite-vec.
+
+    Raises:
+        EntryValidationError: An async SQLite engine (aiosqlite) for vectors.
+        VectorUnavailableError: No SQLite module of this Python loads extensions.
+    """
+    if url.get_backend_name() != "sqlite":
+        return kwargs
+    if is_async:
+        raise EntryValidationError(
+            "async_url", "vectors on SQLite run on the sync engine: leave async_url unset"
+        )
+    return {"module": sqlite_vec_module(), **kwargs}
+
+
+def install_vector_hooks(engine: Engine) -> None:
+    """On each new connection of an engine the store built: SQLite loads sqlite-vec,
+    PostgreSQL turns on pgvector's iterative index scans (:func:`_iterative_index_scans`)."""
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", lambda conn, _record: load_sqlite_vec(conn))
+    elif engine.dialect.name == "postgresql":
+        event.listen(engine, "connect", _iterative_index_scans)
+
+
+def _iterative_index_scans(dbapi_connection: Any, _record: Any) -> None:
+    """pgvector: HNSW walks go on until a filtered query's limit is filled (in exact order).
+
+    Committed: a ``SET`` in a transaction that rolls back is undone.
+    """
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("SET hnsw.iterative_scan = strict_order")
+    finally:
+        cursor.close()
+    dbapi_connection.commit()
+
+
 class _PgVector(sa.types.UserDefinedType[Any]):
-    """pgvector's ``vector`` type, for a ``CAST`` (values go in as text)."""
+    """pgvector's ``vector`` type (``vector(n)`` with ``dimensions``), for a ``CAST``."""
 
     cache_ok = True
 
+    def __init__(self, dimensions: int | None = None) -> None:
+        self.dimensions = dimensions
+
     def get_col_spec(self, **kw: Any) -> str:
-        return "vector"
+        return "vector" if self.dimensions is None else f"vector({self.dimensions})"
 
 
 #: Runs a statement with its parameters on the repository's transaction (the
@@ -123,18 +183,31 @@ def _bound(dialect: str, vector: Sequence[float]) -> Any:
     return struct.pack(f"<{len(vector)}f", *vector)
 
 
-def _vector_expression(dialect: str, name: str) -> Any:
-    """SQL of the bound vector ``:name`` in the column's type."""
+def _vector_expression(dialect: str, name: str, dimensions: int | None = None) -> Any:
+    """SQL of the bound vector ``:name`` in the column's type (``vector(dimensions)``)."""
     if dialect == "postgresql":
         # Text first, which every driver binds; then pgvector's input function.
-        return sa.cast(sa.cast(_P(name, type_=sa.Text()), sa.Text()), _PgVector())
+        return sa.cast(sa.cast(_P(name, type_=sa.Text()), sa.Text()), _PgVector(dimensions))
     return _P(name, type_=sa.LargeBinary())
 
 
-def _distance(dialect: str) -> Any:
-    query = _vector_expression(dialect, "q")
+def _distance(dialect: str, dimensions: int) -> Any:
+    """The cosine distance of a row's vector and ``:q``.
+
+    PostgreSQL, for a size of :data:`~firefly_orm.vector._spec.HNSW_DIMENSIONS`:
+    both sides cast to ``vector(<size>)``, the expression of that size's HNSW
+    index (so the planner may walk it; the ``dimensions`` filter matches its
+    predicate).
+    """
     if dialect == "postgresql":
-        return _V.embedding.op("<=>", return_type=sa.Float())(query)
+        column: Any
+        if dimensions in HNSW_DIMENSIONS:
+            column = sa.cast(_V.embedding, _PgVector(dimensions))
+            query = _vector_expression(dialect, "q", dimensions)
+        else:
+            column, query = _V.embedding, _vector_expression(dialect, "q")
+        return column.op("<=>", return_type=sa.Float())(query)
+    query = _vector_expression(dialect, "q")
     if dialect == "sqlite":
         return sa.func.vec_distance_cosine(_V.embedding, query, type_=sa.Float())
     raise VectorUnavailableError(f"vectors are not available on {dialect}")
@@ -178,7 +251,7 @@ def vector_search(run: Run, dialect: str, request: VectorRequest) -> list[Search
         "q": _bound(dialect, request.vector),
         "now": utcnow(),
     }
-    distance = _distance(dialect)
+    distance = _distance(dialect, request.spec.dimensions)
     entries = st.TABLE.alias("e")
     columns = [entries.c[c.name] for c in st.COLUMNS]
     e = entries.c

@@ -45,6 +45,7 @@ __all__ = [
     "RRF_K",
     "VECTOR_TABLE",
     "VECTOR_VERSION_TABLE",
+    "HNSW_DIMENSIONS",
     "EmbeddingMismatchError",
     "EmbeddingSpec",
     "VectorRequest",
@@ -58,6 +59,10 @@ __all__ = [
 VECTOR_TABLE = "memory_vectors"
 #: The version table of the vector migrations (their own history, beside the main one).
 VECTOR_VERSION_TABLE = "firefly_orm_vector_alembic_version"
+#: PostgreSQL: the vector sizes with an HNSW index (cosine) on ``memory_vectors``, one
+#: partial index per size (vector migration v002); vectors of other sizes are
+#: searched by the exact scan only.  A later revision indexing more sizes extends it.
+HNSW_DIMENSIONS = (256, 384, 512, 768, 1024, 1536)
 #: The most dimensions a stored vector may have (pgvector's ``vector`` type stores up to 16,000).
 MAX_DIMENSIONS = 16_000
 #: The longest embedding model name recorded.

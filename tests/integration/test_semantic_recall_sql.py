@@ -14,24 +14,28 @@ import asyncio
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import sqlalchemy as sa
 from cli_runner import run_cli
+from sqlalchemy.engine import Connection
 
 from firefly_orm import migrate
 from firefly_orm.entry import utcnow
 from firefly_orm.errors import EntryValidationError, MigrationRequiredError
 from firefly_orm.long_term import LongTermMemory
 from firefly_orm.manager import MemoryManager
+from firefly_orm.protocols import VectorRepository
 from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
-from firefly_orm.testing.embeddings import ConceptEmbeddingModel
+from firefly_orm.testing.embeddings import ConceptEmbeddingModel, concept_vector
 from firefly_orm.vector import EmbeddingMismatchError, EmbeddingSpec, VectorUnavailableError
 
 CONTACT = "the customer prefers email over phone calls"
 OTHERS = ("the invoice is due on Friday", "she lives in Lisbon", "the cat sleeps all day")
 QUESTION = "how should we contact her?"
+NAMESPACE = "long-term"
 
 
 def _schema() -> str:
@@ -252,10 +256,70 @@ def test_cli_migrates_the_vector_tables(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
     done = run_cli("migrate", "--vectors", "--url", url)
     assert done.returncode == 0, done.stderr
-    assert "vector tables upgraded (none) -> v001_memory_vectors" in done.stdout
+    assert f"vector tables upgraded (none) -> {migrate.vector_head()}" in done.stdout
     undone = run_cli("downgrade", "--vectors", "base", "--url", url)
     assert undone.returncode == 0, undone.stderr
     assert migrate.vectors_current(url) is None and migrate.current(url) == migrate.head()
+
+
+def test_pgvector_walks_the_hnsw_index_and_fills_a_filtered_limit(pgvector_url: str) -> None:
+    """A 384-dimension model's search can walk its HNSW index; iterative scans fill the limit."""
+    schema = _schema()
+    store = PostgreSQLStore(pgvector_url, schema_name=schema, vectors=True, pool_min_size=0)
+    try:
+        ltm = LongTermMemory(store=store, embedder=ConceptEmbeddingModel(dimensions=384))
+        # Sixty of bob's items nearer the question than ada's only one (about a cat).
+        items = [{"text": f"{CONTACT} {i}", "user_id": "bob"} for i in range(60)]
+        ltm.import_items([*items, {"text": OTHERS[2], "user_id": "ada"}])
+        spec = EmbeddingSpec(f"firefly_orm:{ConceptEmbeddingModel().model_name}", 384)
+        vector = concept_vector(QUESTION, 384)
+        seen: list[tuple[str, Any]] = []
+
+        def capture(conn: Any, cursor: Any, statement: str, params: Any, *_: Any) -> None:
+            if "memory_vectors" in statement and "ORDER BY" in statement:
+                seen.append((statement, params))
+
+        sa.event.listen(store.engine, "before_cursor_execute", capture)
+
+        def search(iterative: str) -> tuple[list[str], str]:
+            with store.unit_of_work() as uow:
+                conn = cast(Connection, uow.target)
+                # The planner may pick the exact scan on a table this small; make it walk.
+                for setting in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
+                    conn.execute(sa.text(f"SET LOCAL {setting} = off"))
+                conn.execute(sa.text(f"SET LOCAL hnsw.iterative_scan = {iterative}"))
+                conn.execute(sa.text("SET LOCAL hnsw.ef_search = 10"))
+                entries = cast(VectorRepository, uow.entries)
+                hits = entries.vector_search(NAMESPACE, vector, spec, limit=1, user_id="ada")
+                statement, params = seen[-1]
+                plan = conn.exec_driver_sql("EXPLAIN " + statement, params).scalars().all()
+            return [hit.entry.user_id or "" for hit in hits], "\n".join(plan)
+
+        # The store sets iterative scans on each of its connections (sync and async).
+        with store.engine.connect() as conn:
+            assert conn.execute(sa.text("SHOW hnsw.iterative_scan")).scalar() == "strict_order"
+
+        async def shown() -> Any:
+            async with store.async_engine.connect() as conn:
+                return (await conn.execute(sa.text("SHOW hnsw.iterative_scan"))).scalar()
+
+        assert asyncio.run(shown()) == "strict_order"
+        found, plan = search("strict_order")
+        assert "ix_memory_vectors_hnsw_384" in plan, plan
+        assert found == ["ada"]
+        # Without iterative scans the walk stops at ef_search (10) rows, all bob's: lost.
+        lost, plan = search("off")
+        assert lost == [], plan
+    finally:
+        store.close()
+        migrate.downgrade(pgvector_url, "base", schema_name=schema)
+
+
+def test_the_indexed_sizes_are_the_migrations() -> None:
+    from firefly_orm.vector._spec import HNSW_DIMENSIONS
+
+    revision = Path(migrate.script_location()) / "vector_versions" / "v002_hnsw_indexes.py"
+    assert f"SIZES = {HNSW_DIMENSIONS!r}" in revision.read_text(encoding="utf-8")
 
 
 # --------------------------------------------------------------------------- no pgvector
