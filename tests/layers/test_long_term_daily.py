@@ -85,3 +85,18 @@ async def test_prune_removes_whole_days_before_a_date(
         await call(mode, ada, "prune_daily_logs", before=datetime(2026, 1, 3))  # naive
     assert await call(mode, bob, "prune_daily_logs", before="2027-01-01") == 1
     assert await call(mode, bob, "log_days") == []
+
+
+def test_the_log_is_encrypted_with_its_items() -> None:
+    from firefly_orm.privacy import Encryption, KeyRing, generate_key, protect
+    from firefly_orm.store import InMemoryStore
+
+    raw = InMemoryStore()
+    keys = KeyRing({"k1": generate_key()})
+    encryption = Encryption(keys, namespaces=["long-term"], searchable=["long-term"])
+    memory = LongTermMemory(store=protect(raw, encryption=encryption))
+    memory.remember("Zebra7741Secret lives here")
+    rows = raw.load("long-term:daily-log")
+    assert len(rows) == 2 and all("Zebra7741" not in str(row.content) for row in rows)
+    (day,) = memory.log_days()
+    assert [line.text for line in memory.daily_log(day)] == ["Zebra7741Secret lives here"]
