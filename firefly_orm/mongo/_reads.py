@@ -16,27 +16,21 @@ work's commit fails instead.  The store's own ``read_*`` methods use
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Protocol, TypeVar, Unpack
+from typing import Any, Protocol, Unpack
 
 from firefly_orm._search import SearchHit, SearchRequest
 from firefly_orm.entry import MemoryEntry, validate_key, validate_namespace, validate_user_id
 from firefly_orm.mongo._document import BY_KEY, BY_TIME, key_prefix_filter
-from firefly_orm.mongo._journal import Collection
 from firefly_orm.mongo._queries import search_live
-from firefly_orm.mongo._vectors import VectorReads
+from firefly_orm.mongo._vectors import SettledReader, VectorReads
 from firefly_orm.protocols import ListOptions, SearchOptions
 from firefly_orm.uow import StagedChanges
 
 __all__ = ["UnitOfWorkReads"]
 
-T = TypeVar("T")
 
-
-class _Reader(Protocol):
+class _Reader(SettledReader, Protocol):
     """The store methods :class:`UnitOfWorkReads` uses."""
-
-    def _call(self, coro: Coroutine[Any, Any, T]) -> T: ...
 
     async def _find(
         self,
@@ -48,14 +42,6 @@ class _Reader(Protocol):
         action: str = ...,
         settled: set[str] | None = None,
     ) -> list[MemoryEntry]: ...
-
-    async def _settled_read(
-        self,
-        namespace: str,
-        action: str,
-        settled: set[str] | None,
-        read: Callable[[Collection], Awaitable[T]],
-    ) -> T: ...
 
     def apply_changes(self, changes: StagedChanges) -> None: ...
 

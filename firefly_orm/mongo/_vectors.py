@@ -61,6 +61,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 __all__ = [
     "MAX_VECTOR_SCAN",
+    "SettledReader",
     "VectorReads",
     "check_vectors",
     "vector_namespaces",
@@ -213,8 +214,13 @@ async def vector_ids(col: Collection, namespace: str) -> set[str]:
     return {str(document["entry_id"]) async for document in cursor}
 
 
-class _Reader(Protocol):
-    """The store methods :class:`VectorReads` uses."""
+class SettledReader(Protocol):
+    """The store methods every read of a unit of work goes through (vector reads and the others).
+
+    ``_call`` runs a coroutine on the store's loop thread; ``_settled_read``
+    reads a namespace once its pending commits are settled (see
+    :mod:`firefly_orm.mongo._journal`).
+    """
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T: ...
 
@@ -230,7 +236,7 @@ class _Reader(Protocol):
 class _Reads(Protocol):
     """What :class:`VectorReads` needs of the unit of work's reads."""
 
-    _store: _Reader
+    _store: SettledReader
     _settled: set[str] | None
 
 
