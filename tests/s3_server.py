@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from redis_server import _free_port, _stop  # one way to pick a port and stop a server
 
 ENV_VAR = "FIREFLY_ORM_TEST_S3_URL"
 #: Seconds a started server has to answer.
@@ -42,12 +43,6 @@ def _command() -> list[str] | None:
         return [str(beside)]
     found = shutil.which("moto_server")
     return None if found is None else [found]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _answers(url: str) -> bool:
@@ -79,12 +74,7 @@ def _started(command: list[str]) -> Iterator[str]:
             tail = log.read_text(errors="replace")[-2000:]
             raise S3Unavailable(f"moto_server did not answer on {url}: {tail}")
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            _stop(proc)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

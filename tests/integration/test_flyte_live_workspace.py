@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -221,3 +222,41 @@ def test_any_sequence_matches_the_database_workspace(
         (r.op, r.path, r.new_sha) for r in model.audit_log()
     ]
     assert len(read_directory(root).versions) == len(model.export_snapshot().versions)
+
+
+_INCREMENTER = textwrap.dedent(
+    """
+    import sys
+    from firefly_orm.artifacts import ShaMismatchError
+    from firefly_orm.artifacts._flyte import DirectoryWorkspace
+
+    ws = DirectoryWorkspace(sys.argv[1])
+    done = 0
+    while done < int(sys.argv[2]):
+        found = ws.read("counter.json")
+        try:
+            ws.write_json(
+                "counter.json", found.json() + 1, expected_sha=found.info.sha256, actor=sys.argv[3]
+            )
+        except ShaMismatchError:
+            continue  # another process won: read again
+        done += 1
+    """
+)
+
+
+def test_compare_and_set_holds_across_processes(tmp_path: Path) -> None:
+    root = tmp_path / "counter"
+    DirectoryWorkspace(root).write_json("counter.json", 0)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _INCREMENTER, str(root), "8", f"p{i}"])
+        for i in range(2)
+    ]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    ws = DirectoryWorkspace(root)
+    assert ws.read_json("counter.json") == 16  # no lost update
+    records = ws.audit_log()
+    assert [r.op for r in records] == ["create"] + ["update"] * 16
+    assert all(a.new_sha == b.old_sha for a, b in itertools.pairwise(records))
+    assert sorted({r.actor for r in records[1:]}) == ["p0", "p1"]
+    assert read_directory(root).files[0].info.version == 17

@@ -71,10 +71,6 @@ def _mirrored(
     return mirrored
 
 
-def _found(tree: Mapping[str, journal.Content]) -> dict[str, _Found]:
-    return {rel: _Found(c.data, c.mtime) for rel, c in tree.items() if c.mtime is not None}
-
-
 class DirectoryWorkspace(MemoryLayer):
     """An artifact workspace that lives in a directory laid out as Flyte's ``MemoryStore``.
 
@@ -423,20 +419,10 @@ class DirectoryWorkspace(MemoryLayer):
 
     @classmethod
     async def async_load(
-        cls,
-        remote_source: str,
-        root: str | os.PathLike[str] | None = None,
-        *,
-        replace: bool = False,
-        storage_options: Mapping[str, Any] | None = None,
-        **kwargs: Any,
+        cls, remote_source: str, root: str | os.PathLike[str] | None = None, **kwargs: Any
     ) -> DirectoryWorkspace:
-        """Async twin of :meth:`load` (in a worker thread)."""
-        return await call_blocking(
-            functools.partial(cls.load, replace=replace, storage_options=storage_options, **kwargs),
-            remote_source,
-            root,
-        )
+        """Async twin of :meth:`load` (in a worker thread; the same keyword arguments)."""
+        return await call_blocking(functools.partial(cls.load, **kwargs), remote_source, root)
 
     @classmethod
     async def async_open(
