@@ -47,7 +47,7 @@ from firefly_orm.long_term._model import (
     check_tags,
     parse_import_item,
 )
-from firefly_orm.long_term._recall import RECALL_MODES, hybrid_items, semantic_items
+from firefly_orm.long_term._recall import RECALL_MODES, Meaning, RecallRequest, run_recall
 from firefly_orm.store import InMemoryStore, MemoryStore
 
 __all__ = ["DEFAULT_NAMESPACE", "MAX_RETENTION_DAYS", "LongTermMemory"]
@@ -426,50 +426,15 @@ class LongTermMemory(DailyLogs, MemoryLayer):
         limit = check_int("limit", limit, 0)
         floor = _check_min_importance(min_importance)
         owner, where = self._owner(user_id), self._filter(tags, kind)
-        mode = self._mode(mode)
-        if mode != "text" and self._embedding is not None:
+        request = RecallRequest(
+            self._namespace, query, limit, floor, owner, self._language, where, self._mode(mode)
+        )
+        if request.mode != "text" and self._embedding is not None:
             if limit == 0 or not query.strip():
                 return []
             spec, vector = yield from self._embedding.query(query)
-            if mode == "semantic":
-                return (
-                    yield from Transaction.read(
-                        semantic_items,
-                        self._namespace,
-                        vector,
-                        spec,
-                        limit=limit,
-                        min_importance=floor,
-                        user_id=owner,
-                        where=where,
-                    )
-                )
-            return (
-                yield from Transaction.read(
-                    hybrid_items,
-                    self._namespace,
-                    query,
-                    vector,
-                    spec,
-                    limit=limit,
-                    min_importance=floor,
-                    user_id=owner,
-                    language=self._language,
-                    where=where,
-                )
-            )
-        return (
-            yield from Transaction.read(
-                ops.recall_items,
-                self._namespace,
-                query,
-                limit=limit,
-                min_importance=floor,
-                user_id=owner,
-                language=self._language,
-                where=where,
-            )
-        )
+            request = dataclasses.replace(request, meaning=Meaning(spec, vector))
+        return (yield from Transaction.read(run_recall, request))
 
     def _mode(self, mode: Any) -> str:
         """``mode`` checked (``None``: hybrid with an embedder, else text)."""

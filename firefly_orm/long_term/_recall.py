@@ -24,6 +24,8 @@ mean nothing.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from firefly_orm.long_term._embedding import vector_repository
 from firefly_orm.long_term._model import Recalled, item_from_entry
 from firefly_orm.long_term._ops import ItemFilter, recall_items
@@ -34,8 +36,9 @@ __all__ = [
     "HYBRID_DEPTH",
     "HYBRID_MIN_DEPTH",
     "RECALL_MODES",
-    "hybrid_items",
-    "semantic_items",
+    "Meaning",
+    "RecallRequest",
+    "run_recall",
 ]
 
 #: The modes of ``recall``.
@@ -46,78 +49,78 @@ HYBRID_DEPTH = 4
 HYBRID_MIN_DEPTH = 20
 
 
-def semantic_items(
-    uow: UnitOfWork,
-    namespace: str,
-    vector: tuple[float, ...],
-    spec: EmbeddingSpec,
-    *,
-    limit: int,
-    min_importance: float | None,
-    user_id: str | None,
-    where: ItemFilter,
-) -> list[Recalled]:
-    """The ``limit`` items nearest ``vector``, filters inside the store's scan.
+@dataclass(frozen=True)
+class Meaning:
+    """The query's vector and the spec of the model that made it."""
+
+    spec: EmbeddingSpec
+    vector: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class RecallRequest:
+    """A checked recall: what every mode searches for, and how."""
+
+    namespace: str
+    query: str
+    limit: int
+    min_importance: float | None
+    user_id: str | None
+    language: str | None
+    where: ItemFilter
+    mode: str = "text"
+    #: The query's vector (``"semantic"`` and ``"hybrid"``).
+    meaning: Meaning | None = None
+
+
+def run_recall(uow: UnitOfWork, request: RecallRequest) -> list[Recalled]:
+    """The ``limit`` best items for ``request`` in its mode (one unit of work).
 
     Raises:
-        VectorUnavailableError: The store keeps no vectors.
+        VectorUnavailableError: A vector mode on a store that keeps no vectors.
         EmbeddingMismatchError: The namespace's vectors are another model's.
     """
-    if limit == 0:
+    if request.meaning is None or request.mode == "text":
+        return _by_words(uow, request)
+    if request.mode == "semantic":
+        return _by_meaning(uow, request, request.meaning)
+    if request.limit == 0:
+        return []
+    deeper = replace(request, limit=max(request.limit * HYBRID_DEPTH, HYBRID_MIN_DEPTH))
+    rankings = [_by_words(uow, deeper), _by_meaning(uow, deeper, request.meaning)]
+    fused = fuse_by(rankings, key=lambda found: found.item.id)
+    return [Recalled(found.item, score) for found, score in fused[: request.limit]]
+
+
+def _by_words(uow: UnitOfWork, request: RecallRequest) -> list[Recalled]:
+    return recall_items(
+        uow,
+        request.namespace,
+        request.query,
+        limit=request.limit,
+        min_importance=request.min_importance,
+        user_id=request.user_id,
+        language=request.language,
+        where=request.where,
+    )
+
+
+def _by_meaning(uow: UnitOfWork, request: RecallRequest, meaning: Meaning) -> list[Recalled]:
+    """The ``limit`` items nearest the query's vector, filters inside the store's scan."""
+    if request.limit == 0:
         return []
     vectors = vector_repository(uow)
-    stored = vectors.embedding_spec(namespace)
-    if stored is not None and stored != spec:
-        raise EmbeddingMismatchError(namespace, stored, spec)
+    stored = vectors.embedding_spec(request.namespace)
+    if stored is not None and stored != meaning.spec:
+        raise EmbeddingMismatchError(request.namespace, stored, meaning.spec)
     hits = vectors.vector_search(
-        namespace,
-        vector,
-        spec,
-        limit=limit,
-        user_id=user_id,
-        min_importance=min_importance,
-        kind=where.kind,
-        tags=where.tags,
+        request.namespace,
+        meaning.vector,
+        meaning.spec,
+        limit=request.limit,
+        user_id=request.user_id,
+        min_importance=request.min_importance,
+        kind=request.where.kind,
+        tags=request.where.tags,
     )
     return [Recalled(item_from_entry(hit.entry), hit.score) for hit in hits]
-
-
-def hybrid_items(
-    uow: UnitOfWork,
-    namespace: str,
-    query: str,
-    vector: tuple[float, ...],
-    spec: EmbeddingSpec,
-    *,
-    limit: int,
-    min_importance: float | None,
-    user_id: str | None,
-    language: str | None,
-    where: ItemFilter,
-) -> list[Recalled]:
-    """The ``limit`` best items of the fused text and vector rankings (one unit of work)."""
-    if limit == 0:
-        return []
-    depth = max(limit * HYBRID_DEPTH, HYBRID_MIN_DEPTH)
-    by_words = recall_items(
-        uow,
-        namespace,
-        query,
-        limit=depth,
-        min_importance=min_importance,
-        user_id=user_id,
-        language=language,
-        where=where,
-    )
-    by_meaning = semantic_items(
-        uow,
-        namespace,
-        vector,
-        spec,
-        limit=depth,
-        min_importance=min_importance,
-        user_id=user_id,
-        where=where,
-    )
-    fused = fuse_by([by_words, by_meaning], key=lambda found: found.item.id)
-    return [Recalled(found.item, score) for found, score in fused[:limit]]
