@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 from unittest.mock import ANY
 
@@ -205,7 +205,7 @@ _OPS = st.lists(
 def test_any_sequence_matches_the_database_workspace(
     tmp_path: Path, ops: list[tuple[str, str, str]]
 ) -> None:
-    root = Path(os.path.join(tmp_path, f"h{abs(hash(tuple(ops)))}"))
+    root = tmp_path / uuid.uuid4().hex  # one directory per example
     live = DirectoryWorkspace(root, key="k", keep_versions=True)
     model = Artifacts().create("k", keep_versions=True)
     for op, path, text in ops:

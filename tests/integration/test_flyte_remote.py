@@ -124,3 +124,13 @@ def test_save_and_load_through_a_local_url(tmp_path: Path) -> None:
     assert loaded.export_snapshot().files == ws.export_snapshot().files
     assert loaded.transcript() == ws.transcript()
     loaded.close()
+
+
+def test_a_directory_flyte_saved_is_loaded_under_its_key(tmp_path: Path) -> None:
+    saved = tmp_path / "remote" / "a%2Fb"  # remote_path_for_key("a/b"), written by Flyte
+    (saved / "user").mkdir(parents=True)
+    (saved / "user" / "x.md").write_text("flyte")
+    (saved / "messages.json").write_text("[]")
+    loaded = DirectoryWorkspace.load(f"file://{saved}")
+    assert (loaded.key, loaded.read_text("user/x.md")) == ("a/b", "flyte")
+    loaded.close()

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
+from urllib.parse import unquote
 
 from firefly_orm.artifacts._errors import WorkspaceExistsError
 from firefly_orm.artifacts._flyte import _journal as journal
@@ -403,7 +404,8 @@ class DirectoryWorkspace(MemoryLayer):
         replace = check_bool("replace", replace)
         objects = remote.download(remote_source, storage_options)
         found = {rel: _Found(data, at) for rel, (data, at) in objects.items()}
-        default_key = remote_source.rstrip("/").rpartition("/")[2] or "workspace"
+        # Without the extra file, the key is the URL's last part (remote_path_for_key quoted it).
+        default_key = unquote(remote_source.rstrip("/").rpartition("/")[2]) or "workspace"
         snapshot = _snapshot_of_tree(found, default_key)
         if "storage_options" not in kwargs and storage_options is not None:
             kwargs["storage_options"] = storage_options
