@@ -57,10 +57,19 @@ Both functions have ``async_`` twins: the database part is the store's own
 (async) unit of work and the file I/O runs in a worker thread
 (:class:`~firefly_orm.bridges._steps.CallOut`).
 
+**A live directory.**  :class:`DirectoryWorkspace` keeps a workspace *in*
+such a directory, written on every change (under an inter-process lock,
+through a redo journal in ``meta/@live/``, which readers skip), with the
+rules of :class:`~firefly_orm.artifacts.ArtifactWorkspace`; it saves to and
+loads from object storage through ``fsspec`` URLs.
+
 The code: :mod:`~firefly_orm.artifacts._flyte._layout` (names, the error, shared
 rules), :mod:`~firefly_orm.artifacts._flyte._sidecar` (the extra file),
 :mod:`~firefly_orm.artifacts._flyte._export` and
-:mod:`~firefly_orm.artifacts._flyte._import` (the two directions).
+:mod:`~firefly_orm.artifacts._flyte._import` (the two directions),
+:mod:`~firefly_orm.artifacts._flyte._journal` (the lock and the redo journal),
+:mod:`~firefly_orm.artifacts._flyte._live` (:class:`DirectoryWorkspace`) and
+:mod:`~firefly_orm.artifacts._flyte._remote` (object storage).
 """
 
 from __future__ import annotations
