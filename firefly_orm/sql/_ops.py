@@ -42,7 +42,7 @@ from firefly_orm.entry import (
 from firefly_orm.errors import ConcurrencyError, StoreError
 from firefly_orm.protocols import AppendedHead, ListOptions, TurnAppend
 from firefly_orm.sql import _statements as st
-from firefly_orm.sql._vectors import VectorMethods
+from firefly_orm.sql._vectors import VECTORS_OPTION, VectorMethods
 from firefly_orm.uow import RepositoryBase
 
 __all__ = [
@@ -84,19 +84,32 @@ def _execute(target: Target, stmt: Any, params: dict[str, Any]) -> Any:
     return target.execute(stmt, params, execution_options={"schema_translate_map": translate})
 
 
-def push_translation(session: Session, schema: str | None) -> Callable[[], None] | None:
-    """Map our table to ``schema`` on a caller's session; return the undo function."""
-    if schema is None:
+def push_translation(
+    session: Session, schema: str | None, vectors: bool = False
+) -> Callable[[], None] | None:
+    """Map our table to ``schema`` on a caller's session; return the undo function.
+
+    ``vectors``: also mark the session as one of a store that keeps vectors
+    (:data:`~firefly_orm.sql._vectors.VECTORS_OPTION`, what an engine of the
+    store carries as an execution option).
+    """
+    values: dict[str, Any] = {}
+    if schema is not None:
+        values[_TRANSLATE_KEY] = {None: schema}
+    if vectors:
+        values[VECTORS_OPTION] = True
+    if not values:
         return None
     missing = object()
-    saved = session.info.get(_TRANSLATE_KEY, missing)
-    session.info[_TRANSLATE_KEY] = {None: schema}
+    saved = {key: session.info.get(key, missing) for key in values}
+    session.info.update(values)
 
     def restore() -> None:
-        if saved is missing:
-            session.info.pop(_TRANSLATE_KEY, None)
-        else:
-            session.info[_TRANSLATE_KEY] = saved
+        for key, value in saved.items():
+            if value is missing:
+                session.info.pop(key, None)
+            else:
+                session.info[key] = value
 
     return restore
 

@@ -359,7 +359,7 @@ class _Transaction(Generic[S]):
 
     def _translate(self, session: Session) -> None:
         """Map our table to the store's schema in the caller's ``session``."""
-        self._restore = push_translation(session, self.engines.schema)
+        self._restore = push_translation(session, self.engines.schema, self.engines.vectors)
 
     def _undo_translation(self) -> None:
         if self._restore is not None:

@@ -166,9 +166,17 @@ def _connection(target: Session | Connection) -> Connection:
     return target if isinstance(target, Connection) else target.connection()
 
 
-def _require(connection: Connection) -> None:
-    """Refuse unless the store was built with ``vectors=True`` (its tables migrated)."""
-    if not connection.get_execution_options().get(VECTORS_OPTION):
+def _require(target: Session | Connection) -> None:
+    """Refuse unless the store was built with ``vectors=True`` (its tables migrated).
+
+    A store's engines carry :data:`VECTORS_OPTION`; a caller's session joined
+    by such a store carries it in ``session.info`` while the work runs.
+    """
+    if isinstance(target, Session):
+        marked = target.info.get(VECTORS_OPTION)
+    else:
+        marked = target.get_execution_options().get(VECTORS_OPTION)
+    if not marked:
         raise VectorUnavailableError(
             "this SQL store keeps no vectors: build it with vectors=True (SQLiteStore(..., "
             "vectors=True), PostgreSQLStore(..., vectors=True)), which migrates the vector "
@@ -362,9 +370,8 @@ class VectorMethods:
 
     def _vector_connection(self) -> tuple[Run, str]:
         """``(run, dialect)`` after checking the store keeps vectors."""
-        connection = _connection(self.session)
-        _require(connection)
-        return self._execute, str(connection.dialect.name)
+        _require(self.session)
+        return self._execute, str(_connection(self.session).dialect.name)
 
     def save_vectors(
         self, namespace: str, spec: EmbeddingSpec, vectors: Mapping[str, Sequence[float]]

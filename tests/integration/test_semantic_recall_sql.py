@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy as sa
 from cli_runner import run_cli
 from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
 
 from firefly_orm import migrate
 from firefly_orm.entry import utcnow
@@ -311,6 +312,28 @@ def test_pgvector_walks_the_hnsw_index_and_fills_a_filtered_limit(pgvector_url: 
         lost, plan = search("off")
         assert lost == [], plan
     finally:
+        store.close()
+        migrate.downgrade(pgvector_url, "base", schema_name=schema)
+
+
+def test_a_session_bound_store_keeps_vectors_in_the_callers_transaction(
+    pgvector_url: str,
+) -> None:
+    schema = _schema()
+    store = PostgreSQLStore(pgvector_url, schema_name=schema, vectors=True, pool_min_size=0)
+    engine = sa.create_engine(pgvector_url, poolclass=sa.pool.NullPool)
+    try:
+        store.initialize()
+        with Session(engine) as session:
+            joined = store.bind_session(session)
+            ltm = LongTermMemory(store=joined, embedder=ConceptEmbeddingModel())
+            ltm.remember(CONTACT)
+            assert ltm.recall(QUESTION, mode="semantic")[0].item.text == CONTACT
+            session.rollback()  # the caller's rollback takes the item and its vector
+        assert LongTermMemory(store=store).count() == 0
+        assert _vector_rows(store) == 0
+    finally:
+        engine.dispose()
         store.close()
         migrate.downgrade(pgvector_url, "base", schema_name=schema)
 
