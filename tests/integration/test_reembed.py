@@ -8,18 +8,17 @@ and sizes, so recall by meaning can be checked after the switch.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_runner import run_cli
-from store_backends import open_backend
+from vector_stores import VECTOR_STORES, vector_store
 
-from firefly_orm import migrate
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import LongTermMemory, ReembedProgress, async_reembed, reembed
-from firefly_orm.sql import PostgreSQLStore, SQLiteStore
+from firefly_orm.sql import SQLiteStore
 from firefly_orm.testing.embeddings import ConceptEmbeddingModel
 from firefly_orm.vector import EmbeddingSpec, VectorUnavailableError
 
@@ -39,32 +38,11 @@ ITEMS = [
 ]
 
 
-@pytest.fixture(
-    params=[
-        "memory",
-        "file",
-        pytest.param("mongo", marks=pytest.mark.mongo),
-        "sqlite",
-        pytest.param("pgvector", marks=pytest.mark.pgvector),
-    ]
-)
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
+@pytest.fixture(params=VECTOR_STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A store that keeps vectors."""
-    kind = request.param
-    if kind in ("memory", "file", "mongo"):
-        opened = open_backend(request, kind)
-        yield opened.store
-        opened.close()
-    elif kind == "sqlite":
-        sqlite = SQLiteStore(tmp_path / "reembed.sqlite3", vectors=True)
-        yield sqlite
-        sqlite.close()
-    else:
-        url, schema = request.getfixturevalue("pgvector_url"), f"re_{uuid.uuid4().hex[:10]}"
-        postgres = PostgreSQLStore(url, schema_name=schema, vectors=True, pool_min_size=0)
-        yield postgres
-        postgres.close()
-        migrate.downgrade(url, "base", schema_name=schema)
+    with vector_store(request, tmp_path) as opened:
+        yield opened
 
 
 def remembered(store: Any, model: ConceptEmbeddingModel) -> LongTermMemory:

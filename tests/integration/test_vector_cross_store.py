@@ -13,18 +13,16 @@ from __future__ import annotations
 import math
 import random
 import struct
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from store_backends import open_backend
+from vector_stores import VECTOR_STORES, vector_store
 
-from firefly_orm import migrate
 from firefly_orm.entry import MemoryEntry, utcnow
 from firefly_orm.protocols import VectorRepository
-from firefly_orm.sql import PostgreSQLStore, SQLiteStore
 from firefly_orm.uow import unit_of_work_for
 from firefly_orm.vector import EmbeddingSpec
 
@@ -95,31 +93,11 @@ def _expected(query: list[float], options: dict[str, Any]) -> list[tuple[str, fl
     return [(entry_id, score) for score, _, entry_id in cut]
 
 
-@pytest.fixture(
-    params=[
-        "memory",
-        "file",
-        pytest.param("mongo", marks=pytest.mark.mongo),
-        "sqlite",
-        pytest.param("pgvector", marks=pytest.mark.pgvector),
-    ]
-)
-def store(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Any]:
-    kind = request.param
-    if kind in ("memory", "file", "mongo"):
-        opened = open_backend(request, kind)
-        yield opened.store
-        opened.close()
-    elif kind == "sqlite":
-        sqlite = SQLiteStore(tmp_path / "cross.sqlite3", vectors=True)
-        yield sqlite
-        sqlite.close()
-    else:
-        url, schema = request.getfixturevalue("pgvector_url"), f"x_{uuid.uuid4().hex[:10]}"
-        postgres = PostgreSQLStore(url, schema_name=schema, vectors=True, pool_min_size=0)
-        yield postgres
-        postgres.close()
-        migrate.downgrade(url, "base", schema_name=schema)
+@pytest.fixture(params=VECTOR_STORES)
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A store that keeps vectors."""
+    with vector_store(request, tmp_path) as opened:
+        yield opened
 
 
 def test_every_store_gives_the_brute_force_answer(store: Any) -> None:
