@@ -12,10 +12,10 @@ Storage
 
 Search
     Exact: a vector search reads the documents of the namespace that have a
-    vector of the asked spec, with the user, importance and expiry filters in
-    the query (on the ``(namespace, ...)`` / ``(user_id, namespace, ...)``
+    vector of the asked spec, with the user and importance filters in the
+    query (on the ``(namespace, ...)`` / ``(user_id, namespace, ...)``
     indexes), and compares every vector here (:mod:`firefly_orm.vector._exact`),
-    kind and tags filtered before the cut.  **The scan is bounded**: at most
+    expired entries, kind and tags filtered before the cut.  **The scan is bounded**: at most
     :data:`MAX_VECTOR_SCAN` documents per search, the newest; beyond that the
     older entries of that namespace (and user, when the search names one) are
     not compared, and a warning is logged.  Keep a namespace (or a user's share
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
-from datetime import datetime
 from typing import Any, Protocol, TypeVar, Unpack
 
 from firefly_orm._search import SearchHit
@@ -47,7 +46,6 @@ from firefly_orm.mongo._document import (
     VECTOR_FIELD,
     document_to_entry,
     is_live,
-    live_filter,
 )
 from firefly_orm.vector._exact import check_vector_changes, exact_hits, stored_vector
 from firefly_orm.vector._spec import EmbeddingSpec, VectorRequest, VectorSearchOptions
@@ -167,7 +165,9 @@ async def check_vectors(
 # --------------------------------------------------------------------------- reads
 
 
-def _search_query(request: VectorRequest, now: datetime) -> dict[str, Any]:
+def _search_query(request: VectorRequest) -> dict[str, Any]:
+    """The documents a search compares: no expiry condition (it would make SecantusDB scan
+    the collection instead of the namespace's index range; expired ones are dropped here)."""
     query: dict[str, Any] = {
         "namespace": request.namespace,
         _MODEL: request.spec.model,
@@ -177,7 +177,6 @@ def _search_query(request: VectorRequest, now: datetime) -> dict[str, Any]:
         query["user_id"] = request.user_id
     if request.min_importance is not None:
         query["importance"] = {"$gte": request.min_importance}
-    query.update(live_filter(now))
     return query
 
 
@@ -191,7 +190,7 @@ def _values(document: Mapping[str, Any]) -> Sequence[float]:
 async def search_vectors(col: Collection, request: VectorRequest) -> list[SearchHit]:
     """The exact nearest live entries of ``request`` (see the module docstring for the bound)."""
     now = utcnow()
-    cursor = col.find(_search_query(request, now)).sort(BY_TIME_NEWEST_FIRST)
+    cursor = col.find(_search_query(request)).sort(BY_TIME_NEWEST_FIRST)
     candidates: list[tuple[MemoryEntry, Sequence[float]]] = []
     async for document in cursor.limit(MAX_VECTOR_SCAN + 1):
         if len(candidates) == MAX_VECTOR_SCAN:
