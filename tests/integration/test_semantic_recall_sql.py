@@ -20,10 +20,14 @@ from typing import Any, cast
 import pytest
 import sqlalchemy as sa
 from cli_runner import run_cli
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic_ai.embeddings import Embedder
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
 from firefly_orm import migrate
+from firefly_orm.config import MemorySettings
 from firefly_orm.entry import utcnow
 from firefly_orm.errors import EntryValidationError, MigrationRequiredError
 from firefly_orm.long_term import LongTermMemory
@@ -145,6 +149,29 @@ def test_hostile_queries_and_filters_stay_values(vector_store: SQLAlchemyStore) 
     assert _vector_rows(vector_store) == 1 + len(HOSTILE)
 
 
+@pytest.fixture(scope="module")
+def sqlite_vectors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SQLiteStore]:
+    store = SQLiteStore(tmp_path_factory.mktemp("hostile") / "v.sqlite3", vectors=True)
+    yield store
+    store.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    query=st.text(max_size=40),
+    tag=st.text(min_size=1, max_size=30).filter(lambda t: "\x00" not in t),
+)
+def test_any_query_and_tag_stay_values(sqlite_vectors: SQLiteStore, query: str, tag: str) -> None:
+    ltm = _memory(sqlite_vectors, namespace="hostile")
+    ltm.clear()
+    ltm.remember(CONTACT, tags=[tag], key="tagged")
+    ltm.remember(OTHERS[0], tags=[tag + "x"])
+    for mode in ("text", "semantic", "hybrid"):
+        ltm.recall(query, mode=mode)
+    found = ltm.recall(QUESTION, mode="semantic", tags=[tag])
+    assert [r.item.key for r in found] == ["tagged"]
+
+
 def test_deletes_leave_no_vector_behind(vector_store: SQLAlchemyStore) -> None:
     ltm = _memory(vector_store)
     forgotten = ltm.remember(CONTACT, user_id="ada")
@@ -249,6 +276,33 @@ def test_a_store_without_vectors_refuses_an_embedder(tmp_path: Any) -> None:
         assert LongTermMemory(store=store).count() == 0  # nothing written
         with pytest.raises(EntryValidationError, match="needs an embedder"):
             LongTermMemory(store=store).recall(QUESTION, mode="semantic")
+    finally:
+        store.close()
+
+
+def test_from_config_with_an_embedding_model(tmp_path: Any) -> None:
+    settings = MemorySettings(
+        backend="sqlite",
+        sqlite_path=str(tmp_path / "configured.sqlite3"),
+        embedding_model="openai:text-embedding-3-small",
+    )
+    manager = MemoryManager.from_config(settings)
+    store = manager.store
+    assert isinstance(store, SQLAlchemyStore)
+    try:
+        assert store.vectors
+        assert migrate.vectors_current(store.engine) == migrate.vector_head()
+        embedder = manager.long_term.embedder
+        assert isinstance(embedder, Embedder) and embedder.model == settings.embedding_model
+
+        async def offline() -> str:
+            # The configured model stands in for the network one (pydantic-ai's override).
+            with embedder.override(model=ConceptEmbeddingModel()):
+                await manager.long_term.async_remember(CONTACT)
+                found = await manager.long_term.async_recall(QUESTION, mode="semantic")
+            return found[0].item.text
+
+        assert asyncio.run(offline()) == CONTACT
     finally:
         store.close()
 
