@@ -20,8 +20,8 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from firefly_orm.cli import _target
 from firefly_orm.cli._target import EXIT_OK, EXIT_USAGE, CliError, Progress, _resolve_target
-from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore
 
 if TYPE_CHECKING:
     from firefly_orm.long_term import ReembedProgress
@@ -76,20 +76,8 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
         raise CliError("--batch-size must be at least 1", EXIT_USAGE)
     embedder = _embedder(args)
     target = _resolve_target(args)
-    store: SQLAlchemyStore
-    if target.is_sqlite:
-        store = SQLAlchemyStore(target.url, vectors=True)
-    else:
-        store = PostgreSQLStore(
-            target.url,
-            schema_name=target.schema,
-            vectors=True,
-            pool_min_size=0,
-            timeout=args.timeout,
-        )
     reports = []
-    try:
-        store.initialize(migrate=False)
+    with _target._store(target, args, vectors=True) as store:
         for namespace in args.namespaces:
             reports.append(
                 reembed(
@@ -100,8 +88,6 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
                     on_batch=_progress(namespace, args.progress),
                 )
             )
-    finally:
-        store.close()
     for report in reports:
         if args.json:
             summary = {

@@ -195,15 +195,22 @@ def _require_existing_sqlite(target: Target) -> None:
         raise CliError(f"{where}no such database file: {path} (run `firefly-orm migrate` first)")
 
 
-def _open_store(target: Target, args: argparse.Namespace) -> Any:
-    """A store on ``target`` that checks the schema is at head (never migrates)."""
+def _open_store(target: Target, args: argparse.Namespace, *, vectors: bool = False) -> Any:
+    """A store on ``target`` that checks the schema is at head (never migrates).
+
+    ``vectors``: the store's vector tables too (built with ``vectors=True``).
+    """
     _require_existing_sqlite(target)
     store: Any
     if target.is_sqlite:
-        store = SQLAlchemyStore(target.url)
+        store = SQLAlchemyStore(target.url, vectors=vectors)
     else:
         store = PostgreSQLStore(
-            target.url, schema_name=target.schema, pool_min_size=0, timeout=args.timeout
+            target.url,
+            schema_name=target.schema,
+            pool_min_size=0,
+            timeout=args.timeout,
+            vectors=vectors,
         )
     try:
         store.initialize(migrate=False)
@@ -214,8 +221,8 @@ def _open_store(target: Target, args: argparse.Namespace) -> Any:
 
 
 @contextmanager
-def _store(target: Target, args: argparse.Namespace) -> Iterator[Any]:
-    store = _open_store(target, args)
+def _store(target: Target, args: argparse.Namespace, *, vectors: bool = False) -> Iterator[Any]:
+    store = _open_store(target, args, vectors=vectors)
     try:
         yield store
     finally:
