@@ -50,6 +50,7 @@ from firefly_orm.errors import (
     StoreCorruptedError,
 )
 from firefly_orm.long_term import LongTermMemory
+from firefly_orm.long_term._daily import is_log_namespace
 from firefly_orm.protocols import UnitOfWork
 from firefly_orm.sql import SQLUnitOfWork
 
@@ -67,6 +68,8 @@ def _conversation_memory(store: Any) -> ConversationMemory:
 def long_term_namespaces(store: Any) -> dict[str, Counter[str | None]]:
     """Every namespace holding live ``LONG_TERM`` entries, with their search languages.
 
+    Daily logs (:mod:`firefly_orm.long_term._daily`) are not items: left out.
+
     Returns:
         ``{namespace: Counter({search_language: entries})}`` (``None``: the
         entries are indexed with ``simple``), namespaces in sorted order.
@@ -81,6 +84,8 @@ def long_term_namespaces(store: Any) -> dict[str, Counter[str | None]]:
     found: dict[str, Counter[str | None]] = {}
     with store.engine.connect() as conn:
         for namespace, language, n in conn.execute(query):
+            if is_log_namespace(str(namespace)):
+                continue
             found.setdefault(str(namespace), Counter())[language] += int(n)
     return dict(sorted(found.items()))
 

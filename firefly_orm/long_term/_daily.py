@@ -42,15 +42,23 @@ from firefly_orm.long_term._model import item_from_entry
 from firefly_orm.long_term._ops import store_items
 from firefly_orm.protocols import UnitOfWork
 
-__all__ = ["DailyLogLine", "DailyLogs", "log_namespace", "store_and_log"]
+__all__ = ["DailyLogLine", "DailyLogs", "is_log_namespace", "log_namespace", "store_and_log"]
 
 _LINE = "line:"
 _DAY = "day:"
 
 
+_LOG_SUFFIX = ":daily-log"
+
+
 def log_namespace(namespace: str) -> str:
     """The namespace of the daily log of the long-term namespace ``namespace``."""
-    return f"{namespace}:daily-log"
+    return f"{namespace}{_LOG_SUFFIX}"
+
+
+def is_log_namespace(namespace: str) -> bool:
+    """Whether ``namespace`` holds a daily log (not items)."""
+    return namespace.endswith(_LOG_SUFFIX)
 
 
 @dataclass(frozen=True)

@@ -184,24 +184,30 @@ def test_stats_and_cleanup(target: Target) -> None:
     assert stats["conversations"] == 2
     assert stats["by_prefix"]["working"] == 2
     assert stats["by_prefix"]["facts"] == 4
-    assert stats["by_prefix"][DEFAULT_NAMESPACE] == 3
+    # The two remember() calls also wrote the daily log (a line each, a day row per owner).
+    log = f"{DEFAULT_NAMESPACE}:daily-log"
+    assert stats["by_prefix"][DEFAULT_NAMESPACE] == 3 + 4
     assert sum(stats["by_prefix"].values()) == total
     assert stats["by_scope"]["working"] == 2
-    assert stats["by_scope"]["long_term"] == 4 + 3
+    assert stats["by_scope"]["long_term"] == 4 + 3 + 4
     assert sum(stats["by_scope"].values()) == total
     # Long-term entries: every LONG_TERM row, live and expired, per namespace.
     long_term = stats["long_term"]
     assert long_term["by_namespace"] == _count_by_namespace(target, "scope = 'long_term'")
-    assert long_term["by_namespace"] == {"facts": 4, DEFAULT_NAMESPACE: 3}
-    assert long_term["entries"] == _count(target, "scope = 'long_term'") == 7
+    assert long_term["by_namespace"] == {"facts": 4, DEFAULT_NAMESPACE: 3, log: 4}
+    assert long_term["entries"] == _count(target, "scope = 'long_term'") == 11
     assert long_term["expired"] == 3 + 1
 
     text = run("stats", *target.args)
     assert text.returncode == 0 and "conversations: 2" in text.stdout
     lines = text.stdout.splitlines()
-    assert "long-term:     7 (4 expired)" in lines
+    assert "long-term:     11 (4 expired)" in lines
     by_namespace = lines[lines.index("long-term entries by namespace:") + 1 :]
-    assert [line.split() for line in by_namespace] == [["facts", "4"], [DEFAULT_NAMESPACE, "3"]]
+    assert [line.split() for line in by_namespace] == [
+        ["facts", "4"],
+        [DEFAULT_NAMESPACE, "3"],
+        [log, "4"],
+    ]
 
     cleanup = run("cleanup-expired", "--batch-size", "2", *target.args)
     assert cleanup.returncode == 0, cleanup.stderr
@@ -210,9 +216,9 @@ def test_stats_and_cleanup(target: Target) -> None:
     after = json.loads(run("stats", "--json", *target.args).stdout)
     assert after["expired"] == 0 and after["total"] == total - 4
     assert after["long_term"] == {
-        "entries": 3,
+        "entries": 3 + 4,
         "expired": 0,
-        "by_namespace": {"facts": 1, DEFAULT_NAMESPACE: 2},
+        "by_namespace": {"facts": 1, DEFAULT_NAMESPACE: 2, log: 4},
     }
 
 
