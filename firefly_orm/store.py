@@ -228,7 +228,10 @@ class InMemoryStore(AsyncTwins):
         old_ns = self._where.get(entry.entry_id)
         previous = None if old_ns is None else self._data[old_ns][entry.entry_id]
         apply_version(entry, previous)  # raises before anything is removed
-        kept = self._vectors.get(namespace, entry.entry_id)  # a re-save keeps its vector
+        # a re-save keeps its vector, unless its text changed (the vector no longer says it)
+        kept = self._vectors.get(namespace, entry.entry_id)
+        if previous is None or previous.search_text != entry.search_text:
+            kept = None
         spec = self._vectors.spec(namespace)
         if old_ns is not None:
             self._remove(old_ns, entry.entry_id)

@@ -275,7 +275,8 @@ class FileVectors:
             ConcurrencyError: A version precondition failed (nothing is written).
             EmbeddingMismatchError: A namespace would hold two models' vectors.
         """
-        removes = changes.erased_users or any(e is None for e in changes.writes.values())
+        touched = {vector_file(paths[ns]) for ns, _ in changes.writes}
+        removes = changes.erased_users or any(path.exists() for path in touched)
         if not (changes.vectors or changes.dropped_vectors or changes.cleared or removes):
             return  # nothing of it removes a vector or adds one
 
@@ -290,7 +291,12 @@ class FileVectors:
             remove_vectors(vector_file(paths[namespace]))
         deleted: dict[str, list[str]] = {}
         for (namespace, entry_id), entry in changes.writes.items():
-            if entry is None:
+            # deleted, or its text changed (the vector no longer says it)
+            if entry is None or (
+                vector_file(paths[namespace]).exists()
+                and (stored := current(namespace, entry_id)) is not None
+                and stored.search_text != entry.search_text
+            ):
                 deleted.setdefault(namespace, []).append(entry_id)
         for namespace, ids in deleted.items():
             forget(vector_file(paths[namespace]), ids)

@@ -160,6 +160,8 @@ class StagedVectorOperations:
                 if entry_id in fresh or entry_id in gone or hit.entry.user_id in erased:
                     continue
                 entry = restaged.get(entry_id)
+                if entry is not None and entry.search_text != hit.entry.search_text:
+                    continue  # a new text: its stored vector goes on commit
                 entry = hit.entry if entry is None else entry.copy_entry()
                 if request.accepts(entry):
                     hits.append(SearchHit(entry, hit.score))

@@ -121,3 +121,24 @@ def test_every_store_gives_the_brute_force_answer(store: Any) -> None:
                 assert [i for i, _ in got] == [i for i, _ in expected], options
                 for (_, score), (_, want) in zip(got, expected, strict=True):
                     assert score == pytest.approx(want, abs=1e-5)
+
+
+def test_a_new_text_drops_the_vector_and_a_resave_keeps_it(store: Any) -> None:
+    """As the SQL stores' trigger does: the vector said the old text."""
+    with unit_of_work_for(store) as uow:
+        for entry, _ in DATA[:3]:
+            uow.entries.save(NS, entry.copy_entry(expires_at=None))
+        assert isinstance(uow.entries, VectorRepository)
+        uow.entries.save_vectors(NS, SPEC, {e.entry_id: v for e, v in DATA[:3]})
+        uow.commit()
+    first, second = DATA[0][0], DATA[1][0]
+    with unit_of_work_for(store) as uow:
+        uow.entries.save(NS, first.copy_entry(importance=0.99))  # same text: kept
+        uow.entries.save(NS, second.copy_entry(search_text="another text"))  # new text: dropped
+        uow.commit()
+    with unit_of_work_for(store, read_only=True) as uow:
+        vectors = uow.entries
+        assert isinstance(vectors, VectorRepository)
+        assert [e.entry_id for e in vectors.unembedded(NS, limit=10)] == [second.entry_id]
+        hits = vectors.vector_search(NS, DATA[1][1], SPEC, limit=None)
+        assert {h.entry.entry_id for h in hits} == {first.entry_id, DATA[2][0].entry_id}
