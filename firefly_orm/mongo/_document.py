@@ -384,9 +384,11 @@ def upsert_pipeline(doc: Mapping[str, Any], commit: str | None = None) -> list[d
     else:
         values["version"] = {"$cond": [{"$eq": [f"${COMMIT_FIELD}", commit]}, "$version", bumped]}
         values[COMMIT_FIELD] = {"$literal": commit}
-    # A save into another namespace (a move) drops the vector; a re-save keeps it.
+    # A re-save keeps the vector; a move to another namespace or a new text drops it.
     same_namespace = {"$eq": ["$namespace", {"$literal": doc["namespace"]}]}
-    keep_vector = {"$cond": [same_namespace, f"${VECTOR_FIELD}", "$$REMOVE"]}
+    same_text = {"$eq": [{"$ifNull": ["$search_text", None]}, {"$literal": doc.get("search_text")}]}
+    keep = {"$and": [same_namespace, same_text]}
+    keep_vector = {"$cond": [keep, f"${VECTOR_FIELD}", "$$REMOVE"]}
     pipeline: list[dict[str, Any]] = [{"$set": {VECTOR_FIELD: keep_vector}}, {"$set": values}]
     absent = [name for name in _OPTIONAL_FIELDS if name not in doc]
     if absent:
