@@ -23,7 +23,8 @@ File layout
     record per commit: entries put, ids deleted); the format is described in
     :mod:`firefly_orm.file_store._log`.  The namespace is the snapshot with
     the log applied; the log is folded into the snapshot when it outgrows the
-    live entries, by :meth:`FileStore.compact` and by :meth:`FileStore.close`.
+    snapshot (or dead entries outweigh live ones), by :meth:`FileStore.compact`
+    and by :meth:`FileStore.close`.
     Every entry read back must carry the namespace the file was opened for, so
     even a hash collision would surface as
     :class:`~firefly_orm.errors.StoreCorruptedError` rather than mixing two
@@ -131,7 +132,8 @@ class FileStore(AsyncTwins, FileVectors):
     ``<namespace file>.json`` is one JSON document, ``{entry_id: entry}`` as
     the upstream FileStore writes it; the commits since it was written are
     appended to ``<namespace file>.log.jsonl`` and folded into it when the log
-    outgrows the live entries, by :meth:`compact` and by :meth:`close` (after
+    outgrows it (or dead entries outweigh live ones), by :meth:`compact` and
+    by :meth:`close` (after
     which every ``.json`` is the whole namespace).
 
     Safe to share between threads, and between processes that point at the same
@@ -386,7 +388,7 @@ class FileStore(AsyncTwins, FileVectors):
         Afterwards ``<namespace file>.json`` alone holds the whole namespace
         (until the next write), which is what tools reading the upstream
         FileStore's files see.  Writes compact on their own when a log
-        outgrows its namespace; this is for handing the files over.
+        outgrows its snapshot; this is for handing the files over.
 
         Args:
             namespace: The namespace to compact, or ``None`` for all of them.

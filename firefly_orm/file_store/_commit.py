@@ -11,11 +11,11 @@ caller (:class:`~firefly_orm.file_store.FileStore` takes them).
   several go through a commit journal (:mod:`firefly_orm.file_store._journal`):
   journal written, files changed, journal removed.  If a change fails half-way
   the files are put back and the journal dropped; if even that fails, the
-  journal stays and the next user completes the commit.  A namespace whose
-  dead bytes outweigh the live ones is compacted just before its line is
-  appended (a failed compaction is only logged), so a process that had read it
-  up to there adopts the new files as they are; one in the previous version's
-  format is converted first.
+  journal stays and the next user completes the commit.  A namespace due for
+  compaction (:meth:`~firefly_orm.file_store._log.NamespaceLog.needs_compaction`)
+  is compacted just before its line is appended (a failed compaction is only
+  logged), so a process that had read it up to there adopts the new files as
+  they are; one in the previous version's format is converted first.
 * :func:`fold_log`: compact on request (:meth:`FileStore.compact
   <firefly_orm.file_store.FileStore.compact>`).
 * :func:`roll_forward`: complete the journal of a writer that is gone.

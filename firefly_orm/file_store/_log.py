@@ -30,8 +30,9 @@ new snapshot (rename), then a new header-only log naming it replaces the old
 log (rename).  Stopped between the two, the old log names the old snapshot: it
 is stale, and the new snapshot already holds all of it.  A namespace is
 compacted once its dead bytes (replaced or deleted entries in the snapshot
-plus the log) outweigh its live entries (and :data:`COMPACT_MIN_BYTES`), so
-the files stay proportional to the live data and each commit costs O(its
+plus the log) outweigh its live entries, or its log outgrows its snapshot
+(either past :data:`COMPACT_MIN_BYTES`), so the files stay proportional to
+the live data, the snapshot holds most of it, and each commit costs O(its
 change), amortised; :meth:`FileStore.compact
 <firefly_orm.file_store.FileStore.compact>` (and ``close``) compacts on request.
 ``base`` names the log generation and offset a compaction was taken at: a
@@ -248,9 +249,17 @@ class NamespaceLog:
         return count + sum(1 for _ in new)
 
     def needs_compaction(self) -> bool:
-        """Whether the dead bytes outweigh the live entries (and the minimum)."""
+        """Whether the dead bytes outweigh the live ones, or the log the snapshot.
+
+        Either way past :data:`COMPACT_MIN_BYTES`.  A compaction writes about
+        what the appends since the last one wrote (at most twice as much), so
+        appends stay O(their size), amortised, and the snapshot holds at least
+        about half of the namespace.
+        """
         dead = self.snapshot_bytes + self.log_bytes - self.live_bytes
-        return dead > max(self.live_bytes, COMPACT_MIN_BYTES)
+        return dead > max(self.live_bytes, COMPACT_MIN_BYTES) or self.log_bytes > max(
+            self.snapshot_bytes, COMPACT_MIN_BYTES
+        )
 
     def apply(self, edit: Edit, line_bytes: int) -> None:
         """Apply a decoded record of ``line_bytes`` bytes to the entries."""
