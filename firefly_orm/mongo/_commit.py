@@ -20,26 +20,24 @@ import logging
 from typing import Any
 
 from firefly_orm.entry import MAX_ENTRY_VERSION, MemoryEntry, version_exhausted
-from firefly_orm.errors import ConcurrencyError, MissingExtraError
+from firefly_orm.errors import ConcurrencyError
 from firefly_orm.mongo._document import entry_to_document, upsert_pipeline
+from firefly_orm.mongo._driver import (
+    AsyncClientSession,
+    Collection,
+    DeleteMany,
+    DeleteOne,
+    UpdateMany,
+    UpdateOne,
+)
 from firefly_orm.mongo._journal import CommitPlan, Journal, conditional_write
 from firefly_orm.mongo._owner import IN_FLIGHT
 from firefly_orm.mongo._vectors import check_vectors, vector_namespaces, vector_specs, vector_writes
 from firefly_orm.uow import StagedChanges
 
-try:
-    from pymongo import DeleteMany, DeleteOne, UpdateMany, UpdateOne
-    from pymongo.asynchronous.client_session import AsyncClientSession
-    from pymongo.asynchronous.collection import AsyncCollection
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise MissingExtraError("MongoDBStore", "mongo", exc.name) from exc
-
 __all__ = ["apply_changes", "apply_journaled", "check_version_room"]
 
 logger = logging.getLogger("firefly_orm.mongo")
-
-#: The pymongo collection of a store's entries.
-Collection = AsyncCollection[dict[str, Any]]
 
 _Conditional = tuple[str, MemoryEntry, int]
 _Ordered = tuple[tuple[str, str], MemoryEntry | None]

@@ -65,19 +65,8 @@ from firefly_orm.entry import (
     unwrap_stored_json,
     wrap_json_for_storage,
 )
-from firefly_orm.errors import (
-    EntryValidationError,
-    MissingExtraError,
-    StoreCorruptedError,
-    scrub_secret,
-    url_secrets,
-)
-
-try:
-    from beanie import Document
-    from pymongo import IndexModel
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise MissingExtraError("MongoDBStore", "mongo", exc.name) from exc
+from firefly_orm.errors import EntryValidationError, StoreCorruptedError, scrub_secret, url_secrets
+from firefly_orm.mongo._driver import Document, IndexModel, PyMongoError
 
 __all__ = [
     "COMMIT_FIELD",
@@ -458,8 +447,6 @@ def validate_url(url: str, *, strict: bool = False) -> str:
     Raises:
         EntryValidationError: (field ``url``) when it is not accepted.
     """
-    from pymongo.errors import PyMongoError
-
     check: Callable[..., Any]
     try:
         from pymongo.uri_parser_shared import _validate_uri as check

@@ -50,25 +50,26 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from firefly_orm.entry import utcnow
-from firefly_orm.errors import MissingExtraError
 from firefly_orm.mongo._document import COMMIT_FIELD, upsert_pipeline
+from firefly_orm.mongo._driver import (
+    AsyncClientSession,
+    BulkWriteError,
+    Collection,
+    DeleteMany,
+    DeleteOne,
+    DuplicateKeyError,
+    ReturnDocument,
+    UpdateMany,
+    UpdateOne,
+    bson,
+)
 from firefly_orm.mongo._owner import IN_FLIGHT, current_owner, owner_state
 from firefly_orm.mongo._vectors import vector_write
-
-try:
-    import bson
-    from pymongo import DeleteMany, DeleteOne, ReturnDocument, UpdateMany, UpdateOne
-    from pymongo.asynchronous.client_session import AsyncClientSession
-    from pymongo.asynchronous.collection import AsyncCollection
-    from pymongo.errors import BulkWriteError, DuplicateKeyError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise MissingExtraError("MongoDBStore", "mongo", exc.name) from exc
 
 __all__ = ["CommitPlan", "Journal", "conditional_write", "lock_id"]
 
 logger = logging.getLogger("firefly_orm.mongo")
 
-Collection = AsyncCollection[dict[str, Any]]
 Write = DeleteMany | DeleteOne | UpdateOne | UpdateMany
 Outcome = Literal["forward", "undone", "dropped"]
 

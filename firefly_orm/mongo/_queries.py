@@ -67,7 +67,7 @@ from firefly_orm.mongo._document import (
     key_prefix_filter,
     live_filter,
 )
-from firefly_orm.mongo._journal import Collection
+from firefly_orm.mongo._driver import Collection
 
 __all__ = ["MATCHED", "find_live", "search_filters", "search_live", "search_pipeline"]
 

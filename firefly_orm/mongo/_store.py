@@ -45,13 +45,12 @@ from firefly_orm.errors import (
     ConcurrencyError,
     DatabaseConnectionError,
     EntryValidationError,
-    MissingExtraError,
     StoreError,
     redact_url,
     scrub_secret,
     url_secrets,
 )
-from firefly_orm.mongo._commit import Collection, apply_changes, apply_journaled
+from firefly_orm.mongo._commit import apply_changes, apply_journaled
 from firefly_orm.mongo._document import (
     BY_TIME,
     BY_TIME_NEWEST_FIRST,
@@ -64,20 +63,22 @@ from firefly_orm.mongo._document import (
     validate_database_name,
     validate_url,
 )
+from firefly_orm.mongo._driver import (
+    AsyncClientSession,
+    AsyncMongoClient,
+    Collection,
+    ConnectionFailure,
+    DuplicateKeyError,
+    InvalidDocument,
+    OperationFailure,
+    PyMongoError,
+    init_beanie,
+)
 from firefly_orm.mongo._journal import MAX_SETTLE_ROUNDS, Journal
 from firefly_orm.mongo._queries import find_live
 from firefly_orm.mongo._reads import UnitOfWorkReads
 from firefly_orm.protocols import ListOptions, OpensOnEnter, SearchOptions
 from firefly_orm.uow import StagedChanges, StagedUnitOfWork, SyncBackedAsyncUnitOfWork
-
-try:
-    from beanie import init_beanie
-    from bson.errors import InvalidDocument
-    from pymongo import AsyncMongoClient
-    from pymongo.asynchronous.client_session import AsyncClientSession
-    from pymongo.errors import ConnectionFailure, DuplicateKeyError, OperationFailure, PyMongoError
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise MissingExtraError("MongoDBStore", "mongo", exc.name) from exc
 
 __all__ = ["MongoDBStore"]
 

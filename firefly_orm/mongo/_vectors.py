@@ -40,22 +40,16 @@ from typing import Any, Protocol, TypeVar, Unpack
 
 from firefly_orm._search import SearchHit
 from firefly_orm.entry import MemoryEntry, utcnow, validate_namespace
-from firefly_orm.errors import MissingExtraError, StoreCorruptedError
+from firefly_orm.errors import StoreCorruptedError
 from firefly_orm.mongo._document import (
     BY_TIME_NEWEST_FIRST,
     VECTOR_FIELD,
     document_to_entry,
     is_live,
 )
+from firefly_orm.mongo._driver import AsyncClientSession, Collection, UpdateMany, UpdateOne
 from firefly_orm.vector._exact import check_vector_changes, exact_hits, stored_vector
 from firefly_orm.vector._spec import EmbeddingSpec, VectorRequest, VectorSearchOptions
-
-try:
-    from pymongo import UpdateMany, UpdateOne
-    from pymongo.asynchronous.client_session import AsyncClientSession
-    from pymongo.asynchronous.collection import AsyncCollection
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise MissingExtraError("MongoDBStore", "mongo", exc.name) from exc
 
 __all__ = [
     "MAX_VECTOR_SCAN",
@@ -71,7 +65,6 @@ __all__ = [
 logger = logging.getLogger("firefly_orm.mongo")
 
 T = TypeVar("T")
-Collection = AsyncCollection[dict[str, Any]]
 
 #: The most documents one vector search reads and compares (the newest first).
 MAX_VECTOR_SCAN = 20_000
