@@ -52,7 +52,12 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
     ),
     # config builds stores and layers from settings, and manager.from_config is public API.
     ("facade", frozenset({"manager", "assemble", "pydantic_ai", "config"})),
-    ("apps", frozenset({"cli", "interop", "upstream_import", "compat", "demo", "testing"})),
+    (
+        "apps",
+        frozenset(
+            {"cli", "interop", "upstream_import", "compat", "demo", "testing", "integrations"}
+        ),
+    ),
 )
 MAX_LINES = 700
 MAX_TOP_LEVEL = 18
