@@ -55,7 +55,16 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
     (
         "apps",
         frozenset(
-            {"cli", "interop", "upstream_import", "compat", "demo", "testing", "integrations"}
+            {
+                "cli",
+                "interop",
+                "upstream_import",
+                "compat",
+                "demo",
+                "testing",
+                "integrations",
+                "mcp",
+            }
         ),
     ),
 )
