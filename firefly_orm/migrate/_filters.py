@@ -14,6 +14,7 @@ from typing import Any
 from firefly_orm._search import is_search_index_object
 from firefly_orm.entry import TABLE_NAME
 from firefly_orm.migrate._config import VERSION_TABLE, validate_schema_name
+from firefly_orm.sql._graph import GRAPH_TABLES
 from firefly_orm.vector._spec import VECTOR_TABLE, VECTOR_VERSION_TABLE
 
 __all__ = [
@@ -25,14 +26,18 @@ __all__ = [
     "own_include_name",
 ]
 
-_OUR_TABLES = frozenset({TABLE_NAME, VERSION_TABLE, VECTOR_TABLE, VECTOR_VERSION_TABLE})
+_OUR_TABLES = frozenset(
+    {TABLE_NAME, VERSION_TABLE, VECTOR_TABLE, VECTOR_VERSION_TABLE}
+    | {table.name for table in GRAPH_TABLES}
+)
 
 NameFilter = Callable[[str | None, str, Any], bool]
 ObjectFilter = Callable[[Any, str | None, str, bool, Any], bool]
 
 
 def _is_ours(name: str | None) -> bool:
-    """Our tables: the entries, the vectors, their version tables, SQLite's full-text index."""
+    """Our tables: the entries, the vectors, the knowledge graph, their version tables,
+    SQLite's full-text index."""
     return name in _OUR_TABLES or is_search_index_object(name, "table")
 
 

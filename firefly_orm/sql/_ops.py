@@ -42,6 +42,7 @@ from firefly_orm.entry import (
 from firefly_orm.errors import ConcurrencyError, StoreError
 from firefly_orm.protocols import AppendedHead, ListOptions, TurnAppend
 from firefly_orm.sql import _statements as st
+from firefly_orm.sql._graph import ERASE_USER_GRAPH
 from firefly_orm.sql._vectors import VECTORS_OPTION, VectorMethods
 from firefly_orm.uow import RepositoryBase
 
@@ -509,6 +510,12 @@ class SQLEntryRepository(VectorMethods, RepositoryBase):
         return append_turn(self.session, request)
 
     def erase_user(self, user_id: str) -> None:
-        """Delete every entry of ``user_id`` in every namespace (one indexed statement)."""
+        """Delete every entry of ``user_id`` in every namespace, and their knowledge graph.
+
+        One indexed statement for the entries, one per knowledge-graph table
+        (entities, facts, history, pending extractions).
+        """
         validate_user_id(user_id)
         _execute(self.session, st.ERASE_USER, {"uid": user_id})
+        for statement in ERASE_USER_GRAPH:
+            _execute(self.session, statement, {"uid": user_id})

@@ -24,8 +24,11 @@ from firefly_orm import migrate
 from firefly_orm._search import SQLITE_FTS_TABLES, is_search_index_object
 from firefly_orm.entry import TABLE_NAME, metadata
 from firefly_orm.errors import EntryValidationError, MigrationRequiredError
+from firefly_orm.sql._graph import GRAPH_TABLES
 
 REPO = Path(__file__).resolve().parents[2]
+#: The knowledge graph's tables (0008), beside the entries.
+GRAPH_NAMES = {table.name for table in GRAPH_TABLES}
 
 
 def _diff(url: str, schema: str | None, model: sa.MetaData = metadata) -> list[object]:
@@ -146,7 +149,12 @@ def test_sqlite_upgrade_downgrade_upgrade(sqlite_url: str) -> None:
     assert revisions[-1] == migrate.head()
     assert migrate.check(sqlite_url) == revisions
     migrate.upgrade(sqlite_url)
-    assert _tables(sqlite_url, None) == {TABLE_NAME, migrate.VERSION_TABLE, *SQLITE_FTS_TABLES}
+    assert _tables(sqlite_url, None) == {
+        TABLE_NAME,
+        migrate.VERSION_TABLE,
+        *SQLITE_FTS_TABLES,
+        *GRAPH_NAMES,
+    }
     assert migrate.current(sqlite_url) == migrate.head()
     assert migrate.check(sqlite_url) == []
     migrate.downgrade(sqlite_url, "base")
@@ -203,7 +211,7 @@ def test_diff_detects_a_model_change(sqlite_url: str) -> None:
 @pytest.mark.postgres
 def test_postgres_custom_schema_round_trip(postgres_url: str, pg_schema: str) -> None:
     migrate.upgrade(postgres_url, schema_name=pg_schema)
-    assert _tables(postgres_url, pg_schema) == {TABLE_NAME, migrate.VERSION_TABLE}
+    assert _tables(postgres_url, pg_schema) == {TABLE_NAME, migrate.VERSION_TABLE, *GRAPH_NAMES}
     # our version table lives in the schema, not in public
     assert migrate.VERSION_TABLE not in _tables(postgres_url, "public")
     assert _diff(postgres_url, pg_schema) == []
@@ -375,7 +383,7 @@ def test_offline_sql_creates_everything_in_the_schema(postgres_url: str, pg_sche
     assert f"CREATE SCHEMA IF NOT EXISTS {pg_schema}" in script
     assert "CREATE TABLE memory_entries" not in script  # every table names the schema
     _run_sql_script(postgres_url, script)
-    assert _tables(postgres_url, pg_schema) == {TABLE_NAME, migrate.VERSION_TABLE}
+    assert _tables(postgres_url, pg_schema) == {TABLE_NAME, migrate.VERSION_TABLE, *GRAPH_NAMES}
     assert migrate.current(postgres_url, schema_name=pg_schema) == migrate.head()
     assert _diff(postgres_url, pg_schema) == []
     store = PostgreSQLStore(postgres_url, schema_name=pg_schema)
