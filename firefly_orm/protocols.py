@@ -70,6 +70,7 @@ __all__ = [
     "JoinsSession",
     "LocksRows",
     "OwnAsyncRunner",
+    "RunsStatements",
     "SearchableRepository",
     "TurnAppend",
     "UnitOfWork",
@@ -658,6 +659,16 @@ class SearchableRepository(Protocol):
         self, namespace: str, query: str, **options: Unpack[SearchOptions]
     ) -> builtins.list[SearchHit]:
         """See :meth:`EntryRepository.search`."""
+        ...
+
+
+@runtime_checkable
+class RunsStatements(Protocol):
+    """A repository that runs ``fn(target, *args)`` on its SQL ``Session`` or ``Connection``,
+    inside its unit of work (the SQL stores: how the knowledge graph reaches its tables)."""
+
+    def run_statements(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """``fn(target, *args)`` in this unit of work's transaction; its result."""
         ...
 
 
