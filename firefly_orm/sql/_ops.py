@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple, Unpack
+from typing import Any, NamedTuple, TypeVar, Unpack
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
@@ -69,6 +69,8 @@ __all__ = [
     "save_versioned",
     "search",
 ]
+
+T = TypeVar("T")
 
 #: What an operation runs on: a store-owned Connection or a caller's Session.
 Target = Session | Connection
@@ -508,6 +510,14 @@ class SQLEntryRepository(VectorMethods, RepositoryBase):
         validate_namespace(request.namespace)
         validate_entry(request.row, request.namespace)
         return append_turn(self.session, request)
+
+    def run_statements(self, fn: Callable[..., T], /, *args: Any) -> T:
+        """``fn(target, *args)`` on this unit of work's Session or Connection (its transaction).
+
+        How the knowledge graph (:mod:`firefly_orm.knowledge`) runs its
+        statements; ``fn`` executes them with ``_execute`` (the store's schema).
+        """
+        return fn(self.session, *args)
 
     def erase_user(self, user_id: str) -> None:
         """Delete every entry of ``user_id`` in every namespace, and their knowledge graph.
