@@ -65,6 +65,7 @@ from firefly_orm.cli._artifacts import _cmd_artifacts_export, _cmd_artifacts_imp
 from firefly_orm.cli._maintenance import CONVERSATION_PREFIX as CONVERSATION_PREFIX
 from firefly_orm.cli._maintenance import _cmd_cleanup, _cmd_stats
 from firefly_orm.cli._maintenance import collect_stats as collect_stats
+from firefly_orm.cli._mcp import add_mcp
 from firefly_orm.cli._migrate import (
     _cmd_check,
     _cmd_current,
@@ -275,6 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace", action="store_true", help="replace the workspace if it exists")
     add_rotate_keys(sub, common)
     add_reembed(sub, common)
+    add_mcp(sub, common)
     add("demo", "run the demo (firefly_orm.demo; other arguments go to it)", _cmd_demo)
     return parser
 
