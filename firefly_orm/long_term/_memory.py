@@ -47,7 +47,13 @@ from firefly_orm.long_term._model import (
     check_tags,
     parse_import_item,
 )
-from firefly_orm.long_term._recall import RECALL_MODES, Meaning, RecallRequest, run_recall
+from firefly_orm.long_term._recall import (
+    RECALL_MODES,
+    Meaning,
+    RecallMode,
+    RecallRequest,
+    run_recall,
+)
 from firefly_orm.store import InMemoryStore, MemoryStore
 
 __all__ = ["DEFAULT_NAMESPACE", "MAX_RETENTION_DAYS", "LongTermMemory"]
@@ -396,7 +402,7 @@ class LongTermMemory(DailyLogs, MemoryLayer):
         tags: Iterable[str] | None = None,
         user_id: str | None = None,
         kind: str | None = None,
-        mode: str | None = None,
+        mode: RecallMode | None = None,
     ) -> Operation[builtins.list[Recalled]]:
         """The owner's items that match ``query`` best, as :class:`Recalled` (item, score).
 
@@ -436,7 +442,7 @@ class LongTermMemory(DailyLogs, MemoryLayer):
             request = dataclasses.replace(request, meaning=Meaning(spec, vector))
         return (yield from Transaction.read(run_recall, request))
 
-    def _mode(self, mode: Any) -> str:
+    def _mode(self, mode: Any) -> RecallMode:
         """``mode`` checked (``None``: hybrid with an embedder, else text)."""
         if mode is None:
             return "text" if self._embedding is None else "hybrid"
@@ -446,7 +452,8 @@ class LongTermMemory(DailyLogs, MemoryLayer):
             raise EntryValidationError(
                 "mode", f"{mode!r} recall needs an embedder: LongTermMemory(..., embedder=...)"
             )
-        return str(mode)
+        checked: RecallMode = mode
+        return checked
 
     def _count(
         self,

@@ -25,6 +25,7 @@ mean nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 from firefly_orm.long_term._embedding import vector_repository
 from firefly_orm.long_term._model import Recalled, item_from_entry
@@ -37,12 +38,15 @@ __all__ = [
     "HYBRID_MIN_DEPTH",
     "RECALL_MODES",
     "Meaning",
+    "RecallMode",
     "RecallRequest",
     "run_recall",
 ]
 
+#: A mode of ``recall``.
+RecallMode = Literal["text", "semantic", "hybrid"]
 #: The modes of ``recall``.
-RECALL_MODES = ("text", "semantic", "hybrid")
+RECALL_MODES: tuple[RecallMode, ...] = get_args(RecallMode)
 #: Hybrid recall reads each ranking this many times deeper than the limit...
 HYBRID_DEPTH = 4
 #: ...and at least this deep.
@@ -68,7 +72,7 @@ class RecallRequest:
     user_id: str | None
     language: str | None
     where: ItemFilter
-    mode: str = "text"
+    mode: RecallMode = "text"
     #: The query's vector (``"semantic"`` and ``"hybrid"``).
     meaning: Meaning | None = None
 
