@@ -90,6 +90,7 @@ from typing import (
     overload,
 )
 
+from firefly_orm.bridges import _telemetry
 from firefly_orm.bridges._loop_thread import loop_running, shared_loop
 from firefly_orm.bridges._threads import call_blocking
 from firefly_orm.errors import ConcurrencyError
@@ -468,6 +469,7 @@ def retrying(
         except ConcurrencyError:
             if not budget.spend():
                 raise
+            _telemetry.retried()
             yield from budget.pause()
 
 
@@ -621,10 +623,14 @@ class LayerMethod(Protocol[L_contra, P, R_co]):
 
 
 def sync_method(op: Callable[Concatenate[L, P], Operation[T]]) -> LayerMethod[L, P, T]:
-    """The sync public method of an operation method: performs it with :func:`run`."""
+    """The sync public method of an operation method: performs it with :func:`run`.
+
+    Each call is one telemetry span (:mod:`firefly_orm.bridges._telemetry`).
+    """
 
     def method(layer: L, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return run(layer.store, op(layer, *args, **kwargs))
+        with _telemetry.operation(method.__qualname__, layer.store, args, kwargs) as record:
+            return record.done(run(layer.store, op(layer, *args, **kwargs)))
 
     _FORMS[method] = (op, False)
     return method
@@ -636,7 +642,8 @@ def async_method(
     """The async public method of an operation method: performs it with :func:`arun`."""
 
     async def method(layer: L, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await arun(layer.store, op(layer, *args, **kwargs))
+        with _telemetry.operation(method.__qualname__, layer.store, args, kwargs) as record:
+            return record.done(await arun(layer.store, op(layer, *args, **kwargs)))
 
     _FORMS[method] = (op, True)
     return method
