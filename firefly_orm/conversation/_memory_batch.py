@@ -15,6 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from firefly_orm.bridges import _telemetry
 from firefly_orm.bridges._release import SessionHold, released_before_callouts
 from firefly_orm.bridges._steps import Operation
 from firefly_orm.conversation._append import Appended, EncodedTurn, Policy
@@ -186,6 +187,7 @@ class ConversationBatches(OwnedLayer):
                 newest_over_budget=over is not None,
             )
             logger.debug("conversation %r trimmed: %s", conversation_id, event)
+            _telemetry.evicted(event.turns_removed, event.reason)
             yield from notify(self._on_trim, event)
         if appended.new_summary is not None:
             yield from notify(
