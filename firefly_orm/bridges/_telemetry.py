@@ -246,7 +246,7 @@ def retried() -> None:
 
 def evicted(turns: int, reason: str) -> None:
     """Count ``turns`` evicted from a conversation's window (a trim) for ``reason``."""
-    if trace is None:
+    if trace is None or turns <= 0:
         return
     record = _CURRENT.get()
     attributes = {EVICTION_REASON: reason}

@@ -28,6 +28,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.util import CommandError
 from sqlalchemy.engine import URL, Connection, Engine
 
+from firefly_orm.bridges import _telemetry
 from firefly_orm.entry import TABLE_NAME, metadata
 from firefly_orm.envnames import ENV_POSTGRES_SCHEMA, ENV_SQLITE_PATH
 from firefly_orm.errors import (
@@ -236,7 +237,7 @@ def upgrade(target: Target, *, schema_name: str | None = None, revision: str = "
             (SQLite: ``database is locked`` after
             :data:`firefly_orm.migrate._lock.SQLITE_LOCK_TIMEOUT` seconds).
     """
-    with _connect(target) as (conn, caller_tx):
+    with _telemetry.migration("upgrade", revision), _connect(target) as (conn, caller_tx):
         schema = _schema_for(conn, schema_name)
         # A first look without the lock: a database at head needs no lock at all.
         if not _upgrade_needed(
@@ -289,7 +290,8 @@ def downgrade(target: Target, revision: str, *, schema_name: str | None = None) 
 
     Runs in one transaction holding the migration lock, like :func:`upgrade`.
     """
-    _run(target, schema_name, alembic_downgrade, revision)
+    with _telemetry.migration("downgrade", revision):
+        _run(target, schema_name, alembic_downgrade, revision)
 
 
 def stamp(target: Target, revision: str = "head", *, schema_name: str | None = None) -> None:
