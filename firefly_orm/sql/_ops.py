@@ -80,7 +80,7 @@ Target = Session | Connection
 _TRANSLATE_KEY = "firefly_orm.schema_translate_map"
 
 
-def _execute(target: Target, stmt: Any, params: dict[str, Any]) -> Any:
+def _execute(target: Target, stmt: Any, params: Any) -> Any:
     translate = target.info.get(_TRANSLATE_KEY)
     if translate is None:
         return target.execute(stmt, params)
@@ -425,8 +425,9 @@ class SQLEntryRepository(VectorMethods, RepositoryBase):
     def __init__(self, session: Target) -> None:
         self.session = session
 
-    def _execute(self, stmt: Any, params: dict[str, Any]) -> Any:
-        """Run ``stmt`` on this transaction (the schema mapped, as every operation here)."""
+    def _execute(self, stmt: Any, params: Any) -> Any:
+        """Run ``stmt`` on this transaction (the schema mapped, as every operation here);
+        ``params`` a dict, or a list of dicts (executemany)."""
         return _execute(self.session, stmt, params)
 
     def get(self, namespace: str, entry_id: str) -> MemoryEntry | None:

@@ -159,7 +159,7 @@ class _PgVector(sa.types.UserDefinedType[Any]):
 
 #: Runs a statement with its parameters on the repository's transaction (the
 #: SQL repository's own ``_execute``, which applies the schema mapping).
-Run = Callable[[Any, dict[str, Any]], Any]
+Run = Callable[[Any, Any], Any]
 
 
 def _connection(target: Session | Connection) -> Connection:
@@ -346,8 +346,7 @@ def save_vectors(
         }
         for entry_id, vector in checked.items()
     ]
-    for row in rows:
-        run(stmt, row)
+    run(stmt, rows)  # one executemany
 
 
 def unembedded(run: Run, namespace: str, limit: int) -> list[MemoryEntry]:
@@ -365,7 +364,7 @@ class VectorMethods:
 
     session: Session | Connection
 
-    def _execute(self, stmt: Any, params: dict[str, Any]) -> Any:
+    def _execute(self, stmt: Any, params: Any) -> Any:
         raise NotImplementedError
 
     def _vector_connection(self) -> tuple[Run, str]:
