@@ -629,7 +629,7 @@ def sync_method(op: Callable[Concatenate[L, P], Operation[T]]) -> LayerMethod[L,
     """
 
     def method(layer: L, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        with _telemetry.operation(method.__qualname__, layer.store, args, kwargs) as record:
+        with _telemetry.operation(layer, method.__name__, args, kwargs) as record:
             return record.done(run(layer.store, op(layer, *args, **kwargs)))
 
     _FORMS[method] = (op, False)
@@ -642,7 +642,7 @@ def async_method(
     """The async public method of an operation method: performs it with :func:`arun`."""
 
     async def method(layer: L, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        with _telemetry.operation(method.__qualname__, layer.store, args, kwargs) as record:
+        with _telemetry.operation(layer, method.__name__, args, kwargs) as record:
             return record.done(await arun(layer.store, op(layer, *args, **kwargs)))
 
     _FORMS[method] = (op, True)

@@ -55,6 +55,8 @@ __all__ = [
     "EVICTIONS",
     "GEN_AI_OPERATIONS",
     "MEMORY_KINDS",
+    "gen_ai_operation",
+    "memory_kind",
     "RETRIES",
     "OperationRecord",
     "evicted",
@@ -90,28 +92,64 @@ REVISION = "firefly_orm.migration.revision"
 #: The namespace kind of each layer, by class name (a layer not listed: its class name).
 MEMORY_KINDS: Mapping[str, str] = {
     "ConversationMemory": "conversation",
-    "ConversationOwners": "conversation",
     "WorkingMemory": "working",
     "LongTermMemory": "long_term",
-    "DailyLog": "long_term",
-    "ArtifactRegistry": "artifacts",
-    "ArtifactHandle": "artifacts",
+    "DailyLogs": "long_term",
+    "Artifacts": "artifacts",
+    "ArtifactWorkspace": "artifacts",
     "MemoryManager": "manager",
 }
 
 #: The GenAI ``gen_ai.operation.name`` of a method, by the first word of its name.
 GEN_AI_OPERATIONS: Mapping[str, str] = {
     **dict.fromkeys(
-        ("add", "append", "set", "remember", "write", "put", "save", "new", "update", "edit"),
+        [
+            "add",
+            "append",
+            "copy",
+            "create",
+            "extend",
+            "import",
+            "new",
+            "promote",
+            "remember",
+            "set",
+            "update",
+            "write",
+        ],
         "update_memory",
     ),
     **dict.fromkeys(
-        ("get", "recall", "search", "list", "read", "user", "owner", "conversation", "assemble"),
+        [
+            "assemble",
+            "audit",
+            "conversation",
+            "count",
+            "current",
+            "daily",
+            "export",
+            "exists",
+            "files",
+            "get",
+            "has",
+            "history",
+            "info",
+            "items",
+            "keys",
+            "list",
+            "log",
+            "messages",
+            "owner",
+            "read",
+            "recall",
+            "stat",
+            "to",
+            "transcript",
+            "user",
+        ],
         "search_memory",
     ),
-    **dict.fromkeys(
-        ("clear", "forget", "delete", "erase", "remove", "reset", "pop"), "delete_memory"
-    ),
+    **dict.fromkeys(["clear", "delete", "erase", "forget", "prune", "reset"], "delete_memory"),
 }
 
 _SIZED = (list, tuple, set, frozenset, dict)
@@ -160,27 +198,42 @@ def gen_ai_operation(method: str) -> str | None:
     return GEN_AI_OPERATIONS.get(method.removeprefix("async_").split("_", 1)[0])
 
 
+def memory_kind(layer: type) -> str:
+    """The namespace kind of the layer class ``layer`` (:data:`MEMORY_KINDS`, else its name)."""
+    for cls in layer.__mro__:
+        if cls.__name__ in MEMORY_KINDS:
+            return MEMORY_KINDS[cls.__name__]
+    return layer.__name__
+
+
 @contextmanager
 def operation(
-    qualname: str, store: object, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    layer: Any, method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> Iterator[OperationRecord]:
-    """One span and one duration measurement around the public method ``qualname``.
+    """One span and one duration measurement around the public method ``method`` of ``layer``.
 
-    ``qualname`` is ``Layer.method`` or ``Layer.async_method``; ``args`` and
-    ``kwargs`` are the call's arguments, of which only the sizes are recorded.
-    The record yielded counts the operation's retries (:func:`retried`).
+    ``method`` is the attribute name (``add_turn`` or ``async_add_turn``);
+    ``args`` and ``kwargs`` are the call's arguments, of which only the sizes
+    are recorded.  The record yielded counts the operation's retries
+    (:func:`retried`) and takes the result's size (:meth:`OperationRecord.done`).
     """
-    layer, _, method = qualname.rpartition(".")
-    name = f"{layer}.{method.removeprefix('async_')}"
-    record = OperationRecord(name, type(store).__name__)
+    name = f"{type(layer).__name__}.{method.removeprefix('async_')}"
+    record = OperationRecord(name, type(layer.store).__name__)
     token = _CURRENT.set(record)
     try:
         if trace is None:
             yield record
             return
-        with _TRACER.start_as_current_span(
-            name, attributes=_attributes(record, layer, method)
-        ) as span:
+        attributes: dict[str, Any] = {
+            OPERATION: name,
+            KIND: memory_kind(type(layer)),
+            STORE: record.store,
+            IS_ASYNC: method.startswith("async_"),
+        }
+        gen_ai = gen_ai_operation(method)
+        if gen_ai is not None:
+            attributes[GEN_AI_OPERATION] = gen_ai
+        with _TRACER.start_as_current_span(name, attributes=attributes) as span:
             started = time.perf_counter()
             error: str | None = None
             try:
@@ -192,19 +245,6 @@ def operation(
                 _finish(span, record, error, time.perf_counter() - started, args, kwargs)
     finally:
         _CURRENT.reset(token)
-
-
-def _attributes(record: OperationRecord, layer: str, method: str) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
-        OPERATION: record.name,
-        KIND: MEMORY_KINDS.get(layer, layer),
-        STORE: record.store,
-        IS_ASYNC: method.startswith("async_"),
-    }
-    gen_ai = gen_ai_operation(method)
-    if gen_ai is not None:
-        attributes[GEN_AI_OPERATION] = gen_ai
-    return attributes
 
 
 def _finish(
