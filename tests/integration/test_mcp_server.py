@@ -27,6 +27,7 @@ from dbutil import drop_schema
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextResourceContents
 
 pytestmark = pytest.mark.timeout(120)
@@ -128,28 +129,27 @@ async def test_a_user_s_memory_over_stdio_and_nobody_else_s(database: list[str])
         assert [t["user"] for t in json.loads(content.text)["turns"]] == ["Hi", "Book"]
         assert await call(alice, "forget", id_or_key="city") == {"forgotten": True}
         assert await call(alice, "recall", query="Lisbon") == []
+        async with served(database, "bob") as bob:
+            assert "not found" in await refused(bob, "conversation_history", conversation_id="trip")
+            assert await call(bob, "recall", query="tea") == []
+            assert await call(bob, "list_conversations") == []
+            assert await call(bob, "get_fact", key="mood") == {
+                "key": "mood",
+                "value": None,
+                "found": False,
+            }
+            assert (await bob.list_resources()).resources == []
+            with pytest.raises(MCPError, match="not found"):
+                await bob.read_resource("conversation://trip")
+            assert await call(bob, "forget", id_or_key=kept["id"]) == {"forgotten": False}
+            # Bob writing to Alice's conversation id is refused too (it is hers).
+            assert "not found" in await refused(
+                bob, "add_turn", conversation_id="trip", user_prompt="x", assistant_response="y"
+            )
 
-    async with served(database, "bob") as bob:
-        assert "not found" in await refused(bob, "conversation_history", conversation_id="trip")
-        assert await call(bob, "recall", query="tea") == []
-        assert await call(bob, "list_conversations") == []
-        assert await call(bob, "get_fact", key="mood") == {
-            "key": "mood",
-            "value": None,
-            "found": False,
-        }
-        assert (await bob.list_resources()).resources == []
-        with pytest.raises(Exception, match="not found"):
-            await bob.read_resource("conversation://trip")
-        assert await call(bob, "forget", id_or_key=kept["id"]) == {"forgotten": False}
-        # Bob writing to Alice's conversation id is refused too (it is hers).
-        assert "not found" in await refused(
-            bob, "add_turn", conversation_id="trip", user_prompt="x", assistant_response="y"
-        )
-
-    async with served(database, "alice") as alice:  # bob's calls changed nothing of hers
-        assert [hit["id"] for hit in await call(alice, "recall", query="tea")] == [kept["id"]]
-        assert len(await call(alice, "conversation_history", conversation_id="trip")) == 2
+            # Bob's calls changed nothing of Alice's.
+            assert [hit["id"] for hit in await call(alice, "recall", query="tea")] == [kept["id"]]
+            assert len(await call(alice, "conversation_history", conversation_id="trip")) == 2
 
 
 async def test_bad_input_is_a_tool_error_and_writes_nothing(tmp_path: Path) -> None:
