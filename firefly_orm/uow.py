@@ -372,7 +372,17 @@ class _StagedRepository(RepositoryBase, StagedVectorOperations):
         copy = entry.copy_entry(namespace=namespace)
         changes = self._uow.changes
         if expected_version is not None:
-            changes.preconditions.append(Precondition(namespace, entry.entry_id, expected_version))
+            staged = changes.writes.get((namespace, entry.entry_id), _UNSTAGED)
+            if staged is _UNSTAGED:
+                changes.preconditions.append(
+                    Precondition(namespace, entry.entry_id, expected_version)
+                )
+            else:
+                # Written earlier in this unit of work: what a read here returned is
+                # the staged copy, so the condition is on it, checked now (a SQL
+                # transaction checks it against its own write the same way); the
+                # stored row is guarded by the first write's condition, if any.
+                _check_staged_version(namespace, entry.entry_id, staged, expected_version)
         # A move between namespaces deletes the old row (entry_id is global).
         saved_in = changes.saved_in.setdefault(entry.entry_id, set())
         for other in saved_in - {namespace}:
@@ -456,6 +466,21 @@ def check_version_room(previous: MemoryEntry | None) -> None:
     """
     if previous is not None and previous.version >= MAX_ENTRY_VERSION:
         raise version_exhausted(previous.entry_id)
+
+
+_UNSTAGED: Any = object()
+
+
+def _check_staged_version(
+    namespace: str, entry_id: str, staged: MemoryEntry | None, expected_version: int
+) -> None:
+    """Raise :class:`ConcurrencyError` unless ``staged`` (``None``: deleted) is at that version."""
+    actual = 0 if staged is None else staged.version
+    if actual != expected_version:
+        raise ConcurrencyError(
+            f"entry {entry_id!r} in {namespace!r} is at version {actual} in this unit of work, "
+            f"expected {expected_version}"
+        )
 
 
 def check_preconditions(

@@ -221,6 +221,27 @@ def test_expected_version_is_checked_in_the_right_namespace(store: Any) -> None:
     assert contents(store) == []
 
 
+def test_a_second_write_in_one_unit_of_work_is_conditioned_on_the_first(store: Any) -> None:
+    """A read after a write in the same unit of work gives the version to expect next."""
+    with uow_for(store) as uow:
+        uow.entries.save(NS, entry("head", "v1"), expected_version=0)
+        seen = uow.entries.get_by_key(NS, "head")
+        assert seen is not None
+        uow.entries.save(NS, seen.copy_entry(content="v2"), expected_version=seen.version)
+        with pytest.raises(ConcurrencyError, match="in this unit of work"):
+            uow.entries.save(NS, seen.copy_entry(content="x"), expected_version=seen.version + 1)
+        uow.commit()
+    assert [(e.content, e.version) for e in store.load(NS)] == [("v2", 1)]
+    with uow_for(store) as uow:
+        [stored] = uow.entries.list(NS)
+        uow.entries.delete(NS, stored.entry_id)
+        with pytest.raises(ConcurrencyError, match="at version 0 in this unit of work"):
+            uow.entries.save(NS, stored.copy_entry(), expected_version=stored.version)
+        uow.entries.save(NS, stored.copy_entry(content="again"), expected_version=0)
+        uow.commit()
+    assert contents(store) == ["again"]
+
+
 def test_precondition_checked_against_concurrent_writer(store: Any) -> None:
     head = entry("head", "v1")
     store.save(NS, head)
