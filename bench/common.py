@@ -172,7 +172,8 @@ class Row:
     ``kind == "cost"``: ``ratio`` is our cost as a multiple of the raw driver's
     (time per operation, lower is better).  ``kind == "growth"``: ``ours`` and
     ``baseline`` are growth factors and ``ratio`` is ours.  ``kind == "info"``:
-    no target.
+    no target.  ``kind == "quality"``: ``ratio`` is ours (a share, higher is
+    better, met when at least ``target``).
     """
 
     workload: str
@@ -188,7 +189,11 @@ class Row:
     @property
     def met(self) -> bool | None:
         """Whether the target is met (``None`` without a target)."""
-        return None if self.target is None else self.ratio <= self.target
+        if self.target is None:
+            return None
+        if self.kind == "quality":  # a share found (W8's recall@10): higher is better
+            return self.ratio >= self.target
+        return self.ratio <= self.target
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
