@@ -15,6 +15,8 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 def _fmt(value: float, unit: str) -> str:
+    if unit.startswith("recall"):
+        return f"{value:.3f}"
     if "growth" in unit:
         return f"{value:.2f}x"
     if unit.endswith("/s"):
@@ -25,6 +27,8 @@ def _fmt(value: float, unit: str) -> str:
 def _target(row: Row) -> str:
     if row.target is None:
         return "-"
+    if row.kind == "quality":
+        return f">= {row.target:g}"
     return f"growth <= {row.target:g}x" if row.kind == "growth" else f"<= {row.target:g}x"
 
 
@@ -40,7 +44,7 @@ def table(rows: list[Row]) -> str:
                 row.backend,
                 _fmt(row.ours, row.unit),
                 _fmt(row.baseline, row.unit),
-                f"{row.ratio:.2f}x",
+                _fmt(row.ratio, row.unit) if row.kind == "quality" else f"{row.ratio:.2f}x",
                 _target(row),
                 met,
             )
