@@ -49,7 +49,7 @@ CELLS_LEGEND = (
 )
 
 #: The workload ids ``--only`` accepts.
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7", "async")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7", "W8", "async")
 
 
 class Runner:
@@ -480,6 +480,11 @@ def main(argv: list[str] | None = None) -> int:
         "conversations it reads; W6 includes W6b)",
     )
     parser.add_argument("--no-async", action="store_true", help="skip the async rows")
+    parser.add_argument(
+        "--w8-100k",
+        action="store_true",
+        help="W8 (semantic recall) at 10k and 100k items instead of 1k and 10k (longer set-up)",
+    )
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--tmpdir", help="where the SQLite files go (default: a new temp dir)")
     parser.add_argument(
@@ -551,6 +556,11 @@ def main(argv: list[str] | None = None) -> int:
             except Skip as exc:
                 skipped["mongo"] = str(exc)
                 runner.log(f"mongo rows skipped: {exc}")
+        if runner.wants("W8"):
+            from bench import vectors
+
+            w8 = vectors.W8_QUICK if args.quick else vectors.W8_FULL
+            vectors.run_w8(runner, backends, tmp, vectors.W8_LARGE if args.w8_100k else w8)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runner.meta["skipped"] = skipped
