@@ -15,6 +15,7 @@ Usage::
     firefly-orm artifacts import DIR [--key KEY] [--user USER] [--replace]
     firefly-orm rotate-keys [--keys-file FILE] [--prefix P] [--batch-size N]
     firefly-orm reembed --namespace NS --model PROVIDER:MODEL [--batch-size N]
+    firefly-orm mcp --user-id USER   # or: mcp --transport http --tokens-file FILE (the MCP server)
     firefly-orm demo
 
 The database comes from ``--url``, else ``FIREFLY_AGENTIC_MEMORY_POSTGRES_URL``,
