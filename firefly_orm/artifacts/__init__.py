@@ -18,7 +18,8 @@ message.  Every operation is one unit of work on any store, sync or async.
 * :mod:`~firefly_orm.artifacts._ops`: the transactions (plain functions over a unit of work);
 * :mod:`~firefly_orm.artifacts._handle`: :class:`ArtifactWorkspace`, a handle on one workspace;
 * :mod:`~firefly_orm.artifacts._registry`: :class:`Artifacts`, the keyed workspaces;
-* :mod:`~firefly_orm.artifacts._flyte`: export to, and import from, Flyte's directory layout.
+* :mod:`~firefly_orm.artifacts._flyte`: export to, and import from, Flyte's directory layout,
+  and :class:`DirectoryWorkspace`, a workspace kept live in that layout.
 
 :mod:`~firefly_orm.artifacts._model` and :mod:`~firefly_orm.artifacts._workspace`
 keep their names for existing imports; they define nothing.
@@ -29,6 +30,7 @@ from firefly_orm.artifacts._errors import (
     ShaMismatchError,
     WorkspaceExistsError,
 )
+from firefly_orm.artifacts._flyte import DirectoryWorkspace
 from firefly_orm.artifacts._handle import ArtifactWorkspace
 from firefly_orm.artifacts._layout import Layout
 from firefly_orm.artifacts._registry import Artifacts
@@ -70,6 +72,7 @@ __all__ = [
     "ArtifactWorkspace",
     "Artifacts",
     "AuditRecord",
+    "DirectoryWorkspace",
     "FileInfo",
     "Layout",
     "ReadOnlyPathError",
