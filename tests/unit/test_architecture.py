@@ -47,7 +47,15 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
     (
         "layers",
         frozenset(
-            {"conversation", "working", "long_term", "artifacts", "summarization", "maintenance"}
+            {
+                "conversation",
+                "working",
+                "long_term",
+                "artifacts",
+                "summarization",
+                "maintenance",
+                "knowledge",
+            }
         ),
     ),
     # config builds stores and layers from settings, and manager.from_config is public API.
