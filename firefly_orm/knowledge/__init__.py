@@ -1,0 +1,53 @@
+"""Entity memory and a temporal knowledge graph, in the entries' SQL database.
+
+A user's conversations mention entities (people, places, products) and state
+facts about them (``user --lives_in--> Munich``).  :class:`KnowledgeGraph`
+keeps both per user in four tables beside the entries (migration
+``0008_knowledge_graph``, SQLite and PostgreSQL, the store's schema):
+
+* **updates, not piles**: each new fact is compared with the current facts of
+  its subject (matched by name and alias) and predicate, and the outcome is
+  one of add / confirm / update / supersede / ignore
+  (:meth:`KnowledgeGraph.add_fact`).  A superseded fact is not deleted: it
+  gets ``valid_to`` and the new one ``valid_from``, both keep their evidence,
+  so :meth:`KnowledgeGraph.facts_about` answers now or ``as_of`` any time;
+* **history**: every change is a row (who, what, when):
+  :meth:`KnowledgeGraph.history`;
+* **traversal**: :meth:`KnowledgeGraph.neighbors` and
+  :meth:`KnowledgeGraph.paths`, recursive CTEs over indexed facts;
+* :class:`EntityMemory`: get, list, search, merge and forget entities;
+* **extraction by a model** (:func:`extract_from_turn`, pydantic-ai structured
+  output, :class:`Extraction`): the model is called outside any transaction;
+  a failed or malformed answer is kept for :func:`process_pending` to retry.
+
+Each write is one unit of work; an entity is unique per user and normalised
+name, so concurrent extractions never create a duplicate.  ``erase_user``
+(the SQL store's, and so :meth:`MemoryManager.erase_user
+<firefly_orm.manager.MemoryManager.erase_user>`) deletes a user's entities,
+facts, history and pending extractions.  Every method has an ``async_`` twin.
+"""
+
+from __future__ import annotations
+
+from firefly_orm.knowledge._graph import EntityMemory, KnowledgeGraph
+from firefly_orm.knowledge._model import (
+    Entity,
+    ExtractedEntity,
+    Extraction,
+    Fact,
+    FactChange,
+    Outcome,
+    Triple,
+)
+
+__all__ = [
+    "Entity",
+    "EntityMemory",
+    "ExtractedEntity",
+    "Extraction",
+    "Fact",
+    "FactChange",
+    "KnowledgeGraph",
+    "Outcome",
+    "Triple",
+]

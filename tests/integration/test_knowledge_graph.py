@@ -1,0 +1,243 @@
+"""KnowledgeGraph and EntityMemory on SQLite and PostgreSQL (issue 30)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from dbutil import drop_schema
+
+from firefly_orm.errors import EntryValidationError
+from firefly_orm.knowledge import (
+    EntityMemory,
+    ExtractedEntity,
+    Extraction,
+    KnowledgeGraph,
+    Triple,
+)
+from firefly_orm.manager import MemoryManager
+from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
+from firefly_orm.sql._graph import ENTITIES, FACTS, GRAPH_TABLES, HISTORY
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLAlchemyStore]:
+    if request.param == "sqlite":
+        store: SQLAlchemyStore = SQLiteStore(tmp_path / "graph.sqlite3")
+        store.initialize()
+        yield store
+        store.close()
+        return
+    url = request.getfixturevalue("postgres_url")
+    schema = "kg_" + uuid.uuid4().hex[:10]
+    store = PostgreSQLStore(url, schema_name=schema)
+    store.initialize()
+    yield store
+    store.close()
+    drop_schema(url, schema)
+
+
+def _count(store: SQLAlchemyStore, table: sa.Table, user_id: str | None = None) -> int:
+    query = sa.select(sa.func.count()).select_from(table)
+    if user_id is not None:
+        query = query.where(table.c.user_id == user_id)
+    with store.engine.connect() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
+def test_moved_to_berlin_then_munich(sql_store: SQLAlchemyStore) -> None:
+    """The issue's scenario: one current fact, one superseded with its interval and evidence."""
+    graph = KnowledgeGraph(sql_store)
+    said_berlin, said_munich = T0, T0 + timedelta(days=30)
+    first = graph.add_fact(
+        "ann", "user", "lives in", "Berlin", evidence="t1", observed_at=said_berlin
+    )
+    second = graph.add_fact(
+        "ann", "user", "lives_in", "Munich", evidence="t2", observed_at=said_munich
+    )
+    assert (first.outcome, second.outcome) == ("add", "supersede")
+    assert [f.object for f in second.superseded] == ["Berlin"]
+
+    now = graph.facts_about("ann", "user")
+    assert [(f.predicate, f.object, f.evidence, f.valid_to) for f in now] == [
+        ("lives_in", "Munich", ["t2"], None)
+    ]
+    between = graph.facts_about("ann", "user", as_of=said_berlin + timedelta(days=1))
+    assert len(between) == 1
+    berlin = between[0]
+    assert (berlin.object, berlin.evidence) == ("Berlin", ["t1"])
+    assert (berlin.valid_from, berlin.valid_to) == (said_berlin, said_munich)
+    assert graph.facts_about("ann", "user", as_of=said_berlin - timedelta(days=1)) == []
+    # Nothing deleted; every change in the history; another user sees nothing.
+    assert _count(sql_store, FACTS, "ann") == 2
+    actions = [h["action"] for h in graph.history("ann")]
+    assert actions.count("add") == 1 and actions.count("supersede") == 1
+    assert graph.facts_about("bob", "user") == []
+
+
+def test_confirm_update_ignore_and_multi_valued(sql_store: SQLAlchemyStore) -> None:
+    graph = KnowledgeGraph(sql_store, multi_valued=["likes"], min_confidence=0.3)
+    graph.add_fact("ann", "user", "works_at", "Acme", evidence="t1", observed_at=T0)
+    again = graph.add_fact("ann", "USER", "works at", "acme", evidence="t2", observed_at=T0)
+    assert again.outcome == "confirm" and again.fact is not None
+    assert again.fact.evidence == ["t1", "t2"]
+    surer = graph.add_fact("ann", "user", "works_at", "Acme", evidence="t3", confidence=0.9)
+    assert surer.outcome == "update" and surer.fact is not None
+    assert surer.fact.confidence == 0.9
+    stale = graph.add_fact(
+        "ann", "user", "works_at", "Initech", evidence="t0", observed_at=T0 - timedelta(days=9)
+    )
+    assert stale.outcome == "ignore"
+    weak = graph.add_fact("ann", "user", "works_at", "Globex", confidence=0.1)
+    assert (weak.outcome, weak.fact) == ("ignore", None)
+    assert [f.object for f in graph.facts_about("ann", "user")] == ["Acme"]
+    # A multi-valued predicate keeps both objects; a literal object is a value, not an entity.
+    graph.add_fact("ann", "user", "likes", "jazz", object_is_entity=False)
+    graph.add_fact("ann", "user", "likes", "chess", object_is_entity=False)
+    likes = [f for f in graph.facts_about("ann", "user") if f.predicate == "likes"]
+    assert sorted(f.object for f in likes) == ["chess", "jazz"]
+    assert not any(f.object_is_entity for f in likes)
+    assert graph.entities.get("ann", "jazz") is None
+
+
+def test_aliases_match_subjects(sql_store: SQLAlchemyStore) -> None:
+    graph = KnowledgeGraph(sql_store)
+    graph.record(
+        "ann",
+        Extraction(entities=[ExtractedEntity(name="Robert Smith", type="person", aliases=["Bob"])]),
+    )
+    graph.add_fact("ann", "bob", "lives_in", "Paris", observed_at=T0)
+    change = graph.add_fact("ann", "Robert  smith", "lives_in", "Rome")
+    assert change.outcome == "supersede"
+    entity = graph.entities.get("ann", "BOB")
+    assert entity is not None and entity.name == "Robert Smith"
+    assert entity.entity_type == "person" and entity.mentions == 3
+    assert _count(sql_store, ENTITIES, "ann") == 3  # Robert Smith, Paris, Rome
+
+
+def test_neighbors_and_paths(sql_store: SQLAlchemyStore) -> None:
+    graph = KnowledgeGraph(sql_store, multi_valued=["knows"])
+    for subject, obj in [("ann", "bea"), ("bea", "cal"), ("cal", "dan"), ("ann", "cal")]:
+        graph.add_fact("u", subject, "knows", obj)
+    graph.add_fact("u", "dan", "lives_in", "Oslo", observed_at=T0)
+    graph.add_fact("u", "dan", "lives_in", "Bergen")  # Oslo is no longer a current neighbour
+    one = graph.neighbors("u", "ann", 1)
+    assert [(e.name, d) for e, d in one] == [("bea", 1), ("cal", 1)]
+    two = graph.neighbors("u", "ann", 2)
+    assert [(e.name, d) for e, d in two] == [("bea", 1), ("cal", 1), ("dan", 2)]
+    assert ("Oslo", 3) not in [(e.name, d) for e, d in graph.neighbors("u", "ann", 3)]
+    paths = graph.paths("u", "ann", "dan", 3)
+    hops = [[(f.subject, f.object) for f in path] for path in paths]
+    assert hops == [
+        [("ann", "cal"), ("cal", "dan")],
+        [("ann", "bea"), ("bea", "cal"), ("cal", "dan")],
+    ]
+    assert graph.paths("u", "ann", "dan", 1) == []
+    with pytest.raises(KeyError):
+        graph.neighbors("u", "nobody", 1)
+
+
+def test_merge_and_forget(sql_store: SQLAlchemyStore) -> None:
+    graph = KnowledgeGraph(sql_store)
+    memory = EntityMemory(sql_store)
+    graph.add_fact("ann", "NYC", "located_in", "USA")
+    graph.add_fact("ann", "user", "lives_in", "New York City")
+    merged = memory.merge("ann", "New York City", "NYC")
+    assert merged.aliases == ["NYC"] and merged.mentions == 2
+    assert memory.get("ann", "nyc") == merged
+    facts = graph.facts_about("ann", "New York City")
+    assert sorted((f.subject, f.object) for f in facts) == [
+        ("New York City", "USA"),
+        ("user", "New York City"),
+    ]
+    assert [e.name for e in memory.search("ann", "yc")] == ["New York City"]
+    assert {e.name for e in memory.list("ann")} == {"New York City", "USA", "user"}
+    with pytest.raises(EntryValidationError):
+        memory.merge("ann", "NYC", "New York City")
+    assert memory.forget("ann", "New York City") == 2
+    assert memory.get("ann", "NYC") is None
+    assert _count(sql_store, FACTS, "ann") == 0
+    assert graph.history("ann")[0]["action"] == "forget"
+
+
+def test_bad_input_writes_nothing(sql_store: SQLAlchemyStore) -> None:
+    graph = KnowledgeGraph(sql_store)
+    bad_calls: list[Callable[[], object]] = [
+        lambda: graph.add_fact("ann", "", "p", "o"),
+        lambda: graph.add_fact("ann", "s", "  ", "o"),
+        lambda: graph.add_fact("ann", "s", "p", "o", confidence=1.5),
+        lambda: graph.add_fact("ann", "s", "p", "o", observed_at=datetime(2026, 1, 1)),
+        lambda: graph.add_fact("", "s", "p", "o"),
+        lambda: graph.neighbors("ann", "s", 0),
+    ]
+    for call in bad_calls:
+        with pytest.raises(EntryValidationError):
+            call()
+    assert sum(_count(sql_store, table) for table in GRAPH_TABLES) == 0
+    with pytest.raises(EntryValidationError):
+        KnowledgeGraph(MemoryManager().store)
+
+
+def test_erase_user_removes_the_graph(sql_store: SQLAlchemyStore) -> None:
+    """MemoryManager.erase_user (the SQL store's erase_user) leaves nothing of the user's graph."""
+    manager = MemoryManager(store=sql_store)
+    graph = KnowledgeGraph(sql_store)
+    for user in ("ann", "bob"):
+        manager.add_turn(f"c-{user}", "user", "I moved to Berlin", user_id=user)
+        graph.add_fact(user, "user", "lives_in", "Berlin", evidence="t1")
+    assert _count(sql_store, HISTORY, "ann") > 0
+    manager.erase_user("ann")
+    for table in GRAPH_TABLES:
+        assert _count(sql_store, table, "ann") == 0, table.name
+    assert [f.object for f in graph.facts_about("bob", "user")] == ["Berlin"]
+
+
+def test_concurrent_writers_create_one_entity(sql_store: SQLAlchemyStore) -> None:
+    """Two threads record the same new entities at once: one row each, mentions counted."""
+    names = [f"Place {i}" for i in range(6)]
+    extraction = Extraction(entities=[ExtractedEntity(name=n) for n in names])
+    graph = KnowledgeGraph(sql_store)
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            barrier.wait()
+            graph.record("ann", extraction)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert _count(sql_store, ENTITIES, "ann") == len(names)
+    assert {e.mentions for e in graph.entities.list("ann")} == {2}
+
+
+def test_async_twins(sql_store: SQLAlchemyStore) -> None:
+    graph = KnowledgeGraph(sql_store)
+
+    async def scenario() -> list[str]:
+        await graph.async_add_fact("ann", "user", "lives_in", "Berlin", observed_at=T0)
+        await graph.async_record(
+            "ann",
+            Extraction(triples=[Triple(subject="user", predicate="lives_in", object="Munich")]),
+            evidence="t2",
+        )
+        facts = await graph.async_facts_about("ann", "user")
+        entity = await graph.entities.async_get("ann", "munich")
+        assert entity is not None
+        return [f.object for f in facts]
+
+    assert asyncio.run(scenario()) == ["Munich"]
