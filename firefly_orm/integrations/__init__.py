@@ -7,7 +7,9 @@ gives (its store's transactions, token budgets and eviction, user binding and
 holds for the framework's sessions too:
 
 * :mod:`firefly_orm.integrations.openai_agents`: an OpenAI Agents SDK
-  ``Session`` (extra ``openai-agents``).
+  ``Session`` (extra ``openai-agents``);
+* :mod:`firefly_orm.integrations.langchain`: a LangChain
+  ``BaseChatMessageHistory`` (extra ``langchain``).
 
 Importing this package imports no framework; import the module you need.
 """

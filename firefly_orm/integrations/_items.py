@@ -17,12 +17,29 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from firefly_orm.conversation import ConversationTurn
+from firefly_orm.conversation import ConversationMemory, ConversationTurn
+from firefly_orm.errors import EntryValidationError
 
-__all__ = ["Texts", "flatten", "last_items", "split_texts"]
+__all__ = ["Texts", "check_session", "flatten", "last_items", "split_texts"]
 
 #: ``(user_prompt, assistant_response)``: the text a turn is indexed and counted by.
 Texts = tuple[str, str]
+
+
+def check_session(session_id: Any, memory: Any) -> str:
+    """``session_id`` if it can be a conversation id and ``memory`` is a ``ConversationMemory``.
+
+    Raises:
+        EntryValidationError: ``session_id`` is not a non-empty string without NUL characters.
+        TypeError: ``memory`` is not a ``ConversationMemory``.
+    """
+    if not isinstance(session_id, str) or not session_id or "\x00" in session_id:
+        raise EntryValidationError(
+            "session_id", "must be a non-empty string without NUL characters"
+        )
+    if not isinstance(memory, ConversationMemory):
+        raise TypeError(f"memory must be a ConversationMemory, got {type(memory).__name__}")
+    return session_id
 
 
 def flatten(

@@ -39,8 +39,8 @@ from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from firefly_orm.conversation import ConversationMemory
-from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
-from firefly_orm.integrations._items import flatten, last_items, split_texts
+from firefly_orm.errors import ConversationNotFoundError
+from firefly_orm.integrations._items import check_session, flatten, last_items, split_texts
 
 __all__ = ["FireflySession"]
 
@@ -75,13 +75,7 @@ class FireflySession:
         *,
         session_settings: SessionSettings | None = None,
     ) -> None:
-        if not isinstance(session_id, str) or not session_id or "\x00" in session_id:
-            raise EntryValidationError(
-                "session_id", "must be a non-empty string without NUL characters"
-            )
-        if not isinstance(memory, ConversationMemory):
-            raise TypeError(f"memory must be a ConversationMemory, got {type(memory).__name__}")
-        self.session_id = session_id
+        self.session_id = check_session(session_id, memory)
         self.session_settings = session_settings
         self._memory = memory
 

@@ -19,6 +19,7 @@ from agents import Agent, Runner, set_tracing_disabled
 from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 from agents.models.interface import Model
 from agents.usage import Usage
+from helpers.adapter_processes import open_store
 from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
 from firefly_orm import ConversationMemory
@@ -69,15 +70,6 @@ async def run_turn(session: FireflySession, prompt: str) -> str:
     agent = Agent(name="echo", instructions="Repeat.", model=EchoModel())
     result = await Runner.run(agent, prompt, session=session)
     return str(result.final_output)
-
-
-def open_store(kind: str, location: str, schema: str) -> Any:
-    """The SQLite file or PostgreSQL schema a test made."""
-    from firefly_orm.sql import PostgreSQLStore, SQLiteStore
-
-    if kind == "sqlite":
-        return SQLiteStore(location)
-    return PostgreSQLStore(location, schema_name=schema)
 
 
 async def main(kind: str, location: str, schema: str, session_id: str, prompt: str) -> None:

@@ -9,15 +9,12 @@ each test naming the upstream tests it ports, and add what our layers give
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 from agents.items import TResponseInputItem
 from agents.memory import Session, SessionSettings
+from helpers.adapter_processes import run_second_process
 from helpers.openai_agents_echo import run_turn, user_texts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -28,7 +25,6 @@ from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
 from firefly_orm.integrations.openai_agents import FireflySession
 
 THREE = backend_params(["memory", "sqlite", "postgres"])
-REPO = Path(__file__).resolve().parents[2]
 
 #: Each test runs on these backends (the memory layer makes every other store the same).
 on_three = pytest.mark.parametrize("layer_backend", THREE, indirect=True)
@@ -203,28 +199,9 @@ async def test_runner_resumes_in_a_second_process(
     if layer_backend.name == "memory":
         answer = await run_turn(session, "Which state?")
     else:
-        place = layer_backend.place
-        location = (
-            str(place.tmp_path / "db" / "memory.sqlite3")
-            if layer_backend.name == "sqlite"
-            else place.postgres()
+        answer = run_second_process(
+            "openai_agents_echo", layer_backend, "runner_integration_test", "Which state?"
         )
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            filter(None, [str(REPO), str(REPO / "tests"), env.get("PYTHONPATH")])
-        )
-        argv = [layer_backend.name, location, place.name, "runner_integration_test", "Which state?"]
-        done = subprocess.run(
-            [sys.executable, "-m", "helpers.openai_agents_echo", *argv],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        answer = done.stdout.strip()
     assert answer == "heard: Golden Gate Bridge? | Which state?"
     items = await session.get_items()
     assert user_texts(items) == ["Golden Gate Bridge?", "Which state?"]
