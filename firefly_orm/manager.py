@@ -48,7 +48,6 @@ from firefly_orm.entry import derived_entry_id, validate_user_id
 from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import DEFAULT_NAMESPACE, EPISODIC, LongTermMemory
-from firefly_orm.long_term._embedding import EmbedderLike
 from firefly_orm.long_term.promotion import Scorer
 from firefly_orm.protocols import UnitOfWork
 from firefly_orm.store import InMemoryStore, MemoryStore
@@ -56,6 +55,7 @@ from firefly_orm.working import WorkingMemory
 
 if TYPE_CHECKING:
     from firefly_orm.config import MemorySettings
+    from firefly_orm.long_term._embedding import EmbedderLike
 
 __all__ = ["MemoryManager"]
 

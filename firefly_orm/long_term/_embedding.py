@@ -18,12 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
-
-from pydantic_ai.embeddings import Embedder, EmbeddingModel, EmbeddingResult
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from firefly_orm.bridges._steps import CallOut, Operation
-from firefly_orm.errors import EntryValidationError, StoreError
+from firefly_orm.errors import EntryValidationError, MissingExtraError, StoreError
 from firefly_orm.protocols import UnitOfWork, VectorRepository, declares
 from firefly_orm.vector._errors import VectorUnavailableError
 from firefly_orm.vector._spec import EmbeddingSpec, check_vector
@@ -33,8 +32,22 @@ __all__ = ["DEFAULT_BATCH_SIZE", "Embedded", "Embedding", "as_embedder", "vector
 #: How many texts one embedding request carries at most.
 DEFAULT_BATCH_SIZE = 64
 
-#: An embedder as the memories accept it.
-EmbedderLike = Embedder | EmbeddingModel | str
+if TYPE_CHECKING:  # pydantic-ai is an extra: imported when an embedder is given
+    from pydantic_ai.embeddings import Embedder, EmbeddingModel, EmbeddingResult
+
+    #: An embedder as the memories accept it.
+    EmbedderLike: TypeAlias = Embedder | EmbeddingModel | str
+else:  # at run time the name must import without pydantic-ai
+    EmbedderLike = Any
+
+
+def _embeddings() -> ModuleType:
+    """``pydantic_ai.embeddings``, or the error naming the extra to install."""
+    try:
+        import pydantic_ai.embeddings as embeddings
+    except ImportError as exc:
+        raise MissingExtraError("recall by meaning (embedder=)", "pydantic-ai", exc.name) from exc
+    return embeddings
 
 
 def as_embedder(value: Any) -> Embedder:
@@ -43,13 +56,17 @@ def as_embedder(value: Any) -> Embedder:
 
     Raises:
         EntryValidationError: Anything else.
+        MissingExtraError: pydantic-ai is not installed.
     """
-    if isinstance(value, Embedder):
-        return value
-    if isinstance(value, EmbeddingModel):
-        return Embedder(value)
-    if isinstance(value, str) and value.strip():
-        return Embedder(value)
+    embeddings = _embeddings()
+    if isinstance(value, embeddings.Embedder):
+        given: Embedder = value
+        return given
+    if isinstance(value, embeddings.EmbeddingModel | str) and (
+        not isinstance(value, str) or value.strip()
+    ):
+        embedder: Embedder = embeddings.Embedder(value)
+        return embedder
     raise EntryValidationError(
         "embedder",
         "must be a pydantic_ai Embedder, an EmbeddingModel or a model name such as "

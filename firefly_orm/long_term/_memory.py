@@ -13,7 +13,7 @@ import logging
 import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from firefly_orm._layout import layer_of_namespace
 from firefly_orm._maintenance import refresh_statistics
@@ -36,7 +36,7 @@ from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import _ops as ops
 from firefly_orm.long_term._daily import DailyLogs, store_and_log
-from firefly_orm.long_term._embedding import Embedded, EmbedderLike, Embedding, as_embedder
+from firefly_orm.long_term._embedding import Embedded, Embedding, as_embedder
 from firefly_orm.long_term._model import (
     SEMANTIC,
     ItemDraft,
@@ -55,6 +55,9 @@ from firefly_orm.long_term._recall import (
     run_recall,
 )
 from firefly_orm.store import InMemoryStore, MemoryStore
+
+if TYPE_CHECKING:
+    from firefly_orm.long_term._embedding import EmbedderLike
 
 __all__ = ["DEFAULT_NAMESPACE", "MAX_RETENTION_DAYS", "LongTermMemory"]
 
