@@ -394,7 +394,7 @@ def pgvector_server() -> Iterator[str]:
 
 
 def _label(level: int) -> str:
-    return f"{level // 1000}k" if level >= 1000 else str(level)
+    return f"{level / 1000:g}k" if level >= 1000 else str(level)
 
 
 def recall_at_k(found: Sequence[str], query: Any, index: dict[str, int], matrix: Any) -> float:
@@ -459,7 +459,7 @@ def _load_level(
     cache = VectorCache()
     matrix = cache.matrix(corpus.texts)  # every item's vector, computed once here
     embedded = time.perf_counter() - started
-    ours, base = make_pair(f"w8_{_label(size)}", cache)
+    ours, base = make_pair(f"w8_{size}", cache)
     ids = ours.load(corpus.items)
     base.load(ids, corpus.items)
     elapsed = time.perf_counter() - started
