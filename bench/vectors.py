@@ -43,8 +43,10 @@ Rows:
 
 The corpus (seeded): each item is a name (from a pool of ``items / 20``),
 two words of one concept of the model's lexicon, and five words of a
-2,000-word vocabulary drawn with Zipf weights, shuffled; each query is a name
-of an item, one concept word and two vocabulary words, never an item's text.
+2,000-word vocabulary drawn with Zipf weights, shuffled; each query is one
+word of a random item (the first of its shuffled words: its name, a concept
+word or a vocabulary word), one word of a random concept and two vocabulary
+words, shuffled, never an item's text.
 """
 
 from __future__ import annotations
