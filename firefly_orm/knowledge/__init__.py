@@ -16,9 +16,12 @@ keeps both per user in four tables beside the entries (migration
 * **traversal**: :meth:`KnowledgeGraph.neighbors` and
   :meth:`KnowledgeGraph.paths`, recursive CTEs over indexed facts;
 * :class:`EntityMemory`: get, list, search, merge and forget entities;
-* **extraction by a model** (:func:`extract_from_turn`, pydantic-ai structured
-  output, :class:`Extraction`): the model is called outside any transaction;
-  a failed or malformed answer is kept for :func:`process_pending` to retry.
+* **extraction by a model** (:meth:`KnowledgeExtractor.extract_from_turn`,
+  pydantic-ai structured output :class:`Extraction`), called by the app after
+  it stores a turn: the model is called outside any transaction; a failed or
+  malformed answer leaves the turn stored and is queued for
+  :meth:`KnowledgeExtractor.process_pending` to retry, a bounded number of
+  times (:meth:`KnowledgeExtractor.stats`).
 
 Each write is one unit of work; an entity is unique per user and normalised
 name, so concurrent extractions never create a duplicate.  ``erase_user``
@@ -29,6 +32,12 @@ facts, history and pending extractions.  Every method has an ``async_`` twin.
 
 from __future__ import annotations
 
+from firefly_orm.knowledge._extract import (
+    DEFAULT_INSTRUCTIONS,
+    ExtractionResult,
+    KnowledgeExtractor,
+    PendingReport,
+)
 from firefly_orm.knowledge._graph import EntityMemory, KnowledgeGraph
 from firefly_orm.knowledge._model import (
     Entity,
@@ -41,13 +50,17 @@ from firefly_orm.knowledge._model import (
 )
 
 __all__ = [
+    "DEFAULT_INSTRUCTIONS",
     "Entity",
     "EntityMemory",
     "ExtractedEntity",
     "Extraction",
+    "ExtractionResult",
     "Fact",
     "FactChange",
+    "KnowledgeExtractor",
     "KnowledgeGraph",
     "Outcome",
+    "PendingReport",
     "Triple",
 ]

@@ -45,12 +45,12 @@ from firefly_orm.protocols import MemoryStore, RunsStatements, UnitOfWork
 from firefly_orm.sql import SessionBoundStore, SQLAlchemyStore
 from firefly_orm.sql._graph import ENTITIES, FACTS, HISTORY
 
-__all__ = ["EntityMemory", "KnowledgeGraph"]
+__all__ = ["EntityMemory", "KnowledgeGraph", "on_target"]
 
 T = TypeVar("T")
 
 
-def _on_target(uow: UnitOfWork, fn: Callable[..., T], *args: Any) -> T:
+def on_target(uow: UnitOfWork, fn: Callable[..., T], *args: Any) -> T:
     """``fn(target, *args)`` inside ``uow`` (a SQL store's unit of work)."""
     entries = uow.entries
     if not isinstance(entries, RunsStatements):
@@ -109,7 +109,7 @@ class EntityMemory(MemoryLayer):
         """The user's entity called ``name`` (its name or an alias), or ``None``."""
         validate_user_id(user_id)
         _name("name", name)
-        return (yield from Transaction.read(_on_target, find_entity, user_id, name))
+        return (yield from Transaction.read(on_target, find_entity, user_id, name))
 
     def _list(self, user_id: str, *, limit: int = 100) -> Operation[builtins.list[Entity]]:
         """The user's entities, most mentioned first (at most ``limit``)."""
@@ -120,7 +120,7 @@ class EntityMemory(MemoryLayer):
             .order_by(ENTITIES.c.mentions.desc(), ENTITIES.c.name)
             .limit(limit)
         )
-        return (yield from Transaction.read(_on_target, _entities, query))
+        return (yield from Transaction.read(on_target, _entities, query))
 
     def _search(
         self, user_id: str, text: str, *, limit: int = 20
@@ -142,7 +142,7 @@ class EntityMemory(MemoryLayer):
             .order_by(ENTITIES.c.mentions.desc(), ENTITIES.c.name)
             .limit(limit)
         )
-        return (yield from Transaction.read(_on_target, _entities, query))
+        return (yield from Transaction.read(on_target, _entities, query))
 
     def _merge(self, user_id: str, keep: str, absorb: str) -> Operation[Entity]:
         """Merge entity ``absorb`` into ``keep``: one transaction.
@@ -155,7 +155,7 @@ class EntityMemory(MemoryLayer):
         validate_user_id(user_id)
         return (
             yield from Transaction.write(
-                _on_target,
+                on_target,
                 _merge_entities,
                 user_id,
                 _name("keep", keep),
@@ -173,7 +173,7 @@ class EntityMemory(MemoryLayer):
         validate_user_id(user_id)
         return (
             yield from Transaction.write(
-                _on_target, _forget_entity, user_id, _name("name", name), self._actor
+                on_target, _forget_entity, user_id, _name("name", name), self._actor
             )
         )
 
@@ -321,7 +321,7 @@ class KnowledgeGraph(MemoryLayer):
             subject, predicate, object, object_is_entity, evidence, observed_at, confidence
         )
         validate_user_id(user_id)
-        return (yield from Transaction.write(_on_target, apply_fact, user_id, new, self._rule))
+        return (yield from Transaction.write(on_target, apply_fact, user_id, new, self._rule))
 
     def _record(
         self,
@@ -336,6 +336,17 @@ class KnowledgeGraph(MemoryLayer):
         Each entity is created or updated (mention count, type, attributes,
         aliases); each triple goes through the rule of :meth:`add_fact`.
         """
+        return (yield from self.recording(user_id, extraction, evidence, observed_at))
+
+    def recording(
+        self,
+        user_id: str,
+        extraction: Extraction,
+        evidence: str | None,
+        observed_at: datetime | None,
+        finish: Callable[[Target], object] | None = None,
+    ) -> Transaction[builtins.list[FactChange]]:
+        """The transaction of :meth:`record` (checked first), then ``finish(target)`` in it."""
         validate_user_id(user_id)
         if not isinstance(extraction, Extraction):
             raise EntryValidationError("extraction", "give an Extraction")
@@ -350,10 +361,8 @@ class KnowledgeGraph(MemoryLayer):
             EntityUpdate(_name("name", e.name), e.type, dict(e.attributes), tuple(e.aliases))
             for e in extraction.entities
         ]
-        return (
-            yield from Transaction.write(
-                _on_target, _record_all, user_id, mentions, facts, self._rule
-            )
+        return Transaction.write(
+            on_target, _record_all, user_id, mentions, facts, self._rule, finish
         )
 
     def _facts_about(
@@ -363,14 +372,14 @@ class KnowledgeGraph(MemoryLayer):
         validate_user_id(user_id)
         _name("entity", entity)
         when = _aware("as_of", as_of)
-        return (yield from Transaction.read(_on_target, _facts_about, user_id, entity, when))
+        return (yield from Transaction.read(on_target, _facts_about, user_id, entity, when))
 
     def _history(
         self, user_id: str, *, limit: int = 100
     ) -> Operation[builtins.list[dict[str, Any]]]:
         """The user's latest changes, newest first (action, actor, ids, detail, time)."""
         validate_user_id(user_id)
-        return (yield from Transaction.read(_on_target, _history_rows, user_id, limit))
+        return (yield from Transaction.read(on_target, _history_rows, user_id, limit))
 
     def _neighbors(
         self, user_id: str, entity: str, depth: int = 1
@@ -382,7 +391,7 @@ class KnowledgeGraph(MemoryLayer):
         validate_user_id(user_id)
         _name("entity", entity)
         _check_depth("depth", depth)
-        return (yield from Transaction.read(_on_target, _neighbors, user_id, entity, depth))
+        return (yield from Transaction.read(on_target, _neighbors, user_id, entity, depth))
 
     def _paths(
         self, user_id: str, a: str, b: str, max_depth: int = 3, *, limit: int = 20
@@ -396,7 +405,7 @@ class KnowledgeGraph(MemoryLayer):
         _check_depth("max_depth", max_depth)
         return (
             yield from Transaction.read(
-                _on_target, _paths, user_id, _name("a", a), _name("b", b), max_depth, limit
+                on_target, _paths, user_id, _name("a", a), _name("b", b), max_depth, limit
             )
         )
 
@@ -445,10 +454,14 @@ def _record_all(
     mentions: builtins.list[EntityUpdate],
     facts: builtins.list[NewFact],
     rule: Rule,
+    finish: Callable[[Target], object] | None,
 ) -> builtins.list[FactChange]:
     for mention in mentions:
         ensure_entity(target, user_id, mention, rule.actor)
-    return [apply_fact(target, user_id, fact, rule) for fact in facts]
+    changes = [apply_fact(target, user_id, fact, rule) for fact in facts]
+    if finish is not None:
+        finish(target)
+    return changes
 
 
 def _facts_about(

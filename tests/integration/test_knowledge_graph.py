@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from dbutil import drop_schema
+from knowledge_stores import SQL_KINDS, open_sql_store
 
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.knowledge import (
@@ -22,27 +21,15 @@ from firefly_orm.knowledge import (
     Triple,
 )
 from firefly_orm.manager import MemoryManager
-from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
+from firefly_orm.sql import SQLAlchemyStore
 from firefly_orm.sql._graph import ENTITIES, FACTS, GRAPH_TABLES, HISTORY
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=SQL_KINDS)
 def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLAlchemyStore]:
-    if request.param == "sqlite":
-        store: SQLAlchemyStore = SQLiteStore(tmp_path / "graph.sqlite3")
-        store.initialize()
-        yield store
-        store.close()
-        return
-    url = request.getfixturevalue("postgres_url")
-    schema = "kg_" + uuid.uuid4().hex[:10]
-    store = PostgreSQLStore(url, schema_name=schema)
-    store.initialize()
-    yield store
-    store.close()
-    drop_schema(url, schema)
+    yield from open_sql_store(request, tmp_path)
 
 
 def _count(store: SQLAlchemyStore, table: sa.Table, user_id: str | None = None) -> int:

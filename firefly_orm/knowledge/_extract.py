@@ -1,0 +1,262 @@
+"""Extraction by a model: a turn's entities and triples, recorded in the graph.
+
+The model (pydantic-ai, structured output :class:`Extraction`) is called
+outside any transaction; only its answer is written, in one unit of work.  A
+failed call or an answer that does not validate leaves the turn (stored by the
+app before) untouched and queues the extraction in ``knowledge_pending``;
+:meth:`KnowledgeExtractor.process_pending` retries it, at most
+``max_attempts`` times in all, then marks it ``failed`` (see :meth:`stats`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from firefly_orm.bridges._steps import (
+    CallOut,
+    MemoryLayer,
+    Operation,
+    Transaction,
+    async_method,
+    sync_method,
+)
+from firefly_orm.entry import utcnow, validate_user_id
+from firefly_orm.errors import EntryValidationError, MissingExtraError
+from firefly_orm.knowledge._graph import KnowledgeGraph, on_target
+from firefly_orm.knowledge._model import Extraction, FactChange
+from firefly_orm.knowledge._rows import Target, _run, new_id
+from firefly_orm.sql._graph import PENDING
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
+__all__ = ["DEFAULT_INSTRUCTIONS", "ExtractionResult", "KnowledgeExtractor", "PendingReport"]
+
+logger = logging.getLogger("firefly_orm")
+
+#: What the model is told (the output schema is :class:`Extraction`).
+DEFAULT_INSTRUCTIONS = (
+    "Extract the entities the user's message mentions (name, type, attributes, aliases) and "
+    "the relations it states as triples (subject, predicate, object). Call the speaker 'user'. "
+    "Use short snake_case predicates such as lives_in or works_at. Extract only what is stated."
+)
+
+
+@dataclass(frozen=True)
+class ExtractionResult:
+    """What :meth:`KnowledgeExtractor.extract_from_turn` did.
+
+    Attributes:
+        changes: The update rule's outcome for each triple (empty when queued).
+        pending_id: The queued extraction's id when the model failed (or when
+            deferred), else ``None``.
+        error: Why the model's answer was not used.
+    """
+
+    changes: list[FactChange] = field(default_factory=list)
+    pending_id: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PendingReport:
+    """What one :meth:`KnowledgeExtractor.process_pending` pass did."""
+
+    recorded: int = 0
+    retried_later: int = 0
+    failed: int = 0
+
+
+class KnowledgeExtractor(MemoryLayer):
+    """Extracts entities and facts from turns with a model and records them in ``graph``.
+
+    Args:
+        graph: Where the facts go (its store, update rule and actor).
+        model: A pydantic-ai model or model name (``"openai:gpt-4o-mini"``;
+            ``FunctionModel`` / ``TestModel`` in tests).
+        max_attempts: Model calls an extraction gets in all (inline and
+            retries) before it is marked ``failed``.
+        instructions: The model's instructions.
+    """
+
+    def __init__(
+        self,
+        graph: KnowledgeGraph,
+        model: Model | str,
+        *,
+        max_attempts: int = 3,
+        instructions: str = DEFAULT_INSTRUCTIONS,
+    ) -> None:
+        super().__init__(graph.store)
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise EntryValidationError(
+                "max_attempts", f"give a whole number >= 1, not {max_attempts!r}"
+            )
+        try:
+            from pydantic_ai import Agent
+        except ImportError as exc:  # pragma: no cover - the extra is installed in tests
+            raise MissingExtraError("model extraction", "pydantic-ai", exc.name) from exc
+        self._graph = graph
+        self._max_attempts = max_attempts
+        self._agent: Agent[None, Extraction] = Agent(
+            model, output_type=Extraction, instructions=instructions
+        )
+
+    async def _ask(self, text: str) -> Extraction:
+        result = await self._agent.run(text)
+        return result.output
+
+    def _call(self, text: str) -> CallOut[Extraction]:
+        return CallOut(self._ask, (text,), what="the extraction model")
+
+    def _extract_from_turn(
+        self,
+        user_id: str,
+        text: str,
+        *,
+        turn_ref: str,
+        observed_at: datetime | None = None,
+        defer: bool = False,
+    ) -> Operation[ExtractionResult]:
+        """Extract from one stored turn and record the result (call it after ``add_turn``).
+
+        The model is called first, with no transaction open; its answer is
+        recorded by :meth:`KnowledgeGraph.record` with ``turn_ref`` as the
+        evidence.  When the call fails or the answer is malformed, nothing is
+        recorded: the extraction is queued for :meth:`process_pending` (a
+        warning is logged).  ``defer=True`` queues it without calling the model.
+        """
+        validate_user_id(user_id)
+        if not isinstance(text, str) or not isinstance(turn_ref, str) or not turn_ref:
+            raise EntryValidationError("turn_ref", "give the turn's text and a non-empty reference")
+        when = observed_at or utcnow()
+        if when.tzinfo is None:
+            raise EntryValidationError("observed_at", "give a timezone-aware datetime")
+        if defer:
+            pending_id = yield from Transaction.write(
+                on_target, _queue, user_id, turn_ref, text, when, None, 0
+            )
+            return ExtractionResult(pending_id=pending_id)
+        try:
+            extraction = yield from self._call(text)
+        except Exception as exc:  # any model failure: the turn stays, the extraction waits
+            error = f"{type(exc).__name__}: {exc}"
+            logger.warning(
+                "knowledge extraction of %s failed, queued for retry: %s", turn_ref, error
+            )
+            pending_id = yield from Transaction.write(
+                on_target, _queue, user_id, turn_ref, text, when, error, 1, self._max_attempts
+            )
+            return ExtractionResult(pending_id=pending_id, error=error)
+        changes = yield from self._graph.recording(user_id, extraction, turn_ref, when)
+        return ExtractionResult(changes=changes)
+
+    def _process_pending(self, *, limit: int = 50) -> Operation[PendingReport]:
+        """Retry queued extractions (oldest first, at most ``limit``); what happened.
+
+        Each is one model call (outside any transaction), then one transaction:
+        the facts recorded and the queue row deleted together, or, on another
+        failure, its attempt counted (``failed`` after ``max_attempts``).
+        """
+        rows = yield from Transaction.read(on_target, _waiting, limit)
+        recorded = retried = failed = 0
+        for row in rows:
+            try:
+                extraction = yield from self._call(row.text)
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {exc}"
+                logger.warning("knowledge extraction of %s failed again: %s", row.turn_ref, error)
+                gave_up = yield from Transaction.write(
+                    on_target, _count_failure, row.pending_id, error, self._max_attempts
+                )
+                failed, retried = failed + gave_up, retried + (not gave_up)
+                continue
+            yield from self._graph.recording(
+                row.user_id, extraction, row.turn_ref, row.observed_at, _Dequeue(row.pending_id)
+            )
+            recorded += 1
+        return PendingReport(recorded=recorded, retried_later=retried, failed=failed)
+
+    def _stats(self) -> Operation[dict[str, int]]:
+        """Queued extractions by status: ``{"pending": n, "failed": m}``."""
+        return (yield from Transaction.read(on_target, _statuses))
+
+    extract_from_turn = sync_method(_extract_from_turn)
+    process_pending = sync_method(_process_pending)
+    stats = sync_method(_stats)
+    async_extract_from_turn = async_method(_extract_from_turn)
+    async_process_pending = async_method(_process_pending)
+    async_stats = async_method(_stats)
+
+
+@dataclass(frozen=True)
+class _Dequeue:
+    """Deletes one queued extraction (in the transaction that records it)."""
+
+    pending_id: str
+
+    def __call__(self, target: Target) -> None:
+        _run(target, sa.delete(PENDING).where(PENDING.c.pending_id == self.pending_id))
+
+
+def _queue(
+    target: Target,
+    user_id: str,
+    turn_ref: str,
+    text: str,
+    observed_at: datetime,
+    error: str | None,
+    attempts: int,
+    max_attempts: int = 1,
+) -> str:
+    pending_id = new_id()
+    row: dict[str, Any] = {"pending_id": pending_id, "user_id": user_id, "turn_ref": turn_ref}
+    row.update(text=text, observed_at=observed_at, attempts=attempts, last_error=error)
+    row["status"] = "failed" if error is not None and attempts >= max_attempts else "pending"
+    row["updated_at"] = utcnow()
+    _run(target, sa.insert(PENDING).values(row))
+    return pending_id
+
+
+def _waiting(target: Target, limit: int) -> builtins.list[Any]:
+    query = (
+        sa.select(PENDING)
+        .where(PENDING.c.status == "pending")
+        .order_by(PENDING.c.updated_at, PENDING.c.pending_id)
+        .limit(limit)
+    )
+    return list(_run(target, query).all())
+
+
+def _count_failure(target: Target, pending_id: str, error: str, max_attempts: int) -> bool:
+    """One more failed attempt; whether the extraction is now given up."""
+    row = _run(
+        target, sa.select(PENDING.c.attempts).where(PENDING.c.pending_id == pending_id)
+    ).one()
+    attempts = int(row.attempts) + 1
+    gave_up = attempts >= max_attempts
+    _run(
+        target,
+        sa.update(PENDING)
+        .where(PENDING.c.pending_id == pending_id)
+        .values(
+            attempts=attempts,
+            status="failed" if gave_up else "pending",
+            last_error=error,
+            updated_at=utcnow(),
+        ),
+    )
+    return gave_up
+
+
+def _statuses(target: Target) -> dict[str, int]:
+    query = sa.select(PENDING.c.status, sa.func.count()).group_by(PENDING.c.status)
+    counts = {"pending": 0, "failed": 0}
+    counts.update({status: int(n) for status, n in _run(target, query)})
+    return counts
