@@ -52,12 +52,10 @@ __all__ = [
     "AsyncMemoryStore",
     "AsyncUnitOfWork",
     "AsyncUnitOfWorkStore",
-    "ClosesOnExit",
     "ContentReads",
     "EntryRepository",
     "ListOptions",
     "MemoryStore",
-    "OpensOnEnter",
     "SearchBackend",
     "SearchHit",
     "SearchOptions",
@@ -528,58 +526,6 @@ class StoreLifecycle(Protocol):
     async def async_close(self) -> None:
         """Async form of :meth:`close`."""
         ...
-
-
-class _Closes(Protocol):
-    def close(self) -> None: ...
-
-    async def async_close(self) -> None: ...
-
-
-class _Opens(Protocol):
-    def initialize(self) -> None: ...
-
-    async def async_initialize(self) -> None: ...
-
-
-_OpensT = TypeVar("_OpensT", bound=_Opens)
-
-
-class ClosesOnExit:
-    """Mixin: ``with store:`` / ``async with store:`` close the store on the way out.
-
-    For a store with ``close`` / ``async_close`` (:class:`StoreLifecycle`):
-    entering hands back the store, leaving closes it however the block ends.
-    """
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self: _Closes, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self: _Closes, *exc_info: object) -> None:
-        await self.async_close()
-
-
-class OpensOnEnter(ClosesOnExit):
-    """:class:`ClosesOnExit` that also initialises the store on the way in.
-
-    For a store that connects and checks its server only when asked
-    (``initialize`` / ``async_initialize``), so that a ``with`` block fails at
-    its start when the server cannot be used.
-    """
-
-    def __enter__(self: _OpensT) -> _OpensT:
-        self.initialize()
-        return self
-
-    async def __aenter__(self: _OpensT) -> _OpensT:
-        await self.async_initialize()
-        return self
 
 
 # --------------------------------------------------------------------------- maintenance

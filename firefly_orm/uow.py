@@ -47,7 +47,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self, TypeVar, Unpack, cast
+from typing import Any, ClassVar, Protocol, Self, TypeVar, Unpack, cast
 
 from firefly_orm._search import SearchHit, SearchRequest, best_hits, match_entries
 from firefly_orm.bridges.twins import SyncBackedAsyncUnitOfWork
@@ -85,7 +85,9 @@ from firefly_orm.vector._staged import StagedVectorOperations
 __all__ = [
     "AsyncUnitOfWork",
     "BestEffortUnitOfWork",
+    "ClosesOnExit",
     "EntryRepository",
+    "OpensOnEnter",
     "RepositoryBase",
     "StagedBackend",
     "StagedChanges",
@@ -107,6 +109,59 @@ __all__ = [
 logger = logging.getLogger("firefly_orm")
 
 T = TypeVar("T")
+
+
+class _Closes(Protocol):
+    def close(self) -> None: ...
+
+    async def async_close(self) -> None: ...
+
+
+class _Opens(Protocol):
+    def initialize(self) -> None: ...
+
+    async def async_initialize(self) -> None: ...
+
+
+_OpensT = TypeVar("_OpensT", bound=_Opens)
+
+
+class ClosesOnExit:
+    """Mixin: ``with store:`` / ``async with store:`` close the store on the way out.
+
+    For a :class:`~firefly_orm.protocols.StoreLifecycle` store: entering hands
+    back the store, leaving closes it (``close`` / ``async_close``) however the
+    block ends.
+    """
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self: _Closes, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self: _Closes, *exc_info: object) -> None:
+        await self.async_close()
+
+
+class OpensOnEnter(ClosesOnExit):
+    """:class:`ClosesOnExit` that also initialises the store on the way in.
+
+    For a store that connects and checks its server only when asked
+    (``initialize`` / ``async_initialize``), so that a ``with`` block fails at
+    its start when the server cannot be used.
+    """
+
+    def __enter__(self: _OpensT) -> _OpensT:
+        self.initialize()
+        return self
+
+    async def __aenter__(self: _OpensT) -> _OpensT:
+        await self.async_initialize()
+        return self
 
 
 # --------------------------------------------------------------------------- ordering

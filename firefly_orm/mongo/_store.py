@@ -77,8 +77,13 @@ from firefly_orm.mongo._driver import (
 from firefly_orm.mongo._journal import MAX_SETTLE_ROUNDS, Journal
 from firefly_orm.mongo._queries import find_live
 from firefly_orm.mongo._reads import UnitOfWorkReads
-from firefly_orm.protocols import ListOptions, OpensOnEnter, SearchOptions
-from firefly_orm.uow import StagedChanges, StagedUnitOfWork, SyncBackedAsyncUnitOfWork
+from firefly_orm.protocols import ListOptions, SearchOptions
+from firefly_orm.uow import (
+    OpensOnEnter,
+    StagedChanges,
+    StagedUnitOfWork,
+    SyncBackedAsyncUnitOfWork,
+)
 
 __all__ = ["MongoDBStore"]
 

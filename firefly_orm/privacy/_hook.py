@@ -40,7 +40,6 @@ from firefly_orm.protocols import (
     AppendedHead,
     AsyncMemoryStore,
     AsyncUnitOfWork,
-    ClosesOnExit,
     EntryRepository,
     JoinsSession,
     ListOptions,
@@ -53,6 +52,7 @@ from firefly_orm.protocols import (
     declares,
 )
 from firefly_orm.uow import (
+    ClosesOnExit,
     RepositoryBase,
     arun_in_unit_of_work,
     async_unit_of_work_for,

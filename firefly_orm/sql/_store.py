@@ -36,7 +36,6 @@ from firefly_orm.errors import (
     scrub_secret,
 )
 from firefly_orm.migrate import normalize_url, validate_schema_name
-from firefly_orm.protocols import ClosesOnExit
 from firefly_orm.sql._engines import Engines, Mode, is_memory_sqlite
 from firefly_orm.sql._migration import (
     NO_DDL_IN_SESSION,
@@ -53,6 +52,7 @@ from firefly_orm.sql._replica import DEFAULT_REPLICA_WINDOW, ReadRouter
 from firefly_orm.sql._runners import EngineRunner, SessionRunner
 from firefly_orm.sql._statements import TABLE
 from firefly_orm.sql._uow import is_callers_error
+from firefly_orm.uow import ClosesOnExit
 
 __all__ = ["ASYNC_IN_THREADS", "SQLAlchemyStore", "SessionBoundStore"]
 
