@@ -173,6 +173,7 @@ __all__ = [
 
 logger = logging.getLogger("firefly_orm.pydantic_ai")
 
+T = TypeVar("T")
 DepsT = TypeVar("DepsT")
 OutputT = TypeVar("OutputT")
 
@@ -356,16 +357,10 @@ class MemoryAgent(Generic[DepsT, OutputT]):
                 (the model is not called, nothing is written).
             Exception: Whatever the run raised (nothing is written).
         """
-        prepared = self._prepare(
+        prepared, held = self._prepare(
             user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
         )
-        held = RunHold(SessionHold.of(prepared.memory.store))
-        try:
-            return await steps.arun(prepared.memory.store, self._whole_run(prepared, held))
-        except BaseException as exc:
-            if not isinstance(exc, Exception):  # cancelled: no step saw it
-                await held.arelease_unless_writing()
-            raise
+        return await self._arun(prepared, held, self._whole_run(prepared, held))
 
     def run_sync(
         self,
@@ -382,10 +377,9 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         Returns:
             A :class:`MemoryRunResult`, as :meth:`run`.
         """
-        prepared = self._prepare(
+        prepared, held = self._prepare(
             user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
         )
-        held = RunHold(SessionHold.of(prepared.memory.store))
         try:
             return steps.run(prepared.memory.store, self._whole_run(prepared, held))
         except BaseException as exc:
@@ -416,10 +410,9 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         read it with ``memory.conversation.async_get_recent(cid, 1)`` (its
         ``metadata["run_id"]`` is the run's ``run_id``).
         """
-        prepared = self._prepare(
+        prepared, held = self._prepare(
             user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
         )
-        held = RunHold(SessionHold.of(prepared.memory.store))
         started = await self._astart(prepared, held)
         settled: AgentRunResult[Any] | None = None
         added = release_capabilities(held.hold, between_requests=True)
@@ -463,10 +456,9 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         stores nothing.  Arguments and errors as for :meth:`run`; the stored
         turn as for :meth:`run_stream`.
         """
-        prepared = self._prepare(
+        prepared, held = self._prepare(
             user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
         )
-        held = RunHold(SessionHold.of(prepared.memory.store))
         started = await self._astart(prepared, held)
         added = release_capabilities(held.hold, between_requests=False)
         async with self._agent.iter(prepared.prompt, **started.agent_arguments(added)) as agent_run:
@@ -489,19 +481,31 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         new_conversation: bool,
         deps: DepsT | None,
         agent_kwargs: Mapping[str, Any],
-    ) -> Prepared:
-        """Check a run's arguments and decide its memory (no I/O)."""
+    ) -> tuple[Prepared, RunHold]:
+        """Check a run's arguments and decide its memory (no I/O), with its session's hold."""
         memory = self.memory_for(user_id)
-        return prepare(memory, user_prompt, conversation_id, new_conversation, deps, agent_kwargs)
+        prepared = prepare(
+            memory, user_prompt, conversation_id, new_conversation, deps, agent_kwargs
+        )
+        return prepared, RunHold(SessionHold.of(prepared.memory.store))
 
-    async def _astart(self, prepared: Prepared, held: RunHold) -> Started:
-        """:meth:`_start` from async code (``run_stream`` and ``iter``)."""
+    @staticmethod
+    async def _arun(prepared: Prepared, held: RunHold, operation: Operation[T]) -> T:
+        """``operation`` on the run's store from async code.
+
+        A cancellation no step saw releases the session's hold (unless the run
+        is writing); an exception passed through the run's steps, which see to it.
+        """
         try:
-            return await steps.arun(prepared.memory.store, self._start(prepared, held.hold))
+            return await steps.arun(prepared.memory.store, operation)
         except BaseException as exc:
             if not isinstance(exc, Exception):  # cancelled: no step saw it
                 await held.arelease_unless_writing()
             raise
+
+    async def _astart(self, prepared: Prepared, held: RunHold) -> Started:
+        """:meth:`_start` from async code (``run_stream`` and ``iter``)."""
+        return await self._arun(prepared, held, self._start(prepared, held.hold))
 
     def _start(self, prepared: Prepared, hold: SessionHold) -> Operation[Started]:
         """Decide the conversation, read the model call's context, end the read's transaction.
