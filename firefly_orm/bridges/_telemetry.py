@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -176,6 +176,7 @@ _CURRENT: ContextVar[OperationRecord | None] = ContextVar("firefly_orm_operation
 if trace is not None:
     # Proxies until the application sets its providers, then forwarding to them.
     _TRACER = trace.get_tracer(SCOPE)
+    _NO_TRACING = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
     _METER = metrics.get_meter(SCOPE)
     _DURATIONS = _METER.create_histogram(
         DURATION, unit="s", description="How long a public memory operation took, retries included."
@@ -206,6 +207,32 @@ def memory_kind(layer: type) -> str:
     return layer.__name__
 
 
+_DESCRIBED: dict[tuple[type, str], tuple[str, dict[str, Any]]] = {}
+
+
+def _described(layer: type, method: str) -> tuple[str, dict[str, Any]]:
+    """The span name and the fixed attributes of ``layer.method`` (worked out once)."""
+    known = _DESCRIBED.get((layer, method))
+    if known is not None:
+        return known
+    name = f"{layer.__name__}.{method.removeprefix('async_')}"
+    attributes: dict[str, Any] = {
+        OPERATION: name,
+        KIND: memory_kind(layer),
+        IS_ASYNC: method.startswith("async_"),
+    }
+    gen_ai = gen_ai_operation(method)
+    if gen_ai is not None:
+        attributes[GEN_AI_OPERATION] = gen_ai
+    known = _DESCRIBED[layer, method] = name, attributes
+    return known
+
+
+def _tracing() -> bool:
+    """Whether the application configured a tracer provider (else no span is started)."""
+    return not isinstance(trace.get_tracer_provider(), _NO_TRACING)
+
+
 @contextmanager
 def operation(
     layer: Any, method: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
@@ -216,24 +243,21 @@ def operation(
     ``args`` and ``kwargs`` are the call's arguments, of which only the sizes
     are recorded.  The record yielded counts the operation's retries
     (:func:`retried`) and takes the result's size (:meth:`OperationRecord.done`).
+    Without a configured tracer provider no span is started (the duration is
+    still measured, for a meter provider set on its own).
     """
-    name = f"{type(layer).__name__}.{method.removeprefix('async_')}"
+    name, fixed = _described(type(layer), method)
     record = OperationRecord(name, type(layer.store).__name__)
     token = _CURRENT.set(record)
     try:
         if trace is None:
             yield record
             return
-        attributes: dict[str, Any] = {
-            OPERATION: name,
-            KIND: memory_kind(type(layer)),
-            STORE: record.store,
-            IS_ASYNC: method.startswith("async_"),
-        }
-        gen_ai = gen_ai_operation(method)
-        if gen_ai is not None:
-            attributes[GEN_AI_OPERATION] = gen_ai
-        with _TRACER.start_as_current_span(name, attributes=attributes) as span:
+        with (
+            _TRACER.start_as_current_span(name, attributes={**fixed, STORE: record.store})
+            if _tracing()
+            else nullcontext(None)
+        ) as span:
             started = time.perf_counter()
             error: str | None = None
             try:
@@ -242,7 +266,7 @@ def operation(
                 error = type(exc).__qualname__
                 raise
             finally:
-                _finish(span, record, error, time.perf_counter() - started, args, kwargs)
+                _finish(span, record, fixed, error, time.perf_counter() - started, args, kwargs)
     finally:
         _CURRENT.reset(token)
 
@@ -250,20 +274,20 @@ def operation(
 def _finish(
     span: Any,
     record: OperationRecord,
+    fixed: Mapping[str, Any],
     error: str | None,
     seconds: float,
     args: tuple[Any, ...],
     kwargs: Mapping[str, Any],
 ) -> None:
-    """Set the sizes and the outcome on ``span``; record the duration."""
+    """Set the sizes and the outcome on ``span`` (``None``: no span); record the duration."""
     measured: dict[str, Any] = {OPERATION: record.name, STORE: record.store}
-    gen_ai = gen_ai_operation(record.name.rpartition(".")[2])
-    if gen_ai is not None:
-        measured[GEN_AI_OPERATION] = gen_ai
+    if GEN_AI_OPERATION in fixed:
+        measured[GEN_AI_OPERATION] = fixed[GEN_AI_OPERATION]
     if error is not None:
         measured[ERROR_TYPE] = error
     _DURATIONS.record(seconds, measured)
-    if not span.is_recording():
+    if span is None or not span.is_recording():
         return
     span.set_attribute(INPUT_ITEMS, _items(args) + _items(kwargs.values()))
     span.set_attribute(RETRY_COUNT, record.retries)

@@ -99,6 +99,7 @@ def telemetry(monkeypatch: pytest.MonkeyPatch) -> Iterator[Telemetry]:
     reader = InMemoryMetricReader()
     meter = MeterProvider(metric_readers=[reader]).get_meter(_telemetry.SCOPE)
     monkeypatch.setattr(_telemetry, "_TRACER", tracer_provider.get_tracer(_telemetry.SCOPE))
+    monkeypatch.setattr(_telemetry, "_tracing", lambda: True)  # as if the global were set
     monkeypatch.setattr(
         _telemetry, "_DURATIONS", meter.create_histogram(_telemetry.DURATION, unit="s")
     )
