@@ -29,8 +29,8 @@ __all__ = ["NewFact", "Rule", "apply_fact", "neighbors_of", "normalize_predicate
 def normalize_predicate(predicate: str) -> str:
     """``"Lives in"`` -> ``"lives_in"``: lower case, words joined by ``_``."""
     words = predicate.replace("_", " ").replace("-", " ").split()
-    if not words:
-        raise EntryValidationError("predicate", "a fact needs a non-empty predicate")
+    if not words or "\x00" in predicate:
+        raise EntryValidationError("predicate", "give a non-empty predicate without NUL")
     return "_".join(words).casefold()
 
 

@@ -81,6 +81,8 @@ def _aware(name: str, when: datetime | None) -> datetime | None:
 def _name(field: str, value: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise EntryValidationError(field, "give a non-empty name")
+    if "\x00" in value:
+        raise EntryValidationError(field, "a name may not contain NUL characters")
     return value
 
 
@@ -358,7 +360,12 @@ class KnowledgeGraph(MemoryLayer):
             for t in extraction.triples
         ]
         mentions = [
-            EntityUpdate(_name("name", e.name), e.type, dict(e.attributes), tuple(e.aliases))
+            EntityUpdate(
+                _name("name", e.name),
+                _name("type", e.type),
+                dict(e.attributes),
+                tuple(_name("aliases", alias) for alias in e.aliases),
+            )
             for e in extraction.entities
         ]
         return Transaction.write(

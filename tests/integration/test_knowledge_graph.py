@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from knowledge_stores import SQL_KINDS, open_sql_store
 
 from firefly_orm.errors import EntryValidationError
@@ -21,7 +24,7 @@ from firefly_orm.knowledge import (
     Triple,
 )
 from firefly_orm.manager import MemoryManager
-from firefly_orm.sql import SQLAlchemyStore
+from firefly_orm.sql import SQLAlchemyStore, SQLiteStore
 from firefly_orm.sql._graph import ENTITIES, FACTS, GRAPH_TABLES, HISTORY
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -228,3 +231,43 @@ def test_async_twins(sql_store: SQLAlchemyStore) -> None:
         return [f.object for f in facts]
 
     assert asyncio.run(scenario()) == ["Munich"]
+
+
+def test_nul_in_a_name_is_refused(sql_store: SQLAlchemyStore) -> None:
+    graph = KnowledgeGraph(sql_store)
+    for call in (
+        lambda: graph.add_fact("ann", "a\x00b", "p", "o"),
+        lambda: graph.add_fact("ann", "s", "p\x00", "o"),
+        lambda: graph.record(
+            "ann", Extraction(entities=[ExtractedEntity(name="x", aliases=["\x00"])])
+        ),
+    ):
+        with pytest.raises(EntryValidationError):
+            call()
+    assert sum(_count(sql_store, table) for table in GRAPH_TABLES) == 0
+
+
+_NAMES = st.text(
+    st.characters(codec="utf-8", exclude_characters="\x00"),
+    min_size=1,
+    max_size=20,
+).filter(lambda s: s.strip() != "")
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(name=_NAMES)
+def test_any_name_is_found_again_whatever_its_case_and_spacing(tmp_path: Path, name: str) -> None:
+    """Names are open-ended text: stored as given (trimmed), matched case-folded."""
+    store = SQLiteStore(tmp_path / f"{uuid.uuid4().hex}.sqlite3")
+    try:
+        graph = KnowledgeGraph(store)
+        first = graph.add_fact("ann", name, "is", "thing", observed_at=T0)
+        again = graph.add_fact("ann", f"  {name.casefold()} ", "is", "thing", observed_at=T0)
+        assert first.fact is not None and again.fact is not None
+        assert again.outcome == "confirm" and again.fact.fact_id == first.fact.fact_id
+        found = graph.entities.get("ann", name.casefold())
+        assert found is not None and found.name == name.strip() and found.mentions == 2
+    finally:
+        store.close()
