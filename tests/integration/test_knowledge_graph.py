@@ -271,3 +271,19 @@ def test_any_name_is_found_again_whatever_its_case_and_spacing(tmp_path: Path, n
         assert found is not None and found.name == name.strip() and found.mentions == 2
     finally:
         store.close()
+
+
+def test_a_callers_session_decides(sql_store: SQLAlchemyStore) -> None:
+    """Through ``bind_session`` the graph's writes join the caller's transaction (and schema)."""
+    from sqlalchemy.orm import Session
+
+    for commit in (False, True):
+        with Session(sql_store.engine) as session:
+            graph = KnowledgeGraph(sql_store.bind_session(session))
+            graph.add_fact("ann", "user", "lives_in", "Berlin", evidence=f"t-{commit}")
+            assert [f.object for f in graph.facts_about("ann", "user")] == ["Berlin"]
+            if commit:
+                session.commit()
+            else:
+                session.rollback()
+        assert _count(sql_store, FACTS, "ann") == int(commit)
