@@ -1,10 +1,10 @@
 from pathlib import Path
 
-from firefly_orm.artifacts._flyte import DirectoryWorkspace
+from firefly_orm.artifacts import DirectoryWorkspace
 
 # root= given: what the directory holds is loaded; omitted: a temporary directory
 ws = DirectoryWorkspace(
-    "agent-7",
+    "agent-7",  # root: the directory (its name is the key unless key= says otherwise)
     messages=[{"role": "user", "content": "remember my tea"}],
     read_only_prefixes=("memory/",),
     remote_base=f"file://{Path('remote').absolute()}",  # "s3://bucket/memory" in production
