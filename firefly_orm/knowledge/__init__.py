@@ -28,6 +28,17 @@ name, so concurrent extractions never create a duplicate.  ``erase_user``
 (the SQL store's, and so :meth:`MemoryManager.erase_user
 <firefly_orm.manager.MemoryManager.erase_user>`) deletes a user's entities,
 facts, history and pending extractions.  Every method has an ``async_`` twin.
+
+Example (the app stores the turn, then extracts from it)::
+
+    graph = KnowledgeGraph(store)                      # a SQLite or PostgreSQL store
+    extractor = KnowledgeExtractor(graph, "openai:gpt-4o-mini")
+    turn = manager.add_turn("c1", "user", "I moved to Berlin", user_id="ann")
+    extractor.extract_from_turn("ann", "I moved to Berlin", turn_ref=f"c1:{turn.turn_id}")
+    # ... weeks later: "actually I live in Munich now" -> the Berlin fact is superseded
+    graph.facts_about("ann", "user")                   # [user lives_in Munich]
+    graph.facts_about("ann", "user", as_of=last_month) # [user lives_in Berlin]
+    extractor.process_pending()                        # retry failed extractions
 """
 
 from __future__ import annotations

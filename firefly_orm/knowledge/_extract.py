@@ -66,7 +66,13 @@ class ExtractionResult:
 
 @dataclass(frozen=True)
 class PendingReport:
-    """What one :meth:`KnowledgeExtractor.process_pending` pass did."""
+    """What one :meth:`KnowledgeExtractor.process_pending` pass did.
+
+    Attributes:
+        recorded: Extractions the model answered this time, now recorded.
+        retried_later: Extractions that failed again and stay queued.
+        failed: Extractions that used their last attempt (marked ``failed``).
+    """
 
     recorded: int = 0
     retried_later: int = 0
