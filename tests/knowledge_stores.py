@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from dbutil import drop_schema
@@ -30,3 +31,17 @@ def open_sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[S
     yield store
     store.close()
     drop_schema(url, schema)
+
+
+def record_in_a_process(url: str, schema: str | None, names: list[str], barrier: Any) -> None:
+    """Worker (spawned process): record ``names`` as entities of user ``ann`` after ``barrier``."""
+    from firefly_orm.knowledge import ExtractedEntity, Extraction, KnowledgeGraph
+    from firefly_orm.sql import SQLAlchemyStore
+
+    store = SQLAlchemyStore(url, schema_name=schema)
+    try:
+        graph = KnowledgeGraph(store)
+        barrier.wait(timeout=60)
+        graph.record("ann", Extraction(entities=[ExtractedEntity(name=n) for n in names]))
+    finally:
+        store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -13,7 +14,7 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from knowledge_stores import SQL_KINDS, open_sql_store
+from knowledge_stores import SQL_KINDS, open_sql_store, record_in_a_process
 
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.knowledge import (
@@ -287,3 +288,24 @@ def test_a_callers_session_decides(sql_store: SQLAlchemyStore) -> None:
             else:
                 session.rollback()
         assert _count(sql_store, FACTS, "ann") == int(commit)
+
+
+def test_two_processes_create_one_entity_each(sql_store: SQLAlchemyStore) -> None:
+    """Two spawned processes record the same new entities at once: no duplicate."""
+    names = [f"Town {i}" for i in range(4)]
+    url = sql_store.engine.url.render_as_string(hide_password=False)
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    workers = [
+        context.Process(
+            target=record_in_a_process, args=(url, sql_store.schema_name, names, barrier)
+        )
+        for _ in range(2)
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    assert _count(sql_store, ENTITIES, "ann") == len(names)
+    assert {e.mentions for e in KnowledgeGraph(sql_store).entities.list("ann")} == {2}
