@@ -60,7 +60,7 @@ from firefly_orm.conversation._rows import (
     turn_key,
 )
 from firefly_orm.entry import utcnow
-from firefly_orm.errors import ConcurrencyError
+from firefly_orm.errors import ConcurrencyError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
@@ -212,12 +212,22 @@ def _responds(message: Any, pydantic_ai: bool) -> bool:
 
 @dataclass
 class _Open:
-    """The turn being filled: whether it has a response, and its unanswered tool calls."""
+    """The turn being filled: whether it has a response, its tool calls, and those unanswered."""
 
     answered: bool
     pending: set[str]
+    called: set[str]
 
-    def take(self, shape: Shape) -> None:
+    def take(self, shape: Shape, *, stored: bool = False) -> None:
+        """Add ``shape`` to the turn; a new message's results must answer calls of the turn."""
+        stray = [r for r in shape.results if r not in self.called and r not in shape.calls]
+        if stray and not stored:
+            raise EntryValidationError(
+                "messages",
+                f"a tool result answers no tool call of its turn (tool_call_id {stray[0]!r}); "
+                "add the model response that makes the call first",
+            )
+        self.called.update(shape.calls)
         self.answered = self.answered or shape.responds
         self.pending.difference_update(shape.results)
         self.pending.update(c for c in shape.calls if c not in shape.results)
@@ -238,18 +248,22 @@ def group_messages(
         ``(joined, starts)``: the first ``joined`` messages join the newest
         stored turn; each index in ``starts`` begins a new turn (ascending,
         each after ``joined``).
+
+    Raises:
+        EntryValidationError: A message answers a tool call its turn does not
+            make (a history holding it could not be read back).
     """
     current: _Open | None = None
     if newest is not None:
-        current = _Open(False, set())
+        current = _Open(False, set(), set())
         for shape in newest:
-            current.take(shape)
+            current.take(shape, stored=True)
     joined = 0
     starts: list[int] = []
     for index, shape in enumerate(shapes):
         if current is None or (shape.opens and current.closed()):
             starts.append(index)
-            current = _Open(False, set())
+            current = _Open(False, set(), set())
         elif not starts:
             joined = index + 1
         current.take(shape)

@@ -124,7 +124,8 @@ class ConversationBatches(OwnedLayer):
             The turn that now holds the message (with every message of it).
 
         Raises:
-            EntryValidationError: A bad id (nothing written).
+            EntryValidationError: A bad id, or a tool result that answers no
+                tool call of its turn (nothing written).
             ConversationNotFoundError: The conversation is another user's.
             TypeError: The message is neither a pydantic-ai message nor JSON.
         """

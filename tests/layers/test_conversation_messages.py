@@ -24,6 +24,7 @@ from pydantic_ai.messages import (
 from store_backends import OpenedBackend, backend_params, layer_mode_params
 
 from firefly_orm.conversation import ConversationMemory, ConversationTurn, TrimEvent
+from firefly_orm.errors import EntryValidationError
 
 
 def ask(text: str) -> ModelRequest:
@@ -208,3 +209,18 @@ def test_concurrent_writers_lose_no_message(layer_backend: OpenedBackend) -> Non
     prompts = "\n".join(t.user_prompt for t in turns).split("\n")
     assert sorted(prompts) == sorted(["start", *(f"{t}{n}" for t in "ab" for n in range(4))])
     assert mem.verify("c") == []
+
+
+@BACKEND_MODES
+async def test_a_tool_result_of_no_call_is_refused_and_nothing_written(
+    layer_backend: OpenedBackend, mode: str
+) -> None:
+    mem = ConversationMemory(store=layer_backend.store, max_tokens=None)
+    await call(mode, mem, "add_many", "c", [ask("q"), say("a")])
+    # Joined to the complete turn, it would hide that turn from every history read.
+    with pytest.raises(EntryValidationError, match="nope"):
+        await call(mode, mem, "add", "c", tool_result("nope"))
+    with pytest.raises(EntryValidationError, match="nope"):
+        await call(mode, mem, "add_many", "c", [ask("next"), tool_call("t2"), tool_result("nope")])
+    assert shape(await call(mode, mem, "get_turns", "c")) == [(0, 2)]
+    assert len(await call(mode, mem, "get_message_history", "c")) == 2

@@ -7,10 +7,12 @@ share a turn.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from firefly_orm.conversation._batch import Shape, group_messages
+from firefly_orm.errors import EntryValidationError
 
 USER = Shape(opens=True, responds=False)
 TEXT = Shape(opens=False, responds=True)
@@ -68,3 +70,25 @@ def test_the_rules_on_a_tool_round() -> None:
     assert group_messages([USER, TEXT, USER], [USER]) == (2, [2])
     assert group_messages([TEXT], [USER, TEXT]) == (1, [])
     assert group_messages([], None) == (0, [])
+
+
+def test_a_result_of_no_call_in_its_turn_is_refused() -> None:
+    call = Shape(opens=False, responds=True, calls=("t",))
+    stray = Shape(opens=False, responds=False, results=("nope",))
+    # It would join a complete turn, which the history reads then never give back.
+    with pytest.raises(EntryValidationError, match="nope"):
+        group_messages([stray], [USER, TEXT])
+    with pytest.raises(EntryValidationError, match="nope"):
+        group_messages([USER, call, stray], None)
+    with pytest.raises(EntryValidationError, match="nope"):
+        group_messages([stray], None)  # a stored turn of another kind: a new turn
+    # The stored turn's call is answered by a result added later (another process).
+    assert group_messages([Shape(opens=False, responds=False, results=("t",))], [USER, call]) == (
+        1,
+        [],
+    )
+
+
+def test_a_stored_turn_is_not_checked_again() -> None:
+    stray = Shape(opens=False, responds=False, results=("old",))
+    assert group_messages([USER], [USER, TEXT, stray]) == (0, [0])
