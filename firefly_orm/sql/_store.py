@@ -52,6 +52,7 @@ from firefly_orm.sql._replica import DEFAULT_REPLICA_WINDOW, ReadRouter
 from firefly_orm.sql._runners import EngineRunner, SessionRunner
 from firefly_orm.sql._statements import TABLE
 from firefly_orm.sql._uow import is_callers_error
+from firefly_orm.sql._vectors import VECTORS
 from firefly_orm.uow import ClosesOnExit
 
 __all__ = ["ASYNC_IN_THREADS", "SQLAlchemyStore", "SessionBoundStore"]
@@ -80,8 +81,8 @@ def _compile_analyze(element: _Analyze, compiler: Any, **kw: Any) -> str:
     return f"ANALYZE {compiler.preparer.format_table(element.table)}"
 
 
-def _analyze_table(conn: Connection) -> list[str]:
-    """Run ``ANALYZE`` on our table; return the warnings the server sent meanwhile.
+def _analyze_table(conn: Connection, vectors: bool) -> list[str]:
+    """Run ``ANALYZE`` on our table (and the vector table); return the server's warnings.
 
     PostgreSQL does not fail an ``ANALYZE`` by a role that does not own the
     table: it skips the table with a WARNING, which psycopg hands to notice
@@ -99,6 +100,8 @@ def _analyze_table(conn: Connection) -> list[str]:
         driver.add_notice_handler(collect)  # type: ignore[union-attr]
     try:
         conn.execute(_Analyze(TABLE))
+        if vectors:
+            conn.execute(_Analyze(VECTORS))
     finally:
         if hooked:
             driver.remove_notice_handler(collect)  # type: ignore[union-attr]
@@ -504,7 +507,9 @@ class SQLAlchemyStore(StoreOperations, ClosesOnExit):
     def analyze(self) -> bool:
         """Refresh the query planner's statistics of our table, in a transaction of its own.
 
-        PostgreSQL: ``ANALYZE <schema>.memory_entries``.  Until a table is
+        PostgreSQL: ``ANALYZE <schema>.memory_entries`` (and ``memory_vectors``
+        on a store built with ``vectors=True``: without its statistics the planner
+        takes a freshly imported vector table for one row and scans it).  Until a table is
         analyzed the planner guesses how many rows a conversation has; after
         a bulk import it guesses far too few and reads the whole conversation
         and sorts it instead of walking the index (autovacuum analyzes the
@@ -530,13 +535,17 @@ class SQLAlchemyStore(StoreOperations, ClosesOnExit):
         """
         if self._engines.dialect_name != "postgresql":
             return False
-        return self._analyzed(self._runner.call("analyze", _analyze_table, write=True))
+        return self._analyzed(
+            self._runner.call("analyze", _analyze_table, self.vectors, write=True)
+        )
 
     async def async_analyze(self) -> bool:
         """Async twin of :meth:`analyze` (runs on the native async driver)."""
         if self._engines.dialect_name != "postgresql":
             return False
-        return self._analyzed(await self._runner.acall("analyze", _analyze_table, write=True))
+        return self._analyzed(
+            await self._runner.acall("analyze", _analyze_table, self.vectors, write=True)
+        )
 
     def _analyzed(self, warnings: list[str]) -> bool:
         for warning in warnings:

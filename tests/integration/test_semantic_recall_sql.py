@@ -234,6 +234,32 @@ def test_import_embeds_in_batches(vector_store: SQLAlchemyStore) -> None:
     assert ltm.recall(QUESTION, mode="semantic", limit=1)[0].item.text == CONTACT
 
 
+def test_analyze_refreshes_the_vector_tables_statistics(pgvector_url: str) -> None:
+    """After a bulk import the planner must not take the vector table for empty."""
+    schema = _schema()
+    store = PostgreSQLStore(pgvector_url, schema_name=schema, vectors=True, pool_min_size=0)
+    try:
+        _memory(store).import_items([{"text": f"{OTHERS[i % 3]} {i}"} for i in range(30)])
+        count = sa.text(
+            "SELECT analyze_count + autoanalyze_count FROM pg_stat_user_tables "
+            "WHERE schemaname = :schema AND relname = :table"
+        )
+
+        def analyzed(table: str) -> int:
+            with store.engine.connect() as conn:
+                found = conn.execute(count, {"schema": schema, "table": table}).scalar_one()
+                return int(found)
+
+        before = analyzed("memory_vectors")
+        assert store.analyze() is True
+        assert analyzed("memory_vectors") == before + 1
+        assert asyncio.run(store.async_analyze()) is True
+        assert analyzed("memory_vectors") == before + 2
+    finally:
+        store.close()
+        migrate.downgrade(pgvector_url, "base", schema_name=schema)
+
+
 def test_the_manager_passes_its_embedder(vector_store: SQLAlchemyStore) -> None:
     manager = MemoryManager(store=vector_store, embedder=ConceptEmbeddingModel())
     ada = manager.for_user("ada")
