@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import pytest
 import sqlalchemy as sa
@@ -76,7 +76,9 @@ def _vector_rows(store: SQLAlchemyStore) -> int:
 
 
 @pytest.mark.parametrize("mode", ["semantic", "hybrid"])
-def test_recalled_by_meaning(vector_store: SQLAlchemyStore, mode: str) -> None:
+def test_recalled_by_meaning(
+    vector_store: SQLAlchemyStore, mode: Literal["semantic", "hybrid"]
+) -> None:
     ltm = _memory(vector_store, user_id="ada")
     for text in (*OTHERS, CONTACT):
         ltm.remember(text)
