@@ -13,3 +13,6 @@ holds for the framework's sessions too:
 
 Importing this package imports no framework; import the module you need.
 """
+
+#: Nothing here: each framework's adapter is in its own module (and extra).
+__all__: list[str] = []

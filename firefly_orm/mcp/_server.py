@@ -8,7 +8,6 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-import anyio.to_thread
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import MCPServer
@@ -107,7 +106,7 @@ class _MemoryServer(MCPServer[Any]):
         manager = self._users.current()
         user_id = manager.user_id
         assert user_id is not None  # every manager of _Users is bound
-        ids = await anyio.to_thread.run_sync(lambda: manager.user_conversations(user_id))
+        ids = await manager.async_user_conversations(user_id)
         return listed + [
             Resource(
                 uri=CONVERSATION_URI.format(conversation_id=cid),

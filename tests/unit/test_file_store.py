@@ -554,7 +554,10 @@ def test_failed_precondition_raises_and_writes_nothing(tmp_path: Path) -> None:
     with store.unit_of_work() as uow:
         uow.entries.save("new-ns", entry("side"))
         uow.entries.delete("a", head.entry_id)
-        uow.entries.save("a", head.copy_entry(content=2), expected_version=5)
+        # Conditioned on this unit of work's own delete: refused at once, as in SQL.
+        with pytest.raises(ConcurrencyError, match="in this unit of work"):
+            uow.entries.save("a", head.copy_entry(content=2), expected_version=5)
+        uow.entries.save("a", entry("other", 3), expected_version=5)  # checked at commit
         with pytest.raises(ConcurrencyError):
             uow.commit()
     assert snapshot(tmp_path) == before

@@ -135,7 +135,8 @@ OLD_PATHS: tuple[tuple[str, str, str], ...] = (
     ("firefly_orm.migrate", "versions_location", "firefly_orm.migrate._config"),
     ("firefly_orm.migrate", "head", "firefly_orm.migrate._config"),
     ("firefly_orm.migrate", "upgrade", "firefly_orm.migrate._commands"),
-    ("firefly_orm.migrate", "downgrade", "firefly_orm.migrate._commands"),
+    # downgrade drops the vector tables first (issue 29): defined beside them.
+    ("firefly_orm.migrate", "downgrade", "firefly_orm.migrate._vectors"),
     ("firefly_orm.migrate", "current", "firefly_orm.migrate._commands"),
     ("firefly_orm.migrate", "require_head", "firefly_orm.migrate._commands"),
     ("firefly_orm.migrate", "Target", "firefly_orm.migrate._commands"),
