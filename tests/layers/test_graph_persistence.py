@@ -48,6 +48,11 @@ class Tally:
 
 #: What the count-down nodes do at a given counter: "raise" once, or "hang" until cancelled.
 TRAPS: dict[int, str] = {}
+#: Set by a "hang" trap once its node has started (the stored status is no proof: it is
+#: written before the node runs, and a run cancelled then leaves the trap armed).
+HANGING: dict[int, asyncio.Event] = {}
+#: The longest a test waits for anything (a hang fails the test instead of the suite).
+WAIT_SECONDS = 30.0
 
 
 @dataclass
@@ -61,6 +66,7 @@ class CountDown(BaseNode[Tally, MemoryGraphDeps, list[str]]):
         if trap == "raise":
             raise RuntimeError(f"trap at {ctx.state.counter}")
         if trap == "hang":
+            HANGING[ctx.state.counter].set()
             await asyncio.Event().wait()
         ctx.state.log.append(f"cd{ctx.state.counter}")
         await ctx.deps.memory.async_set_fact(f"seen:{ctx.state.counter}", self.step)
@@ -151,7 +157,7 @@ def test_two_workers_never_claim_the_same_snapshot(layer_backend: OpenedBackend)
         GraphPersistence(layer_backend.reopen(), run_id="race", owner=f"w{i}") for i in range(2)
     ]
     rounds = 4
-    barrier = threading.Barrier(2)
+    barrier = threading.Barrier(2, timeout=WAIT_SECONDS)
     won: list[list[str]] = [[], []]
     errors: list[BaseException] = []
 
@@ -173,8 +179,8 @@ def test_two_workers_never_claim_the_same_snapshot(layer_backend: OpenedBackend)
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
-    assert errors == []
+        t.join(WAIT_SECONDS)
+    assert not any(t.is_alive() for t in threads) and errors == []
     claims = won[0] + won[1]
     assert len(claims) == len(set(claims)) == rounds  # each snapshot claimed exactly once
     owners = {s.id: s.owner for s in setup.load_all()}
@@ -248,23 +254,23 @@ async def test_a_run_cancelled_mid_node_resumes_elsewhere(layer_backend: OpenedB
     runner = PersistentGraph(graph, layer_backend.store)
     TRAPS.clear()
     TRAPS[2] = "hang"
+    HANGING.clear()
+    hanging = HANGING[2] = asyncio.Event()
     task = asyncio.create_task(
         runner.run("g2", state=Tally(counter=4), deps=deps, inputs=CountDown())
     )
-    while True:  # until the run hangs in the node at 2 (a bounded number of steps)
-        history = await runner.persistence("g2").async_load_all()
-        if history and history[-1].state.counter == 2 and history[-1].status == "running":
-            break
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(hanging.wait(), WAIT_SECONDS)  # the node at 2 runs and hangs
+    history = await runner.persistence("g2").async_load_all()
+    assert (history[-1].state.counter, history[-1].status) == (2, "running")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await task
+        await asyncio.wait_for(task, WAIT_SECONDS)
 
     elsewhere = PersistentGraph(graph, layer_backend.reopen())
     with pytest.raises(GraphRunClaimedError) as claimed:
         await elsewhere.resume("g2", deps=deps)
     assert claimed.value.owner is not None and claimed.value.lease_until is not None
-    output = await elsewhere.resume("g2", deps=deps, take_over=True)
+    output = await asyncio.wait_for(elsewhere.resume("g2", deps=deps, take_over=True), WAIT_SECONDS)
     assert output == ["cd4", "cd3", "cd2", "cd1", "cd0"]
     statuses = [s.status for s in await elsewhere.persistence("g2").async_load_all()]
     assert statuses == ["success"] * 6  # five nodes, the end
@@ -415,15 +421,16 @@ async def test_a_running_step_keeps_its_claim_and_a_taken_one_is_lost() -> None:
     thief = GraphPersistence(store, run_id="slow", owner="thief")
 
     async def running() -> None:
-        while not any(s.status == "running" for s in await thief.async_load_all()):
-            await asyncio.sleep(0.01)
+        async with asyncio.timeout(WAIT_SECONDS):
+            while not any(s.status == "running" for s in await thief.async_load_all()):
+                await asyncio.sleep(0.01)
 
     task = asyncio.create_task(runner.run("slow", state=Tally()))
     await running()
     await asyncio.sleep(0.8)  # over two leases: the runner renewed its claim meanwhile
     assert await thief.async_load_next() is None
     release.set()
-    assert await task == "done"
+    assert await asyncio.wait_for(task, WAIT_SECONDS) == "done"
 
     release.clear()
     task = asyncio.create_task(runner.run("slow-2", state=Tally()))
@@ -432,4 +439,4 @@ async def test_a_running_step_keeps_its_claim_and_a_taken_one_is_lost() -> None:
     assert await thief.async_load_next(take_over=True) is not None
     release.set()
     with pytest.raises(SnapshotStatusError, match="claim was lost"):
-        await task
+        await asyncio.wait_for(task, WAIT_SECONDS)
