@@ -5,8 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, ParamSpec, Self, TypeVar, Unpack
+from typing import Any, ParamSpec, TypeVar, Unpack
 
 from firefly_orm._search import SearchHit, SearchRequest
 from firefly_orm.bridges._threads import call_blocking
@@ -30,7 +29,7 @@ from firefly_orm.errors import (
     url_secrets,
 )
 from firefly_orm.protocols import ListOptions, Precondition, SearchOptions, StagedChanges
-from firefly_orm.uow import StagedUnitOfWork, select_entries
+from firefly_orm.uow import OpensOnEnter, StagedUnitOfWork, select_entries
 
 try:
     from redis import Redis
@@ -60,7 +59,7 @@ _LIST_OPTIONS = frozenset(ListOptions.__annotations__)
 _CLEANUP_BATCH = 500
 
 
-class RedisStore(AsyncTwins):
+class RedisStore(OpensOnEnter, AsyncTwins):
     """A :class:`~firefly_orm.protocols.MemoryStore` on a Redis server (redis-py).
 
     Args:
@@ -191,18 +190,6 @@ class RedisStore(AsyncTwins):
     async def async_close(self) -> None:
         """Async form of :meth:`close`."""
         await call_blocking(self.close)
-
-    def __enter__(self) -> Self:
-        self.initialize()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ protocol
     def save(self, namespace: str, entry: MemoryEntry) -> None:

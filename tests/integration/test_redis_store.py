@@ -9,6 +9,7 @@ in one round trip whatever the namespace holds, paging, and the errors.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -456,3 +457,15 @@ def test_an_old_server_is_refused(store: RedisStore, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(store.client, "info", answer)
     with pytest.raises(StoreError, match=r"6\.2 or newer; the server is 6\.0\.16"):
         fresh.initialize()
+
+
+def test_with_blocks_initialise_and_close(redis_url: str, prefix: str) -> None:
+    """``with`` and ``async with`` open the store (checking the server) and close it."""
+    with RedisStore(redis_url, prefix=prefix) as store:
+        store.save("ns", MemoryEntry(key="k", content="v"))
+
+    async def scenario() -> list[MemoryEntry]:
+        async with RedisStore(redis_url, prefix=prefix) as opened:
+            return await opened.async_load("ns")
+
+    assert [e.content for e in asyncio.run(scenario())] == ["v"]

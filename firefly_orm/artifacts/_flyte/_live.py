@@ -20,7 +20,6 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, Unpack
 from urllib.parse import unquote
 
@@ -45,6 +44,7 @@ from firefly_orm.bridges._steps import (
 from firefly_orm.bridges._threads import call_blocking
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.store import InMemoryStore
+from firefly_orm.uow import ClosesOnExit
 
 __all__ = ["DirectoryWorkspace"]
 
@@ -72,7 +72,7 @@ def _mirrored(
     return mirrored
 
 
-class DirectoryWorkspace(MemoryLayer):
+class DirectoryWorkspace(ClosesOnExit, MemoryLayer):
     """An artifact workspace that lives in a directory laid out as Flyte's ``MemoryStore``.
 
     ``messages.json``, one file per path, ``meta/``, ``audit/log.jsonl`` and
@@ -280,28 +280,6 @@ class DirectoryWorkspace(MemoryLayer):
     async def async_close(self) -> None:
         """Async twin of :meth:`close` (the removal in a worker thread)."""
         await call_blocking(self.close)
-
-    def __enter__(self) -> DirectoryWorkspace:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> DirectoryWorkspace:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.async_close()
 
     # ------------------------------------------------------------------ object storage
     def remote_path_for_key(
