@@ -50,11 +50,8 @@ from firefly_orm.conversation._messages import Estimator, estimate_turn, inspect
 from firefly_orm.conversation._model import ConversationTurn, Summarizer
 from firefly_orm.conversation._rows import (
     HEAD_KEY,
-    INDEX_NAMESPACE,
     conversation_namespace,
-    empty_head_entry,
     head_from_entry,
-    index_entry,
     stored_raw,
     turn_from_entry,
     turn_key,
@@ -104,8 +101,6 @@ def append_batch(
     """The transaction: append every turn ``build`` gives, in order, in this unit of work."""
     done: list[Appended] = []
     turns = build(uow, conversation_id)
-    if len(turns) > 1:
-        _create_if_missing(uow, conversation_id, turns[0].user_id)
     for step, new_turn in enumerate(turns):
         try:
             appended = append_general(
@@ -115,23 +110,6 @@ def append_batch(
             raise BatchSummaryNeeded(step, needed) from None
         done.append(appended)
     return done
-
-
-def _create_if_missing(uow: UnitOfWork, conversation_id: str, owner: str | None) -> None:
-    """Stage the head (and index row) of a conversation the batch creates, at version 0.
-
-    Every step saves the head at the version it read.  A unit of work that
-    stages its writes reads its own staged head back with the version it was
-    given, and checks each expected version against the store on commit; a
-    head staged at version 0 (what "not stored yet" reads as) keeps every
-    step's expectation true there, as it is on SQL, where the insert sets 1.
-    """
-    namespace = conversation_namespace(conversation_id)
-    if uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True) is not None:
-        return
-    head = empty_head_entry(conversation_id, owner).copy_entry(version=0)
-    uow.entries.save(namespace, head, expected_version=0)
-    uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id, owner))
 
 
 def add_turns(
