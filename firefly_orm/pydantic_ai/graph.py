@@ -664,6 +664,11 @@ async def _drive(
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait for it; a cancellation of the caller meanwhile is kept."""
     task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
+    try:
         await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
