@@ -155,8 +155,9 @@ async def test_no_free_pooled_connection_is_a_connection_error(
     postgres_url: str, mode: str
 ) -> None:
     """The pool's own timeout (every connection checked out) on both paths."""
+    schema = f"conn_err_pool_{mode}"  # one per parameter: xdist may run both at once
     store = PostgreSQLStore(
-        postgres_url, pool_size=1, pool_min_size=0, timeout=1, schema_name="conn_err_pool"
+        postgres_url, pool_size=1, pool_min_size=0, timeout=1, schema_name=schema
     )
     try:
         store.initialize()
@@ -169,7 +170,7 @@ async def test_no_free_pooled_connection_is_a_connection_error(
         assert "load timed out waiting for a connection to" in str(error)
     finally:
         with store.engine.begin() as conn:
-            conn.exec_driver_sql("DROP SCHEMA conn_err_pool CASCADE")
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         await store.async_close()
 
 
