@@ -41,6 +41,12 @@ __all__ = [
     "HEAD_TOTAL_MESSAGES",
     "HEAD_TOTAL_TOKENS",
     "HEAD_TURN_COUNT",
+    "HEAD_UPDATED_AT",
+    "HEAD_LAST_TURN_AT",
+    "HEAD_TITLE",
+    "HEAD_TAGS",
+    "HEAD_ARCHIVED",
+    "LISTING_INDEXES",
     "INDEX_NAMESPACE",
     "ITEM_DEFAULT_KIND",
     "ITEM_KIND_FIELD",
@@ -56,6 +62,7 @@ __all__ = [
     "WORKING_NAMESPACE_PREFIX",
     "archive_namespace",
     "conversation_namespace",
+    "head_time",
     "layer_of_namespace",
     "token_caps",
     "turn_key",
@@ -98,6 +105,17 @@ HEAD_TOTAL_TOKENS = "total_tokens"
 HEAD_TURN_COUNT = "turn_count"
 HEAD_SUMMARY = "summary"
 HEAD_TOTAL_MESSAGES = "total_messages"
+#: The head's listing fields (conversation/_listing.py): when it last changed and when its
+#: last turn came (:func:`head_time` strings, so they sort as text), its title, tags and
+#: archived flag.  Heads written by earlier releases have none of them.
+HEAD_UPDATED_AT = "updated_at"
+HEAD_LAST_TURN_AT = "last_turn_at"
+HEAD_TITLE = "title"
+HEAD_TAGS = "tags"
+HEAD_ARCHIVED = "archived"
+#: The partial indexes over conversation heads that serve a user's conversation list
+#: (migration 0009; not in the SQLAlchemy model: expression indexes).
+LISTING_INDEXES = ("ix_memory_entries_conv_updated", "ix_memory_entries_conv_created")
 #: The head's numbers (non-negative integers); a turn takes ``next_turn_id`` and bumps each.
 HEAD_COUNTERS = (HEAD_NEXT_TURN_ID, HEAD_TOTAL_TOKENS, HEAD_TURN_COUNT, HEAD_TOTAL_MESSAGES)
 #: The turn id's key in a turn row's ``content``.
@@ -116,6 +134,11 @@ def conversation_namespace(conversation_id: str) -> str:
 def archive_namespace(conversation_id: str) -> str:
     """Namespace of a conversation's archived (evicted) turns."""
     return f"{ARCHIVE_NAMESPACE_PREFIX}{conversation_id}"
+
+
+def head_time(moment: Any) -> str:
+    """A UTC ``datetime`` as the head stores it: fixed width, so text order is time order."""
+    return str(moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
 
 
 def layer_of_namespace(namespace: str) -> str | None:
