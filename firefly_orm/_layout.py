@@ -11,8 +11,11 @@ A conversation (see :mod:`firefly_orm.conversation._rows` for the row codecs):
   (key :data:`HEAD_KEY`, content keyed by the ``HEAD_*`` names below) and one row
   per turn (key :func:`turn_key`, ``turn:`` and the turn id as
   :data:`TURN_ID_DIGITS` digits; content holds :data:`TURN_ID_FIELD`);
+  a branch also has a :data:`BRANCH_PARENT_KEY` row, and a conversation one
+  :func:`branch_key` row per branch made from it;
 * namespace ``conversation-archive:<id>`` (:func:`archive_namespace`): evicted
-  turns kept with ``keep_evicted=True``;
+  turns kept with ``keep_evicted=True``, and turns dropped by a rewind (marked
+  with :data:`REWOUND_FIELD`) until they are purged;
 * namespace :data:`INDEX_NAMESPACE`: one row per conversation (key = the id).
 
 Working memory lives in ``working:<scope>`` and ``working-user:...`` namespaces,
@@ -32,6 +35,8 @@ from typing import Any
 __all__ = [
     "ARCHIVE_NAMESPACE_PREFIX",
     "ARTIFACTS_NAMESPACE",
+    "BRANCH_KEY_PREFIX",
+    "BRANCH_PARENT_KEY",
     "CONVERSATION_NAMESPACE_PREFIX",
     "HEAD_CONVERSATION_ID",
     "HEAD_COUNTERS",
@@ -54,6 +59,7 @@ __all__ = [
     "MAX_TURN_ID",
     "NO_MESSAGE_CAP",
     "NO_TOKEN_CAP",
+    "REWOUND_FIELD",
     "SUMMARY_TURN_ID",
     "TURN_ID_DIGITS",
     "TURN_ID_FIELD",
@@ -61,6 +67,7 @@ __all__ = [
     "USER_WORKING_NAMESPACE_PREFIX",
     "WORKING_NAMESPACE_PREFIX",
     "archive_namespace",
+    "branch_key",
     "conversation_namespace",
     "head_time",
     "layer_of_namespace",
@@ -120,6 +127,15 @@ LISTING_INDEXES = ("ix_memory_entries_conv_updated", "ix_memory_entries_conv_cre
 HEAD_COUNTERS = (HEAD_NEXT_TURN_ID, HEAD_TOTAL_TOKENS, HEAD_TURN_COUNT, HEAD_TOTAL_MESSAGES)
 #: The turn id's key in a turn row's ``content``.
 TURN_ID_FIELD = "turn_id"
+#: Key of the row in a branch's namespace naming the conversation it was branched
+#: from (content: ``parent_id``, ``at_turn``, ``created_at``).
+BRANCH_PARENT_KEY = "branch-parent"
+#: Key prefix of the rows in a conversation's namespace naming its branches
+#: (:func:`branch_key`; content: ``conversation_id``, ``at_turn``, ``created_at``).
+BRANCH_KEY_PREFIX = "branch:"
+#: Content field of an archived turn row that a rewind moved there (its ISO time);
+#: evicted turns have none.
+REWOUND_FIELD = "rewound_at"
 #: The message cap of a conversation without a message limit (never reached).
 NO_MESSAGE_CAP = 2**62
 #: The token cap of a conversation without a token limit nor a threshold (never reached).
@@ -139,6 +155,11 @@ def archive_namespace(conversation_id: str) -> str:
 def head_time(moment: Any) -> str:
     """A UTC ``datetime`` as the head stores it: fixed width, so text order is time order."""
     return str(moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+
+
+def branch_key(branch_id: str) -> str:
+    """Key of the row, in its parent's namespace, naming the branch ``branch_id``."""
+    return f"{BRANCH_KEY_PREFIX}{branch_id}"
 
 
 def layer_of_namespace(namespace: str) -> str | None:
