@@ -335,7 +335,7 @@ def append_turn(target: Target, request: TurnAppend) -> AppendedHead | None:
     ``INSERT``.  ``None`` without writing anything on other databases, and
     whenever the head does not qualify (missing, eviction needed, another
     owner, ...) or, on PostgreSQL, the row does not fit the statement (content
-    the JSONB column would wrap, expiry, search text): the caller then takes
+    the JSONB column would wrap, expiry): the caller then takes
     the general path.
     """
     dialect = _dialect(target)
@@ -349,8 +349,6 @@ def append_turn(target: Target, request: TurnAppend) -> AppendedHead | None:
         not isinstance(content, dict)
         or encode_json_for_jsonb(content) is not content
         or values["expires_at"] is not None
-        or values["search_text"] is not None
-        or values["search_language"] is not None
     ):
         return None
     params = _head_params(request)
@@ -361,6 +359,8 @@ def append_turn(target: Target, request: TurnAppend) -> AppendedHead | None:
         row_metadata=values["metadata"],
         row_created_at=values["created_at"],
         row_importance=values["importance"],
+        row_search_text=values["search_text"],
+        row_search_language=values["search_language"],
     )
     stmt = st.append_turn_statement(request.owner is not None)
     row = _execute(target, stmt, params).first()

@@ -437,7 +437,8 @@ def append_turn_statement(by_owner: bool) -> Any:
     JSON), ``tokens``, ``messages``, ``token_cap``, ``message_cap``, ``uid``
     (with ``by_owner``), ``id_prefix`` (``<ns>\\x00`` in UTF-8) and the turn
     row's ``row_scope``, ``row_content`` (JSONB, without its ``turn_id``),
-    ``row_metadata``, ``row_created_at``, ``row_importance`` (no parameter is
+    ``row_metadata``, ``row_created_at``, ``row_importance``,
+    ``row_search_text``, ``row_search_language`` (no parameter is
     named as a column: an UPDATE would set that column from it).  The row returned: the head's new
     ``content``, ``version`` and ``user_id`` (the owner the turn row gets).
     """
@@ -508,6 +509,8 @@ def append_turn_statement(by_owner: bool) -> Any:
         _P("row_importance", type_=_C.importance.type),
         sa.literal(1, sa.Integer()),
         head.c.user_id,
+        _P("row_search_text", type_=_C.search_text.type),
+        _P("row_search_language", type_=_C.search_language.type),
     )
     names = (
         "entry_id",
@@ -520,6 +523,8 @@ def append_turn_statement(by_owner: bool) -> Any:
         "importance",
         "version",
         "user_id",
+        "search_text",
+        "search_language",
     )
     insert = sa.insert(TABLE).from_select([_C[n] for n in names], row).cte("turn")
     return sa.select(head.c.content, head.c.version, head.c.user_id).add_cte(insert)
