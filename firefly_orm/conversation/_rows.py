@@ -22,7 +22,13 @@ Every row is a :class:`~firefly_orm.entry.MemoryEntry` with scope
     (``opens``, ``calls``, ``results``: what a whole-turn window needs without
     decoding).  A turn's message count is ``len(raw messages)``, or 2 without them.
 
-* namespace ``conversation-archive:<id>``: evicted turns when ``keep_evicted=True``.
+  A turn row of a live conversation has ``search_text`` (:func:`turn_search_text`:
+  the prompt, a newline, the answer), so the store's full-text index finds it
+  (:mod:`firefly_orm.conversation._search`); rows written by earlier releases
+  have none and are found by meaning only.
+
+* namespace ``conversation-archive:<id>``: evicted turns when ``keep_evicted=True``
+  (no ``search_text``: evicted turns are not searched).
 * namespace ``conversation-index``: one row per conversation (key = the id).
 """
 
@@ -34,6 +40,7 @@ from datetime import datetime
 from typing import Any
 
 from firefly_orm._layout import (
+    CONVERSATION_NAMESPACE_PREFIX,
     HEAD_CONVERSATION_ID,
     HEAD_KEY,
     HEAD_NEXT_TURN_ID,
@@ -54,7 +61,7 @@ from firefly_orm.conversation._codec import decode_raw_messages
 from firefly_orm.conversation._messages import encoded_message_count, inspect_encoded
 from firefly_orm.conversation._model import ConversationTurn
 from firefly_orm.conversation._plan import HeadState
-from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
+from firefly_orm.entry import MAX_SEARCH_TEXT_LENGTH, MemoryEntry, MemoryScope, derived_entry_id
 from firefly_orm.entry._model import FIELD_NAMES, field_values
 from firefly_orm.errors import StoreCorruptedError
 
@@ -77,6 +84,7 @@ __all__ = [
     "turn_from_entry",
     "turn_key",
     "turn_message_count",
+    "turn_search_text",
 ]
 
 # The layout facts (namespaces, keys, digits, the head's field names) live in
@@ -209,7 +217,28 @@ def turn_entry(
                 "calls": calls,
                 "results": results,
             }
-    return _row(namespace, turn_key(turn.turn_id), content, user_id=user_id)
+    searchable = namespace.startswith(CONVERSATION_NAMESPACE_PREFIX)
+    return _row(
+        namespace,
+        turn_key(turn.turn_id),
+        content,
+        user_id=user_id,
+        search_text=(
+            turn_search_text(turn.user_prompt, turn.assistant_response) if searchable else None
+        ),
+    )
+
+
+def turn_search_text(user_prompt: str, assistant_response: str) -> str | None:
+    """What a turn is found by (full-text search and embedding): ``"{prompt}\\n{answer}"``.
+
+    NUL characters become spaces (no store indexes them) and the text is cut to
+    :data:`~firefly_orm.entry.MAX_SEARCH_TEXT_LENGTH`; ``None`` for a turn
+    without text.
+    """
+    text = f"{user_prompt}\n{assistant_response}".replace("\x00", " ")
+    text = text[:MAX_SEARCH_TEXT_LENGTH].encode("utf-8", "replace").decode("utf-8")
+    return text if text.strip() else None
 
 
 def turn_message_count(content: Mapping[str, Any]) -> int:
@@ -282,6 +311,7 @@ def _row(
     *,
     metadata: dict[str, Any] | None = None,
     user_id: str | None = None,
+    search_text: str | None = None,
 ) -> MemoryEntry:
     """A conversation row: scope ``CONVERSATION``, id derived from namespace and key."""
     return MemoryEntry.from_dict(
@@ -293,5 +323,6 @@ def _row(
             content=content,
             metadata=metadata if metadata is not None else {},
             user_id=user_id,
+            search_text=search_text,
         )
     )
