@@ -33,8 +33,10 @@ from firefly_orm.conversation import _ops as ops
 from firefly_orm.conversation._codec import encode_raw_messages
 from firefly_orm.conversation._idempotency import check_idempotency_key, fingerprint
 from firefly_orm.conversation._memory_batch import ConversationBatches
+from firefly_orm.conversation._memory_branch import ConversationBranches
 from firefly_orm.conversation._memory_changes import ConversationChanges
 from firefly_orm.conversation._memory_reads import ConversationReads
+from firefly_orm.conversation._memory_search import ConversationSearch, make_embedding
 from firefly_orm.conversation._messages import estimate_turn
 from firefly_orm.conversation._model import (
     AsyncSummarizer,
@@ -56,6 +58,7 @@ from firefly_orm.store import InMemoryStore, MemoryStore
 from firefly_orm.tokens import TokenEstimator
 
 if TYPE_CHECKING:
+    from firefly_orm.long_term._embedding import EmbedderLike
     from firefly_orm.long_term._memory import LongTermMemory
     from firefly_orm.long_term.promotion import Promotion, Scorer
 
@@ -74,7 +77,9 @@ _CONFIG_KEYS = (
 )
 
 
-class ConversationMemory(ConversationReads, ConversationChanges, ConversationBatches):
+class ConversationMemory(
+    ConversationReads, ConversationChanges, ConversationBatches, ConversationBranches
+):
     """Token-budgeted conversations, persisted through a store.
 
     Args:
@@ -132,6 +137,14 @@ class ConversationMemory(ConversationReads, ConversationChanges, ConversationBat
             :meth:`clear_all` clears the user's conversations only and a
             ``user_id`` argument naming someone else is refused.  Hand request
             handlers a bound memory (:meth:`for_user`).
+        embedder: Find past turns by meaning too (:meth:`search_conversations`
+            in ``"semantic"`` or ``"hybrid"`` mode): a pydantic-ai
+            ``Embedder``, an ``EmbeddingModel`` or a model name.  Turns added
+            by :meth:`add_turn` and :meth:`add_turns` are embedded before their
+            unit of work opens (one embedding request per call, batched) and
+            their vectors stored with them, on a store that keeps vectors
+            (:mod:`firefly_orm.vector`).  Without one, turns are found by
+            their words only.
 
     Token estimates cover what the model sees: the text of a turn's raw
     messages (prompts, answers, tool names, arguments and results) when it has
@@ -165,6 +178,7 @@ class ConversationMemory(ConversationReads, ConversationChanges, ConversationBat
         importance_threshold: float | None = None,
         promotion_scorer: Scorer | None = None,
         user_id: str | None = None,
+        embedder: EmbedderLike | None = None,
     ) -> None:
         if estimator is not None and not callable(getattr(estimator, "estimate", None)):
             raise TypeError("estimator must have an estimate(text) -> int method")
@@ -185,6 +199,7 @@ class ConversationMemory(ConversationReads, ConversationChanges, ConversationBat
         self._summarizer = summarizer
         super().__init__(store if store is not None else InMemoryStore())
         self._user_id = None if user_id is None else validate_user_id(user_id)
+        self._embedding = make_embedding(embedder)
         self._long_term = long_term
         self._promotion = _promotion(
             self._store, long_term, auto_promote, importance_threshold, promotion_scorer
@@ -341,6 +356,7 @@ class ConversationMemory(ConversationReads, ConversationChanges, ConversationBat
             token_estimate=tokens,
             metadata=checked_metadata,
         )
+        (vector,) = yield from self._embed_turns([turn])  # before the unit of work opens
         appended = yield from released_before_callouts(  # no summarizer inside your transaction
             ops.add_turn(
                 conversation_id,
@@ -351,6 +367,7 @@ class ConversationMemory(ConversationReads, ConversationChanges, ConversationBat
                     owner,
                     key,
                     None if key is None else fingerprint(prompt, response, encoded),
+                    vector=vector,
                 ),
                 self._policy,
                 self._summarizer,
@@ -440,6 +457,15 @@ class ConversationMemory(ConversationReads, ConversationChanges, ConversationBat
     to_dict = sync_method(_to_dict)
     exists = sync_method(ConversationReads._exists)
     owner_of = sync_method(ConversationReads._owner_of)
+    search_conversations = sync_method(ConversationSearch._search_conversations)
+    branch = sync_method(ConversationBranches._branch)
+    branches = sync_method(ConversationBranches._branches)
+    parent_of = sync_method(ConversationBranches._parent_of)
+    rewind = sync_method(ConversationBranches._rewind)
+    get_rewound_turns = sync_method(ConversationBranches._get_rewound_turns)
+    purge_rewound = sync_method(ConversationBranches._purge_rewound)
+    pop_turn = sync_method(ConversationBranches._pop_turn)
+    copy = sync_method(ConversationChanges._copy_conversation)
 
     async_new_conversation = async_method(_new_conversation)
     async_add_turn = async_method(_add_turn)
@@ -469,6 +495,15 @@ class ConversationMemory(ConversationReads, ConversationChanges, ConversationBat
     async_to_dict = async_method(_to_dict)
     async_exists = async_method(ConversationReads._exists)
     async_owner_of = async_method(ConversationReads._owner_of)
+    async_search_conversations = async_method(ConversationSearch._search_conversations)
+    async_branch = async_method(ConversationBranches._branch)
+    async_branches = async_method(ConversationBranches._branches)
+    async_parent_of = async_method(ConversationBranches._parent_of)
+    async_rewind = async_method(ConversationBranches._rewind)
+    async_get_rewound_turns = async_method(ConversationBranches._get_rewound_turns)
+    async_purge_rewound = async_method(ConversationBranches._purge_rewound)
+    async_pop_turn = async_method(ConversationBranches._pop_turn)
+    async_copy = async_method(ConversationChanges._copy_conversation)
 
     @property
     def conversation_ids(self) -> list[str]:
