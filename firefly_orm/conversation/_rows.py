@@ -43,11 +43,14 @@ from firefly_orm._layout import (
     CONVERSATION_NAMESPACE_PREFIX,
     HEAD_CONVERSATION_ID,
     HEAD_KEY,
+    HEAD_LAST_TURN_AT,
     HEAD_NEXT_TURN_ID,
     HEAD_SUMMARY,
+    HEAD_TAGS,
     HEAD_TOTAL_MESSAGES,
     HEAD_TOTAL_TOKENS,
     HEAD_TURN_COUNT,
+    HEAD_UPDATED_AT,
     INDEX_NAMESPACE,
     MAX_TURN_ID,
     TURN_ID_DIGITS,
@@ -55,13 +58,20 @@ from firefly_orm._layout import (
     TURN_KEY_PREFIX,
     archive_namespace,
     conversation_namespace,
+    head_time,
     turn_key,
 )
 from firefly_orm.conversation._codec import decode_raw_messages
 from firefly_orm.conversation._messages import encoded_message_count, inspect_encoded
 from firefly_orm.conversation._model import ConversationTurn
 from firefly_orm.conversation._plan import HeadState
-from firefly_orm.entry import MAX_SEARCH_TEXT_LENGTH, MemoryEntry, MemoryScope, derived_entry_id
+from firefly_orm.entry import (
+    MAX_SEARCH_TEXT_LENGTH,
+    MemoryEntry,
+    MemoryScope,
+    derived_entry_id,
+    utcnow,
+)
 from firefly_orm.entry._model import FIELD_NAMES, field_values
 from firefly_orm.errors import StoreCorruptedError
 
@@ -134,7 +144,17 @@ def head_entry(
     A copy keeps ``previous``'s owner; a new head belongs to ``user_id``.
     """
     namespace = conversation_namespace(conversation_id)
-    content: dict[str, Any] = {
+    # The listing fields (title, tags, archived, times: conversation/_listing.py)
+    # go on with the head; every head write stamps updated_at, a new turn last_turn_at.
+    kept = field_values(previous)["content"] if previous is not None else None
+    content: dict[str, Any] = dict(kept) if isinstance(kept, Mapping) else {}
+    if isinstance(content.get(HEAD_TAGS), list):
+        content[HEAD_TAGS] = list(content[HEAD_TAGS])
+    now = head_time(utcnow())
+    content[HEAD_UPDATED_AT] = now
+    if next_turn_id > _stored_next_turn_id(kept):
+        content[HEAD_LAST_TURN_AT] = now
+    content |= {
         HEAD_CONVERSATION_ID: conversation_id,
         HEAD_NEXT_TURN_ID: next_turn_id,
         HEAD_TOTAL_TOKENS: total_tokens,
@@ -143,6 +163,8 @@ def head_entry(
     }
     if total_messages is not None:
         content[HEAD_TOTAL_MESSAGES] = total_messages
+    else:
+        content.pop(HEAD_TOTAL_MESSAGES, None)
     if previous is not None:
         return _with_content(previous, content)
     return _row(
@@ -152,6 +174,12 @@ def head_entry(
         metadata={"conversation_id": conversation_id},
         user_id=user_id,
     )
+
+
+def _stored_next_turn_id(content: Any) -> int:
+    """A stored head content's ``next_turn_id`` (0 when there is none or it is unreadable)."""
+    value = content.get(HEAD_NEXT_TURN_ID) if isinstance(content, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def empty_head_entry(conversation_id: str, user_id: str | None = None) -> MemoryEntry:

@@ -19,7 +19,13 @@ from typing import Any, NamedTuple, TypeVar, Unpack
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from firefly_orm._layout import HEAD_NEXT_TURN_ID, NO_MESSAGE_CAP, TURN_ID_FIELD, turn_key
+from firefly_orm._layout import (
+    HEAD_NEXT_TURN_ID,
+    NO_MESSAGE_CAP,
+    TURN_ID_FIELD,
+    head_time,
+    turn_key,
+)
 from firefly_orm._search import (
     SearchHit,
     SearchOptions,
@@ -370,10 +376,12 @@ def append_turn(target: Target, request: TurnAppend) -> AppendedHead | None:
 def _head_params(request: TurnAppend) -> dict[str, Any]:
     """The parameters naming the head and its limits, shared by both dialects' statements."""
     cap = request.message_cap
+    now = utcnow()
     params: dict[str, Any] = {
         "ns": request.namespace,
         "head_id": request.head_id,
-        "now": utcnow(),
+        "now": now,
+        "stamp": head_time(now),
         "cid": request.conversation_id,
         "tokens": request.tokens,
         "messages": request.messages,

@@ -32,11 +32,13 @@ from sqlalchemy.sql.expression import Join
 from firefly_orm._layout import (
     HEAD_CONVERSATION_ID,
     HEAD_COUNTERS,
+    HEAD_LAST_TURN_AT,
     HEAD_NEXT_TURN_ID,
     HEAD_SUMMARY,
     HEAD_TOTAL_MESSAGES,
     HEAD_TOTAL_TOKENS,
     HEAD_TURN_COUNT,
+    HEAD_UPDATED_AT,
     MAX_TURN_ID,
     TURN_ID_DIGITS,
     TURN_ID_FIELD,
@@ -433,7 +435,8 @@ def append_turn_statement(by_owner: bool) -> Any:
     ``by_owner``) and no row holds the new turn's id yet.  Otherwise nothing is
     written and no row comes back: the caller takes the general path.
 
-    Parameters: ``ns``, ``head_id``, ``now``, ``cid`` (the conversation id as
+    Parameters: ``ns``, ``head_id``, ``now``, ``stamp`` (the head's new
+    ``updated_at`` and ``last_turn_at``), ``cid`` (the conversation id as
     JSON), ``tokens``, ``messages``, ``token_cap``, ``message_cap``, ``uid``
     (with ``by_owner``), ``id_prefix`` (``<ns>\\x00`` in UTF-8) and the turn
     row's ``row_scope``, ``row_content`` (JSONB, without its ``turn_id``),
@@ -465,22 +468,30 @@ def append_turn_statement(by_owner: bool) -> Any:
     taken = TABLE.alias("taken")
     free = ~sa.exists().where(taken.c.entry_id == _derived_id_sql(_turn_key_sql(next_turn_id)))
     summary = content.op("->", return_type=jsonb)(_sql_text(HEAD_SUMMARY))
-    new_content = sa.func.jsonb_build_object(
-        _sql_text(HEAD_CONVERSATION_ID),
-        _P("cid", type_=_C.content.type),
-        _sql_text(HEAD_NEXT_TURN_ID),
-        next_turn_id + 1,
-        _sql_text(HEAD_TOTAL_TOKENS),
-        total_tokens,
-        _sql_text(HEAD_TURN_COUNT),
-        counters[HEAD_TURN_COUNT] + 1,
-        _sql_text(HEAD_SUMMARY),
-        sa.case(
-            (sa.func.jsonb_typeof(summary) == _sql_text("string"), summary),
-            else_=sa.cast(_sql_text("null"), jsonb),
-        ),
-        _sql_text(HEAD_TOTAL_MESSAGES),
-        total_messages,
+    stamp = sa.func.to_jsonb(_P("stamp", type_=sa.Text()))
+    # Built over the stored content (||), so the listing fields (title, tags...) stay.
+    new_content = content.op("||", return_type=jsonb)(
+        sa.func.jsonb_build_object(
+            _sql_text(HEAD_UPDATED_AT),
+            stamp,
+            _sql_text(HEAD_LAST_TURN_AT),
+            stamp,
+            _sql_text(HEAD_CONVERSATION_ID),
+            _P("cid", type_=_C.content.type),
+            _sql_text(HEAD_NEXT_TURN_ID),
+            next_turn_id + 1,
+            _sql_text(HEAD_TOTAL_TOKENS),
+            total_tokens,
+            _sql_text(HEAD_TURN_COUNT),
+            counters[HEAD_TURN_COUNT] + 1,
+            _sql_text(HEAD_SUMMARY),
+            sa.case(
+                (sa.func.jsonb_typeof(summary) == _sql_text("string"), summary),
+                else_=sa.cast(_sql_text("null"), jsonb),
+            ),
+            _sql_text(HEAD_TOTAL_MESSAGES),
+            total_messages,
+        )
     )
     update = _head_update(sa.case((plain, within), else_=sa.false()), free, by_owner)
     head = (
@@ -548,7 +559,8 @@ def bump_head_statement(by_owner: bool) -> Any:
     ``by_owner``), no row keyed with the new turn's key yet.  Otherwise nothing
     is written and no row comes back.
 
-    Parameters: ``ns``, ``head_id``, ``now``, ``cid`` (the conversation id),
+    Parameters: ``ns``, ``head_id``, ``now``, ``stamp`` (the head's new ``updated_at``
+    and ``last_turn_at``), ``cid`` (the conversation id),
     ``tokens``, ``messages``, ``token_cap``, ``message_cap`` and ``uid`` (with
     ``by_owner``).  The row returned: the head's new ``content``, ``version``
     and ``user_id``; the new turn's id is ``content["next_turn_id"] - 1``.
@@ -593,6 +605,10 @@ def bump_head_statement(by_owner: bool) -> Any:
         counter(HEAD_TURN_COUNT) + 1,
         _json_path(HEAD_TOTAL_MESSAGES),
         total_messages,
+        _json_path(HEAD_UPDATED_AT),
+        _P("stamp", type_=sa.Text()),
+        _json_path(HEAD_LAST_TURN_AT),
+        _P("stamp", type_=sa.Text()),
     )
     # Only valid JSON reaches the JSON functions (they raise on anything else).
     guard = sa.case((sa.func.json_valid(_C.content) == 1, sa.and_(plain, within)), else_=sa.false())

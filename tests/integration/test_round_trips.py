@@ -353,6 +353,9 @@ def _normalised_rows(store: Any, cid: str) -> list[dict[str, Any]]:
             data.pop("created_at")
             content = data["content"]
             content.pop("timestamp", None)
+            if entry.key == "head":  # both paths stamp the head with the time they ran
+                assert isinstance(content.pop("updated_at"), str)
+                assert isinstance(content.pop("last_turn_at"), str)
             for part in (content, data["metadata"]):
                 if "conversation_id" in part:
                     assert part.pop("conversation_id") == cid
