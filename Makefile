@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
-EXTRAS := postgres,mongo,redis,pydantic-ai,openai-agents,langchain,adk,tiktoken,encryption,vector,flyte,mcp,otel,docs,dev
+EXTRAS := postgres,mongo,redis,pydantic-ai,openai-agents,langchain,adk,langgraph,llama-index,tiktoken,encryption,vector,flyte,mcp,otel,docs,dev
 
 # Use the local PostgreSQL when it answers and no URL was given (CI exports its own).
 LOCAL_PG_URL := postgresql+psycopg://postgres@127.0.0.1:5432/test
