@@ -61,6 +61,7 @@ from firefly_orm.conversation._rows import (
     turn_from_entry,
     turn_message_count,
 )
+from firefly_orm.conversation._search import TurnVector, save_turn_vector
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.errors import ConcurrencyError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
@@ -167,6 +168,8 @@ class EncodedTurn:
     :mod:`firefly_orm.conversation._batch`); ``None``: a new turn.
     ``base_version``: the head version the turn was built on (``None``: any);
     another raises ``ConcurrencyError`` (a concurrent writer got there first).
+    ``vector``: the turn's vector, made before the unit of work opened
+    (:mod:`firefly_orm.conversation._search`), stored with the turn.
     """
 
     turn: ConversationTurn
@@ -177,6 +180,7 @@ class EncodedTurn:
     fingerprint: str | None = None
     replaces: ConversationTurn | None = None
     base_version: int | None = None
+    vector: TurnVector | None = None
 
 
 @dataclass(frozen=True)
@@ -385,6 +389,8 @@ def append_general(
             namespace, plan.turn, new_turn.encoded_raw, new_turn.message_tokens, user_id=owner
         ),
     )
+    if new_turn.vector is not None:
+        save_turn_vector(uow, conversation_id, plan.turn.turn_id, new_turn.vector)
     if plan.evicted_turn_ids:
         evicted = [reader.entries[turn_id] for turn_id in plan.evicted_turn_ids]
         if policy.keep_evicted:
