@@ -244,6 +244,7 @@ def _append_at_once(
     if (
         append is None
         or new_turn.idempotency_key is not None
+        or new_turn.vector is not None  # its vector goes in the same unit of work
         or not policy.hints.fits(conversation_id, turn.token_estimate, turn.message_count, limits)
     ):
         return None
