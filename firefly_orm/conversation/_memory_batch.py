@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from firefly_orm.bridges import _telemetry
@@ -21,6 +22,7 @@ from firefly_orm.bridges._steps import Operation
 from firefly_orm.conversation._append import Appended, EncodedTurn, Policy
 from firefly_orm.conversation._batch import FixedTurns, MessageBatch, TurnsBuilder, add_turns
 from firefly_orm.conversation._codec import encode_raw_messages
+from firefly_orm.conversation._memory_search import ConversationSearch
 from firefly_orm.conversation._messages import estimate_turn
 from firefly_orm.conversation._model import (
     ConversationTurn,
@@ -29,7 +31,6 @@ from firefly_orm.conversation._model import (
     check_metadata,
     check_text,
 )
-from firefly_orm.conversation._owner import OwnedLayer
 from firefly_orm.conversation._plan import Limits
 from firefly_orm.conversation._policies import Observer, SummarizeEvent, TrimEvent, notify
 from firefly_orm.errors import EntryValidationError
@@ -40,7 +41,7 @@ __all__ = ["ConversationBatches"]
 logger = logging.getLogger("firefly_orm")
 
 
-class ConversationBatches(OwnedLayer):
+class ConversationBatches(ConversationSearch):
     """Batched appends of a conversation memory (a base of ``ConversationMemory``)."""
 
     _limits: Limits
@@ -66,7 +67,9 @@ class ConversationBatches(OwnedLayer):
         checked before anything is written; the turns are then planned one
         after another, as consecutive :meth:`add_turn` calls would be, and
         committed together, so a failure leaves the conversation as it was.
-        ``user_id`` as for :meth:`add_turn`.
+        ``user_id`` as for :meth:`add_turn`.  With an ``embedder``, the turns
+        are embedded (in batches) before the unit of work opens and their
+        vectors stored with them.
 
         Returns:
             The stored turns (those the batch itself evicted included).
@@ -100,6 +103,11 @@ class ConversationBatches(OwnedLayer):
             encoded_turns.append(EncodedTurn(stored, encoded, per_message, owner))
         if not encoded_turns:
             return []
+        vectors = yield from self._embed_turns([t.turn for t in encoded_turns])
+        if any(v is not None for v in vectors):
+            encoded_turns = [
+                replace(t, vector=v) for t, v in zip(encoded_turns, vectors, strict=True)
+            ]
         return (yield from self._append(conversation_id, FixedTurns(tuple(encoded_turns))))
 
     def _add(
