@@ -17,6 +17,8 @@ conversation.  Where things are:
   planner-statistics refresh after a large import);
 * :mod:`~firefly_orm.conversation._repair`: checking a conversation's head
   against its stored turns and rebuilding it from them (:class:`Inconsistency`);
+* :mod:`~firefly_orm.conversation._search`: searching past conversations by text
+  and by meaning (:class:`TurnMatch`, :meth:`ConversationMemory.search_conversations`);
 * :mod:`~firefly_orm.conversation._memory`: the :class:`ConversationMemory` class.
 """
 
@@ -54,6 +56,7 @@ from firefly_orm.conversation._rows import head_entry as _head_entry  # noqa: F4
 from firefly_orm.conversation._rows import index_entry as _index_entry  # noqa: F401
 from firefly_orm.conversation._rows import turn_entry as _turn_entry  # noqa: F401
 from firefly_orm.conversation._rows import turn_key as turn_key
+from firefly_orm.conversation._search import SEARCH_MODES, SearchMode, TurnMatch
 
 __all__ = [
     "AppendPlan",
@@ -64,7 +67,10 @@ __all__ = [
     "Limits",
     "SummarizeEvent",
     "TrimEvent",
+    "TurnMatch",
     "Inconsistency",
+    "SEARCH_MODES",
+    "SearchMode",
     "Summarizer",
     "SUMMARY_TURN_ID",
     "SUMMARY_TURN_PROMPT",
