@@ -70,6 +70,7 @@ from firefly_orm.conversation._append import (
     summarize,
 )
 from firefly_orm.conversation._append import no_eviction_needed as no_eviction_needed
+from firefly_orm.conversation._branch import unlink
 from firefly_orm.conversation._model import ConversationTurn, Summarizer
 from firefly_orm.conversation._owner import claim
 from firefly_orm.conversation._plan import HeadState, plan_append
@@ -374,11 +375,12 @@ def clear_conversations(
     uow: UnitOfWork, conversation_ids: list[str] | None, user_id: str | None = None
 ) -> None:
     """Forget these conversations (``None``: every one, or every one of ``user_id``):
-    turns, archive, head, index row."""
+    turns, archive, head, index row, and the row of a branch's parent naming it."""
     everything = conversation_ids is None and user_id is None
     if conversation_ids is None:
         conversation_ids = read_conversation_ids(uow, user_id)
     for conversation_id in conversation_ids:
+        unlink(uow, conversation_id)  # its parent's row naming it (a branch's)
         uow.entries.clear(conversation_namespace(conversation_id))
         uow.entries.clear(archive_namespace(conversation_id))
     if everything:
