@@ -69,6 +69,9 @@ __all__ = [
     "BranchLink",
     "branch",
     "branch_conversation",
+    "LinkCheck",
+    "check_links",
+    "fix_links",
     "link_rows",
     "parent_link_entry",
     "read_branches",
@@ -184,6 +187,54 @@ def unlink(uow: UnitOfWork, conversation_id: str) -> None:
         uow.entries.delete(
             parent_namespace, derived_entry_id(parent_namespace, branch_key(conversation_id))
         )
+
+
+@dataclass(frozen=True)
+class LinkCheck:
+    """What :func:`check_links` found wrong with a conversation's branch links.
+
+    Attributes:
+        missing_back: The conversation's own parent link, when its parent
+            exists but has no row naming it (a crash between the two writes
+            of a store whose units of work are not atomic).
+        dangling: The rows of the conversation naming branches that are gone
+            or that do not name it as their parent.
+    """
+
+    missing_back: BranchLink | None
+    dangling: tuple[MemoryEntry, ...]
+
+
+def check_links(uow: UnitOfWork, conversation_id: str) -> LinkCheck:
+    """Transaction (read): the branch links of ``conversation_id`` that disagree."""
+    missing_back = None
+    parent = read_parent(uow, conversation_id)
+    if parent is not None:
+        parent_namespace = conversation_namespace(parent.parent_id)
+        if uow.entries.get_by_key(parent_namespace, HEAD_KEY) is not None and (
+            uow.entries.get_by_key(parent_namespace, branch_key(conversation_id)) is None
+        ):
+            missing_back = parent
+    rows = uow.entries.list(conversation_namespace(conversation_id), key_prefix=BRANCH_KEY_PREFIX)
+    dangling = []
+    for row in rows:
+        child = _link(row, None, conversation_id).conversation_id
+        back = read_parent(uow, child)
+        if back is None or back.parent_id != conversation_id:
+            dangling.append(row)
+    return LinkCheck(missing_back, tuple(dangling))
+
+
+def fix_links(uow: UnitOfWork, found: LinkCheck, owner: str | None) -> None:
+    """Transaction: add the missing row in the parent, delete the dangling ones."""
+    if found.missing_back is not None:
+        uow.entries.save(*_namespaced(link_rows(found.missing_back, owner)[1]))
+    for row in found.dangling:
+        uow.entries.delete(row.namespace, row.entry_id)
+
+
+def _namespaced(row: MemoryEntry) -> tuple[str, MemoryEntry]:
+    return row.namespace, row
 
 
 # =========================================================================== rows and rules

@@ -46,7 +46,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from firefly_orm._layout import BRANCH_KEY_PREFIX
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
+from firefly_orm.conversation._branch import LinkCheck, check_links, fix_links
 from firefly_orm.conversation._rows import (
     HEAD_KEY,
     INDEX_NAMESPACE,
@@ -76,6 +78,9 @@ logger = logging.getLogger("firefly_orm")
 #: before message counts were kept has no ``total_messages``: not an issue).
 _COUNTERS = ("turn_count", "total_tokens", "next_turn_id")
 _ALL_COUNTERS = (*_COUNTERS, "total_messages")
+#: The issues fixed without rewriting the head (its index row, its branch links).
+_NOT_THE_HEAD = frozenset({"indexed", "branch_of", "branches"})
+_NO_LINK_ISSUES = LinkCheck(None, ())
 
 
 @dataclass(frozen=True)
@@ -86,8 +91,11 @@ class Inconsistency:
         field: What disagrees: a field of the head (``"turn_count"``,
             ``"total_tokens"``, ``"next_turn_id"``, ``"total_messages"``,
             ``"summary"``, ``"conversation_id"``), ``"head"`` when there is no head row at all
-            (``expected`` is then the content it should have), or ``"indexed"``
-            when the conversation has no row in the conversation index.
+            (``expected`` is then the content it should have), ``"indexed"``
+            when the conversation has no row in the conversation index,
+            ``"branch_of"`` when its parent (``expected``) has no row naming
+            this branch, or ``"branches"`` for a row naming a branch
+            (``found``) that is gone or names another parent.
         found: What is stored (``None`` when the value or the row is missing).
         expected: What the stored turns say it should be.
     """
@@ -113,6 +121,7 @@ class Examination:
     indexed: bool
     owner: str | None
     issues: tuple[Inconsistency, ...]
+    links: LinkCheck = _NO_LINK_ISSUES
 
 
 # =========================================================================== transactions
@@ -169,11 +178,19 @@ def examine(uow: UnitOfWork, conversation_id: str) -> Examination:
             )
     if index_row is None:
         issues.append(Inconsistency("indexed", False, True))
+    links = check_links(uow, conversation_id)
+    if links.missing_back is not None:
+        issues.append(Inconsistency("branch_of", None, links.missing_back.parent_id))
+    issues.extend(
+        Inconsistency("branches", row.key.removeprefix(BRANCH_KEY_PREFIX), None)
+        for row in links.dangling
+        if row.key is not None
+    )
     owner = next((row.user_id for row in (stored, index_row) if row is not None), None)
     if owner is None and (stored is None or index_row is None) and turns:
         first = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX, limit=1)
         owner = first[0].user_id if first else None
-    return Examination(stored, head, index_row is not None, owner, tuple(issues))
+    return Examination(stored, head, index_row is not None, owner, tuple(issues), links)
 
 
 def repair_head(uow: UnitOfWork, conversation_id: str) -> list[Inconsistency]:
@@ -188,7 +205,7 @@ def repair_head(uow: UnitOfWork, conversation_id: str) -> list[Inconsistency]:
         What was changed (empty: nothing).
     """
     found = examine(uow, conversation_id)
-    if any(issue.field != "indexed" for issue in found.issues):
+    if any(issue.field not in _NOT_THE_HEAD for issue in found.issues):
         new_head = head_entry(conversation_id, found.stored_head, **found.head, user_id=found.owner)
         expected_version = found.stored_head.version if found.stored_head is not None else 0
         uow.entries.save(
@@ -196,6 +213,7 @@ def repair_head(uow: UnitOfWork, conversation_id: str) -> list[Inconsistency]:
         )
     if not found.indexed:
         uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id, found.owner))
+    fix_links(uow, found.links, found.owner)
     return list(found.issues)
 
 

@@ -2,8 +2,13 @@
 
 Shape: ``{"conversation_id", "turns": [{"turn_id", "user_prompt",
 "assistant_response", "token_estimate", "metadata", "timestamp"
-[, "raw_messages"]}, ...], "summary", "total_tokens"}``; ``raw_messages``
-holds the portable JSON form of :mod:`firefly_orm.conversation._codec`.
+[, "raw_messages"]}, ...], "summary", "total_tokens"[, "branch_of"]}``;
+``raw_messages`` holds the portable JSON form of
+:mod:`firefly_orm.conversation._codec`.  A branch's export names its parent
+(``"branch_of": {"conversation_id", "at_turn", "created_at"}``); an import
+makes a standalone conversation (the parent's id means nothing in another
+store), so the link is not restored.  Like the archive of evicted turns, the
+turns a rewind dropped are not exported, and an import replaces them too.
 
 An import that writes at least :data:`ANALYZE_AFTER_ROWS` turns asks the
 store to refresh its planner statistics once the import is committed
@@ -24,6 +29,7 @@ from typing import Any, TypeAlias
 from firefly_orm._maintenance import ANALYZE_AFTER_ROWS, refresh_statistics
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
 from firefly_orm.conversation._append import save_head
+from firefly_orm.conversation._branch import read_parent
 from firefly_orm.conversation._codec import check_encoded, encode_raw_messages
 from firefly_orm.conversation._model import (
     ConversationTurn,
@@ -96,12 +102,20 @@ def read_export(uow: UnitOfWork, conversation_id: str) -> dict[str, Any]:
         if raw:
             item["raw_messages"] = json.loads(json.dumps(raw))
         turns.append(item)
-    return {
+    exported: dict[str, Any] = {
         "conversation_id": conversation_id,
         "turns": turns,
         "summary": head.summary,
         "total_tokens": sum(t["token_estimate"] for t in turns),
     }
+    parent = read_parent(uow, conversation_id)
+    if parent is not None:  # what it was branched from (an import does not restore the link)
+        exported["branch_of"] = {
+            "conversation_id": parent.parent_id,
+            "at_turn": parent.at_turn,
+            "created_at": parent.created_at.isoformat(),
+        }
+    return exported
 
 
 def parse_import(
