@@ -25,9 +25,11 @@ the oldest turns, and so the oldest items, when items are added (pass
 id that is another user's conversation reads as empty and refuses writes with
 :class:`~firefly_orm.errors.ConversationNotFoundError`, nothing read or written.
 
-``pop_item`` reads the newest turn and then shortens (or deletes) it: two units
-of work, so two concurrent ``pop_item`` calls on one session may return the
-same item.  Run one agent per session at a time, as the SDK's runner does.
+``pop_item`` shortens (or deletes) the newest turn in one unit of work
+(:meth:`ConversationMemory.pop_turn <firefly_orm.ConversationMemory.pop_turn>`),
+so concurrent ``pop_item`` calls on one session each return a different item,
+and a pop racing ``add_items`` takes either the newest item before the append
+or the appended turn's last one, never losing or doubling an item.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any
 from agents.items import TResponseInputItem
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
-from firefly_orm.conversation import ConversationMemory
+from firefly_orm.conversation import ConversationMemory, ConversationTurn
 from firefly_orm.errors import ConversationNotFoundError
 from firefly_orm.integrations._items import check_session, flatten, last_items, split_texts
 
@@ -122,25 +124,12 @@ class FireflySession:
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove and return the newest item (``None`` when the session is empty)."""
         try:
-            newest = await self._memory.async_get_recent(self.session_id, 1)
+            turn = await self._memory.async_pop_turn(self.session_id, keep=_all_but_last_item)
         except ConversationNotFoundError:
             return None
-        if not newest:
+        if turn is None:
             return None
-        turn = newest[0]
-        items: list[Any] = flatten([turn], _text_items)
-        item: TResponseInputItem = items.pop()
-        if items:
-            prompt, answer = split_texts(items, _role_text)
-            await self._memory.async_update_turn(
-                self.session_id,
-                turn.turn_id,
-                user_prompt=prompt,
-                assistant_response=answer,
-                raw_messages=items,
-            )
-        else:
-            await self._memory.async_delete_turn(self.session_id, turn.turn_id)
+        item: TResponseInputItem = flatten([turn], _text_items)[-1]
         logger.debug("session %r: popped an item of turn %d", self.session_id, turn.turn_id)
         return item
 
@@ -150,6 +139,15 @@ class FireflySession:
             await self._memory.async_clear(self.session_id)
         except ConversationNotFoundError:  # nothing of this user's to clear
             return
+
+
+def _all_but_last_item(turn: ConversationTurn) -> tuple[str, str, list[Any]] | None:
+    """What the newest turn keeps when its last item is popped (``None``: it goes whole)."""
+    items: list[Any] = flatten([turn], _text_items)[:-1]
+    if not items:
+        return None
+    prompt, answer = split_texts(items, _role_text)
+    return prompt, answer, items
 
 
 def _text_items(prompt: str, answer: str) -> list[Any]:
