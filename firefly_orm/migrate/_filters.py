@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from firefly_orm._layout import LISTING_INDEXES
 from firefly_orm._search import is_search_index_object
 from firefly_orm.entry import TABLE_NAME
 from firefly_orm.migrate._config import VERSION_TABLE, validate_schema_name
@@ -119,7 +120,10 @@ _our_object_filter = include_object
 def own_include_name(name: str | None, type_: str, parent_names: Any) -> bool:
     """Our env's filter: only our own table is compared or migrated, without the
     parts of the full-text index that the model does not describe (PostgreSQL's
-    generated ``search_vector`` column and its GIN index)."""
+    generated ``search_vector`` column and its GIN index) nor the expression indexes
+    of the conversation list (:data:`~firefly_orm._layout.LISTING_INDEXES`)."""
     if type_ == "table":
         return name == TABLE_NAME
+    if type_ == "index" and name in LISTING_INDEXES:
+        return False
     return not is_search_index_object(name, type_)

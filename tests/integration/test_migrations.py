@@ -21,6 +21,7 @@ from dbutil import drop_schema
 from store_backends import DEFAULT_SCHEMA_GROUP
 
 from firefly_orm import migrate
+from firefly_orm._layout import LISTING_INDEXES
 from firefly_orm._search import SQLITE_FTS_TABLES, is_search_index_object
 from firefly_orm.entry import TABLE_NAME, metadata
 from firefly_orm.errors import EntryValidationError, MigrationRequiredError
@@ -43,7 +44,10 @@ def _diff(url: str, schema: str | None, model: sa.MetaData = metadata) -> list[o
             return name == schema
         if type_ == "table":
             return name == TABLE_NAME
-        # PostgreSQL's generated tsvector column and its GIN index are not in the model.
+        # PostgreSQL's generated tsvector column and its GIN index are not in the model,
+        # nor the conversation list's expression indexes (0009).
+        if type_ == "index" and name in LISTING_INDEXES:
+            return False
         return not is_search_index_object(name, type_)
 
     engine = sa.create_engine(url)
