@@ -36,7 +36,7 @@ derives them.  :mod:`firefly_orm.testing` checks a store against all of this.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -68,6 +68,7 @@ __all__ = [
     "JoinsSession",
     "LocksRows",
     "OwnAsyncRunner",
+    "RunsDatabaseCalls",
     "RunsStatements",
     "SearchableRepository",
     "TurnAppend",
@@ -615,6 +616,17 @@ class RunsStatements(Protocol):
 
     def run_statements(self, fn: Callable[..., T], /, *args: Any) -> T:
         """``fn(target, *args)`` in this unit of work's transaction; its result."""
+        ...
+
+
+@runtime_checkable
+class RunsDatabaseCalls(Protocol):
+    """A store that awaits ``fn(database, collection_name, *args)`` on its own MongoDB client
+    and loop, from sync code (MongoDBStore: how the knowledge graph reaches the collections
+    it keeps beside the entries'); driver errors become ``StoreError``."""
+
+    def run_database_call(self, fn: Callable[..., Awaitable[T]], /, *args: Any) -> T:
+        """The result of ``await fn(database, collection_name, *args)``."""
         ...
 
 
