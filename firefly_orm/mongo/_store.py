@@ -74,6 +74,7 @@ from firefly_orm.mongo._driver import (
     PyMongoError,
     init_beanie,
 )
+from firefly_orm.mongo._graph import erase_graph_users
 from firefly_orm.mongo._journal import MAX_SETTLE_ROUNDS, Journal
 from firefly_orm.mongo._queries import find_live
 from firefly_orm.mongo._reads import UnitOfWorkReads
@@ -386,6 +387,18 @@ class MongoDBStore(OpensOnEnter):
         """Check the version preconditions and apply ``changes`` (see :meth:`unit_of_work`)."""
         self._call(self._apply_changes(changes))
 
+    def run_database_call(self, fn: Callable[..., Awaitable[T]], /, *args: Any) -> T:
+        """``await fn(database, collection_name, *args)`` on this store's client and loop.
+
+        How the knowledge graph (:mod:`firefly_orm.knowledge`) reaches its
+        collections beside the entries'; driver errors become ``StoreError``.
+        """
+
+        async def op(col: Collection) -> T:
+            return await fn(col.database, self._collection_name, *args)
+
+        return self._call(self._run("knowledge graph call", op))
+
     # ------------------------------------------------------------------ loop plumbing
     def _loop(self) -> LoopThread:
         """The shared loop thread, noting it as the one the client lives on."""
@@ -646,14 +659,15 @@ class MongoDBStore(OpensOnEnter):
 
     async def _apply_changes(self, changes: StagedChanges) -> None:
         async def op(col: Collection) -> None:
-            if await self._journaled(col, changes):
-                return
-            assert self._client is not None
-            async with self._client.start_session() as session:
+            if not await self._journaled(col, changes):
+                assert self._client is not None
+                async with self._client.start_session() as session:
 
-                async def body(s: AsyncClientSession) -> None:
-                    await apply_changes(col, changes, s)
+                    async def body(s: AsyncClientSession) -> None:
+                        await apply_changes(col, changes, s)
 
-                await session.with_transaction(body)
+                    await session.with_transaction(body)
+            # After the entries: an erase cut short is finished by the next erase_user.
+            await erase_graph_users(col.database, self._collection_name, changes.erased_users)
 
         await self._run("unit of work commit", op)
