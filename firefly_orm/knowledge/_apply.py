@@ -1,4 +1,4 @@
-"""The update rule and the traversals (sync functions over a unit of work's target)."""
+"""The update rule, entities' upkeep, merging and forgetting, over any :class:`GraphRows`."""
 
 from __future__ import annotations
 
@@ -6,24 +6,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
-
+from firefly_orm.entry import utcnow
 from firefly_orm.errors import EntryValidationError
+from firefly_orm.knowledge._backend import EntityUpdate, GraphRows, new_id, normalize
 from firefly_orm.knowledge._model import Entity, Fact, FactChange, Outcome
-from firefly_orm.knowledge._rows import (
-    EntityUpdate,
-    Target,
-    _run,
-    ensure_entity,
-    entity_row,
-    facts_of,
-    new_id,
-    normalize,
-    record_change,
-)
-from firefly_orm.sql._graph import ENTITIES, FACTS
 
-__all__ = ["NewFact", "Rule", "apply_fact", "neighbors_of", "normalize_predicate", "paths_between"]
+__all__ = [
+    "NewFact",
+    "Rule",
+    "apply_fact",
+    "delete_entity",
+    "ensure_entity",
+    "merge_entities",
+    "normalize_predicate",
+    "record_change",
+]
 
 
 def normalize_predicate(predicate: str) -> str:
@@ -56,17 +53,137 @@ class Rule:
     actor: str
 
 
+def record_change(
+    rows: GraphRows,
+    user_id: str,
+    action: str,
+    actor: str,
+    *,
+    entity_id: str | None = None,
+    fact_id: str | None = None,
+    detail: dict[str, Any] | None = None,
+) -> None:
+    """Append one row to the history (who, what, when)."""
+    rows.record_change(
+        {
+            "user_id": user_id,
+            "action": action,
+            "actor": actor,
+            "entity_id": entity_id,
+            "fact_id": fact_id,
+            "detail": detail or {},
+            "at": utcnow(),
+        }
+    )
+
+
+def ensure_entity(
+    rows: GraphRows, user_id: str, mention: EntityUpdate, actor: str, *, count: bool = True
+) -> Entity:
+    """The user's entity for ``mention`` (by name or alias), created if new, updated if told more.
+
+    Creation cannot duplicate: the database keeps one row per user and
+    normalised name (:meth:`GraphRows.insert_entity`); a writer that loses the
+    race reads the winner's row and counts its mention there.  ``count``: add
+    one to the mention count.
+    """
+    name = mention.name.strip()
+    if not name:
+        raise EntryValidationError("name", "an entity needs a non-empty name")
+    now = utcnow()
+    found = rows.find_entity(user_id, name)
+    if found is None:
+        values: dict[str, Any] = {
+            "entity_id": new_id(),
+            "user_id": user_id,
+            "name": name,
+            "norm_name": normalize(name),
+            "entity_type": mention.entity_type or "unknown",
+            "attributes": mention.attributes or {},
+            "aliases": _merged_aliases([], mention.aliases, name),
+            "mentions": 1 if count else 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+        inserted = rows.insert_entity(values)
+        found = rows.find_entity(user_id, name)
+        assert found is not None  # inserted here or by the writer we raced
+        if inserted:
+            detail = {"name": name}
+            record_change(
+                rows, user_id, "add_entity", actor, entity_id=found.entity_id, detail=detail
+            )
+            return found
+    changes: dict[str, Any] = {}
+    aliases = _merged_aliases(found.aliases, mention.aliases, found.name)
+    if aliases != found.aliases:
+        changes["aliases"] = aliases
+    if mention.attributes:
+        attributes = {**found.attributes, **mention.attributes}
+        if attributes != found.attributes:
+            changes["attributes"] = attributes
+    if mention.entity_type not in (None, "unknown") and found.entity_type == "unknown":
+        changes["entity_type"] = mention.entity_type
+    if not changes and not count:
+        return found
+    updated = rows.update_entity(found.entity_id, {**changes, "updated_at": now}, int(count))
+    if changes:
+        changed: dict[str, Any] = {"changed": sorted(changes)}
+        record_change(
+            rows, user_id, "update_entity", actor, entity_id=found.entity_id, detail=changed
+        )
+    return updated
+
+
+def _merged_aliases(current: list[str], new: tuple[str, ...] | list[str], name: str) -> list[str]:
+    """``current`` plus the ``new`` aliases not already known (nor the name itself)."""
+    merged = list(current)
+    seen = {normalize(name), *(normalize(alias) for alias in current)}
+    for alias in new:
+        alias = alias.strip()
+        if alias and normalize(alias) not in seen:
+            merged.append(alias)
+            seen.add(normalize(alias))
+    return merged
+
+
+def merge_entities(rows: GraphRows, user_id: str, kept: Entity, gone: Entity, actor: str) -> None:
+    """Fold ``gone`` into ``kept``: facts re-pointed, name and aliases as aliases,
+    attributes (``kept``'s win) and mentions added; ``gone`` deleted."""
+    rows.repoint_facts(gone.entity_id, kept.entity_id)
+    rows.delete_entity_row(gone.entity_id)
+    ensure_entity(
+        rows,
+        user_id,
+        EntityUpdate(
+            kept.name,
+            entity_type=gone.entity_type,
+            attributes={**gone.attributes, **kept.attributes},
+            aliases=(gone.name, *gone.aliases),
+        ),
+        actor,
+        count=False,
+    )
+    rows.update_entity(kept.entity_id, {}, gone.mentions)
+    detail = {"absorbed": gone.entity_id}
+    record_change(rows, user_id, "merge", actor, entity_id=kept.entity_id, detail=detail)
+
+
+def delete_entity(rows: GraphRows, user_id: str, entity: Entity, actor: str) -> int:
+    """Delete ``entity``, its facts and their history; one ``forget`` row stays; the facts."""
+    removed = rows.delete_entity(entity.entity_id)
+    detail = {"facts": removed}
+    record_change(rows, user_id, "forget", actor, entity_id=entity.entity_id, detail=detail)
+    return removed
+
+
 def _same_object(fact: Fact, object_id: str | None, value: str) -> bool:
     if object_id is not None:
         return fact.object_id == object_id
     return fact.object_id is None and normalize(fact.object) == normalize(value)
 
 
-def _one(target: Target, fact_id: str) -> Fact:
-    return facts_of(target, FACTS.c.fact_id == fact_id)[0]
-
-
-def apply_fact(target: Target, user_id: str, new: NewFact, rule: Rule) -> FactChange:
+def apply_fact(rows: GraphRows, user_id: str, new: NewFact, rule: Rule) -> FactChange:
     """Compare ``new`` with the current facts of its subject and predicate; act; log it.
 
     * **confirm**: the same fact holds already: the evidence is appended;
@@ -83,183 +200,55 @@ def apply_fact(target: Target, user_id: str, new: NewFact, rule: Rule) -> FactCh
     predicate = normalize_predicate(new.predicate)
     actor = rule.actor
     if new.confidence < rule.min_confidence:
-        record_change(
-            target,
-            user_id,
-            "ignore",
-            actor,
-            detail={
-                "predicate": predicate,
-                "reason": "below min_confidence",
-                "confidence": new.confidence,
-            },
-        )
+        detail: dict[str, Any] = {
+            "predicate": predicate,
+            "reason": "below min_confidence",
+            "confidence": new.confidence,
+        }
+        record_change(rows, user_id, "ignore", actor, detail=detail)
         return FactChange("ignore", None)
-    subject = ensure_entity(target, user_id, EntityUpdate(new.subject), actor)
+    subject = ensure_entity(rows, user_id, EntityUpdate(new.subject), actor)
     object_id: str | None = None
     value = new.object.strip()
     if not value:
         raise EntryValidationError("object", "a fact needs a non-empty object")
     if new.object_is_entity:
-        object_id = ensure_entity(target, user_id, EntityUpdate(value), actor).entity_id
-    current = facts_of(
-        target,
-        FACTS.c.subject_id == subject.entity_id,
-        FACTS.c.predicate == predicate,
-        FACTS.c.valid_to.is_(None),
-    )
+        object_id = ensure_entity(rows, user_id, EntityUpdate(value), actor).entity_id
+    current = rows.current_facts(subject.entity_id, predicate)
     evidence = [new.evidence] if new.evidence else []
     for fact in current:
         if _same_object(fact, object_id, value):
             outcome: Outcome = "update" if new.confidence != fact.confidence else "confirm"
             merged = fact.evidence + [e for e in evidence if e not in fact.evidence]
-            _run(
-                target,
-                sa.update(FACTS)
-                .where(FACTS.c.fact_id == fact.fact_id)
-                .values(evidence=merged, confidence=new.confidence),
-            )
-            record_change(
-                target,
-                user_id,
-                outcome,
-                actor,
-                fact_id=fact.fact_id,
-                detail={"evidence": evidence, "confidence": new.confidence},
-            )
-            return FactChange(outcome, _one(target, fact.fact_id))
+            rows.update_fact(fact.fact_id, {"evidence": merged, "confidence": new.confidence})
+            detail = {"evidence": evidence, "confidence": new.confidence}
+            record_change(rows, user_id, outcome, actor, fact_id=fact.fact_id, detail=detail)
+            return FactChange(outcome, rows.fact(fact.fact_id))
     others = [] if predicate in rule.multi_valued else current
     if others and new.observed_at < max(f.valid_from for f in others):
-        record_change(
-            target,
-            user_id,
-            "ignore",
-            actor,
-            fact_id=others[-1].fact_id,
-            detail={"reason": "older than the current fact", "object": value, "evidence": evidence},
-        )
+        detail = {"reason": "older than the current fact", "object": value, "evidence": evidence}
+        record_change(rows, user_id, "ignore", actor, fact_id=others[-1].fact_id, detail=detail)
         return FactChange("ignore", others[-1])
     for fact in others:
-        _run(
-            target,
-            sa.update(FACTS)
-            .where(FACTS.c.fact_id == fact.fact_id)
-            .values(valid_to=new.observed_at),
-        )
+        rows.update_fact(fact.fact_id, {"valid_to": new.observed_at})
     fact_id = new_id()
-    _run(
-        target,
-        sa.insert(FACTS).values(
-            fact_id=fact_id,
-            user_id=user_id,
-            subject_id=subject.entity_id,
-            predicate=predicate,
-            object_id=object_id,
-            object_value=None if object_id is not None else value,
-            valid_from=new.observed_at,
-            valid_to=None,
-            evidence=evidence,
-            confidence=new.confidence,
-            created_at=new.observed_at,
-        ),
+    rows.insert_fact(
+        {
+            "fact_id": fact_id,
+            "user_id": user_id,
+            "subject_id": subject.entity_id,
+            "predicate": predicate,
+            "object_id": object_id,
+            "object_value": None if object_id is not None else value,
+            "valid_from": new.observed_at,
+            "valid_to": None,
+            "evidence": evidence,
+            "confidence": new.confidence,
+            "created_at": new.observed_at,
+        }
     )
     outcome = "supersede" if others else "add"
     closed = [f.fact_id for f in others]
-    record_change(
-        target,
-        user_id,
-        outcome,
-        actor,
-        fact_id=fact_id,
-        detail={"evidence": evidence, "superseded": closed},
-    )
-    return FactChange(outcome, _one(target, fact_id), [_one(target, f) for f in closed])
-
-
-def _edge_step(walk: Any, user_id: str) -> tuple[Any, Any]:
-    """The current edges touching ``walk.c.node`` (either direction) and their far end."""
-    far = sa.case((FACTS.c.subject_id == walk.c.node, FACTS.c.object_id), else_=FACTS.c.subject_id)
-    joined = walk.join(
-        FACTS,
-        sa.or_(FACTS.c.subject_id == walk.c.node, FACTS.c.object_id == walk.c.node),
-    )
-    return joined, far
-
-
-def _current_edges(user_id: str) -> list[sa.ColumnElement[bool]]:
-    return [FACTS.c.user_id == user_id, FACTS.c.object_id.is_not(None), FACTS.c.valid_to.is_(None)]
-
-
-def neighbors_of(
-    target: Target, user_id: str, start: Entity, depth: int
-) -> list[tuple[Entity, int]]:
-    """Entities within ``depth`` hops of ``start`` over current facts, nearest first.
-
-    One recursive CTE: each hop follows facts in either direction (by the
-    subject and object indexes); ``UNION`` keeps each (node, distance) once.
-    """
-    base = sa.select(
-        sa.literal(start.entity_id, sa.String).label("node"), sa.literal(0).label("hops")
-    ).cte("walk", recursive=True)
-    joined, far = _edge_step(base, user_id)
-    step = (
-        sa.select(far.label("node"), (base.c.hops + 1).label("hops"))
-        .select_from(joined)
-        .where(base.c.hops < depth, *_current_edges(user_id))
-    )
-    walk = base.union(step)
-    nearest = (
-        sa.select(walk.c.node, sa.func.min(walk.c.hops).label("hops"))
-        .where(walk.c.node != start.entity_id)
-        .group_by(walk.c.node)
-        .subquery()
-    )
-    query = (
-        sa.select(ENTITIES, nearest.c.hops)
-        .join(nearest, nearest.c.node == ENTITIES.c.entity_id)
-        .order_by(nearest.c.hops, ENTITIES.c.name)
-    )
-    return [(entity_row(row), row.hops) for row in _run(target, query)]
-
-
-def paths_between(
-    target: Target, user_id: str, a: Entity, b: Entity, max_depth: int, limit: int
-) -> list[list[Fact]]:
-    """Simple paths from ``a`` to ``b`` over current facts, shortest first.
-
-    One recursive CTE carrying each path's nodes (``/id/id/``, so no node is
-    visited twice) and facts.
-    """
-    base = sa.select(
-        sa.literal(a.entity_id, sa.String).label("node"),
-        sa.literal(0).label("hops"),
-        sa.literal(f"/{a.entity_id}/", sa.String).label("nodes"),
-        sa.literal("", sa.String).label("facts"),
-    ).cte("path", recursive=True)
-    joined, far = _edge_step(base, user_id)
-    step = (
-        sa.select(
-            far.label("node"),
-            (base.c.hops + 1).label("hops"),
-            base.c.nodes.concat(far).concat("/").label("nodes"),
-            base.c.facts.concat(FACTS.c.fact_id).concat("/").label("facts"),
-        )
-        .select_from(joined)
-        .where(
-            base.c.hops < max_depth,
-            base.c.node != b.entity_id,
-            ~base.c.nodes.contains(sa.literal("/").concat(far).concat("/")),
-            *_current_edges(user_id),
-        )
-    )
-    walk = base.union_all(step)
-    query = (
-        sa.select(walk.c.facts)
-        .where(walk.c.node == b.entity_id, walk.c.hops > 0)
-        .order_by(walk.c.hops, walk.c.facts)
-        .limit(limit)
-    )
-    found = [row.facts.strip("/").split("/") for row in _run(target, query)]
-    wanted = {fact_id for path in found for fact_id in path}
-    by_id = {f.fact_id: f for f in facts_of(target, FACTS.c.fact_id.in_(wanted))} if wanted else {}
-    return [[by_id[fact_id] for fact_id in path] for path in found]
+    detail = {"evidence": evidence, "superseded": closed}
+    record_change(rows, user_id, outcome, actor, fact_id=fact_id, detail=detail)
+    return FactChange(outcome, rows.fact(fact_id), [rows.fact(f) for f in closed])

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-
 from firefly_orm.bridges._steps import (
     CallOut,
     MemoryLayer,
@@ -28,10 +26,9 @@ from firefly_orm.bridges._steps import (
 )
 from firefly_orm.entry import utcnow, validate_user_id
 from firefly_orm.errors import EntryValidationError, MissingExtraError
-from firefly_orm.knowledge._graph import KnowledgeGraph, on_target
+from firefly_orm.knowledge._backend import GraphRows, PendingRow, new_id
+from firefly_orm.knowledge._graph import KnowledgeGraph
 from firefly_orm.knowledge._model import Extraction, FactChange
-from firefly_orm.knowledge._rows import Target, _run, new_id
-from firefly_orm.sql._graph import PENDING
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -109,6 +106,7 @@ class KnowledgeExtractor(MemoryLayer):
         except ImportError as exc:  # pragma: no cover - the extra is installed in tests
             raise MissingExtraError("model extraction", "pydantic-ai", exc.name) from exc
         self._graph = graph
+        self._on = graph.access
         self._max_attempts = max_attempts
         self._agent: Agent[None, Extraction] = Agent(
             model, output_type=Extraction, instructions=instructions
@@ -146,7 +144,7 @@ class KnowledgeExtractor(MemoryLayer):
             raise EntryValidationError("observed_at", "give a timezone-aware datetime")
         if defer:
             pending_id = yield from Transaction.write(
-                on_target, _queue, user_id, turn_ref, text, when, None, 0
+                self._on, _queue, user_id, turn_ref, text, when, None, 0
             )
             return ExtractionResult(pending_id=pending_id)
         try:
@@ -157,7 +155,7 @@ class KnowledgeExtractor(MemoryLayer):
                 "knowledge extraction of %s failed, queued for retry: %s", turn_ref, error
             )
             pending_id = yield from Transaction.write(
-                on_target, _queue, user_id, turn_ref, text, when, error, 1, self._max_attempts
+                self._on, _queue, user_id, turn_ref, text, when, error, 1, self._max_attempts
             )
             return ExtractionResult(pending_id=pending_id, error=error)
         changes = yield from self._graph.recording(user_id, extraction, turn_ref, when)
@@ -170,7 +168,7 @@ class KnowledgeExtractor(MemoryLayer):
         the facts recorded and the queue row deleted together, or, on another
         failure, its attempt counted (``failed`` after ``max_attempts``).
         """
-        rows = yield from Transaction.read(on_target, _waiting, limit)
+        rows = yield from Transaction.read(self._on, _waiting, limit)
         recorded = retried = failed = 0
         for row in rows:
             try:
@@ -179,7 +177,7 @@ class KnowledgeExtractor(MemoryLayer):
                 error = f"{type(exc).__name__}: {exc}"
                 logger.warning("knowledge extraction of %s failed again: %s", row.turn_ref, error)
                 gave_up = yield from Transaction.write(
-                    on_target, _count_failure, row.pending_id, error, self._max_attempts
+                    self._on, _count_failure, row.pending_id, error, self._max_attempts
                 )
                 failed, retried = failed + gave_up, retried + (not gave_up)
                 continue
@@ -191,7 +189,7 @@ class KnowledgeExtractor(MemoryLayer):
 
     def _stats(self) -> Operation[dict[str, int]]:
         """Queued extractions by status: ``{"pending": n, "failed": m}``."""
-        return (yield from Transaction.read(on_target, _statuses))
+        return (yield from Transaction.read(self._on, _statuses))
 
     extract_from_turn = sync_method(_extract_from_turn)
     process_pending = sync_method(_process_pending)
@@ -203,16 +201,16 @@ class KnowledgeExtractor(MemoryLayer):
 
 @dataclass(frozen=True)
 class _Dequeue:
-    """Deletes one queued extraction (in the transaction that records it)."""
+    """Deletes one queued extraction (in the unit of work that records it)."""
 
     pending_id: str
 
-    def __call__(self, target: Target) -> None:
-        _run(target, sa.delete(PENDING).where(PENDING.c.pending_id == self.pending_id))
+    def __call__(self, rows: GraphRows) -> None:
+        rows.dequeue(self.pending_id)
 
 
 def _queue(
-    target: Target,
+    rows: GraphRows,
     user_id: str,
     turn_ref: str,
     text: str,
@@ -226,43 +224,31 @@ def _queue(
     row.update(text=text, observed_at=observed_at, attempts=attempts, last_error=error)
     row["status"] = "failed" if error is not None and attempts >= max_attempts else "pending"
     row["updated_at"] = utcnow()
-    _run(target, sa.insert(PENDING).values(row))
+    rows.queue(row)
     return pending_id
 
 
-def _waiting(target: Target, limit: int) -> builtins.list[Any]:
-    query = (
-        sa.select(PENDING)
-        .where(PENDING.c.status == "pending")
-        .order_by(PENDING.c.updated_at, PENDING.c.pending_id)
-        .limit(limit)
-    )
-    return list(_run(target, query).all())
+def _waiting(rows: GraphRows, limit: int) -> builtins.list[PendingRow]:
+    return rows.waiting(limit)
 
 
-def _count_failure(target: Target, pending_id: str, error: str, max_attempts: int) -> bool:
+def _count_failure(rows: GraphRows, pending_id: str, error: str, max_attempts: int) -> bool:
     """One more failed attempt; whether the extraction is now given up."""
-    row = _run(
-        target, sa.select(PENDING.c.attempts).where(PENDING.c.pending_id == pending_id)
-    ).one()
-    attempts = int(row.attempts) + 1
+    attempts = rows.attempts(pending_id) + 1
     gave_up = attempts >= max_attempts
-    _run(
-        target,
-        sa.update(PENDING)
-        .where(PENDING.c.pending_id == pending_id)
-        .values(
-            attempts=attempts,
-            status="failed" if gave_up else "pending",
-            last_error=error,
-            updated_at=utcnow(),
-        ),
+    rows.update_pending(
+        pending_id,
+        {
+            "attempts": attempts,
+            "status": "failed" if gave_up else "pending",
+            "last_error": error,
+            "updated_at": utcnow(),
+        },
     )
     return gave_up
 
 
-def _statuses(target: Target) -> dict[str, int]:
-    query = sa.select(PENDING.c.status, sa.func.count()).group_by(PENDING.c.status)
+def _statuses(rows: GraphRows) -> dict[str, int]:
     counts = {"pending": 0, "failed": 0}
-    counts.update({status: int(n) for status, n in _run(target, query)})
+    counts.update(rows.statuses())
     return counts

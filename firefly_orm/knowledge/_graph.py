@@ -7,8 +7,6 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
-
 from firefly_orm.bridges._steps import (
     MemoryLayer,
     Operation,
@@ -23,53 +21,69 @@ from firefly_orm.knowledge._apply import (
     NewFact,
     Rule,
     apply_fact,
-    neighbors_of,
-    normalize_predicate,
-    paths_between,
-)
-from firefly_orm.knowledge._model import Entity, Extraction, Fact, FactChange
-from firefly_orm.knowledge._rows import (
-    EntityUpdate,
-    Target,
-    _run,
     delete_entity,
     ensure_entity,
-    entity_row,
-    facts_of,
-    find_entity,
-    normalize,
-    record_change,
-    valid_at,
+    merge_entities,
+    normalize_predicate,
 )
-from firefly_orm.protocols import MemoryStore, RunsStatements, UnitOfWork
+from firefly_orm.knowledge._backend import EntityUpdate, GraphRows, normalize
+from firefly_orm.knowledge._model import Entity, Extraction, Fact, FactChange
+from firefly_orm.knowledge._rows import SqlRows
+from firefly_orm.protocols import (
+    MemoryStore,
+    RunsDatabaseCalls,
+    RunsStatements,
+    UnitOfWork,
+    declares,
+)
 from firefly_orm.sql import SessionBoundStore, SQLAlchemyStore
-from firefly_orm.sql._graph import ENTITIES, FACTS, HISTORY
 
-__all__ = ["EntityMemory", "KnowledgeGraph", "on_target"]
+__all__ = ["EntityMemory", "GraphAccess", "KnowledgeGraph"]
 
 T = TypeVar("T")
 
 
-def on_target(uow: UnitOfWork, fn: Callable[..., T], *args: Any) -> T:
-    """``fn(target, *args)`` inside ``uow`` (a SQL store's unit of work)."""
-    entries = uow.entries
-    if not isinstance(entries, RunsStatements):
-        raise TypeError("the knowledge graph needs a SQL store's unit of work")
-    return entries.run_statements(fn, *args)
+class GraphAccess:
+    """Runs ``fn(rows, *args)`` with the store's :class:`GraphRows`, inside a unit of work.
 
+    The SQL stores (SQLite, PostgreSQL, a session-bound view) run the graph's
+    statements in the unit of work's transaction (``RunsStatements``); a
+    MongoDB store (``RunsDatabaseCalls``) keeps it in collections beside the
+    entries'.  Any other store is refused.
+    """
 
-def _check_store(store: MemoryStore) -> MemoryStore:
-    if not isinstance(store, SQLAlchemyStore | SessionBoundStore):
-        raise EntryValidationError(
-            "store", f"the knowledge graph lives in a SQL store (SQLite, PostgreSQL), not {store!r}"
-        )
-    return store
+    def __init__(self, store: MemoryStore) -> None:
+        self._documents: GraphRows | None = None
+        if declares(store, RunsDatabaseCalls):
+            from firefly_orm.knowledge._mongo import MongoRows  # the mongo extra is installed
+
+            self._documents = MongoRows(store)  # type: ignore[arg-type]
+        elif not isinstance(store, SQLAlchemyStore | SessionBoundStore):
+            raise EntryValidationError(
+                "store",
+                "the knowledge graph lives in a SQL store (SQLite, PostgreSQL) or a "
+                f"MongoDB store, not {store!r}",
+            )
+
+    def __call__(self, uow: UnitOfWork, fn: Callable[..., T], /, *args: Any) -> T:
+        if self._documents is not None:
+            return fn(self._documents, *args)
+        entries = uow.entries
+        if not isinstance(entries, RunsStatements):
+            raise TypeError("the knowledge graph needs a SQL store's unit of work")
+        return fn(entries.run_statements(SqlRows), *args)
 
 
 def _check_depth(name: str, depth: int) -> int:
     if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 10:
         raise EntryValidationError(name, f"give a whole number of hops from 1 to 10, not {depth!r}")
     return depth
+
+
+def _check_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise EntryValidationError("limit", f"give a whole number >= 1, not {limit!r}")
+    return limit
 
 
 def _aware(name: str, when: datetime | None) -> datetime | None:
@@ -86,8 +100,8 @@ def _name(field: str, value: str) -> str:
     return value
 
 
-def _required(target: Target, user_id: str, name: str) -> Entity:
-    found = find_entity(target, user_id, name)
+def _required(rows: GraphRows, user_id: str, name: str) -> Entity:
+    found = rows.find_entity(user_id, name)
     if found is None:
         raise KeyError(f"no entity {name!r} for user {user_id!r}")
     return found
@@ -98,31 +112,28 @@ class EntityMemory(MemoryLayer):
 
     Args:
         store: A SQL store (:class:`~firefly_orm.sql.SQLAlchemyStore` or its
-            session-bound view); its database holds the graph's tables
-            (migration ``0008_knowledge_graph``).
+            session-bound view; the graph's tables come with migration
+            ``0008_knowledge_graph``) or a :class:`~firefly_orm.mongo.MongoDBStore`
+            (collections beside the entries').
         actor: Who the history names for changes made here.
     """
 
     def __init__(self, store: MemoryStore, *, actor: str = "app") -> None:
-        super().__init__(_check_store(store))
+        self._on = GraphAccess(store)
+        super().__init__(store)
         self._actor = _name("actor", actor)
 
     def _get(self, user_id: str, name: str) -> Operation[Entity | None]:
         """The user's entity called ``name`` (its name or an alias), or ``None``."""
         validate_user_id(user_id)
         _name("name", name)
-        return (yield from Transaction.read(on_target, find_entity, user_id, name))
+        return (yield from Transaction.read(self._on, _find, user_id, name))
 
     def _list(self, user_id: str, *, limit: int = 100) -> Operation[builtins.list[Entity]]:
         """The user's entities, most mentioned first (at most ``limit``)."""
         validate_user_id(user_id)
-        query = (
-            sa.select(ENTITIES)
-            .where(ENTITIES.c.user_id == user_id)
-            .order_by(ENTITIES.c.mentions.desc(), ENTITIES.c.name)
-            .limit(limit)
-        )
-        return (yield from Transaction.read(on_target, _entities, query))
+        _check_limit(limit)
+        return (yield from Transaction.read(self._on, _list_entities, user_id, limit))
 
     def _search(
         self, user_id: str, text: str, *, limit: int = 20
@@ -130,24 +141,11 @@ class EntityMemory(MemoryLayer):
         """The user's entities whose name or an alias contains ``text`` (case-insensitive)."""
         validate_user_id(user_id)
         needle = normalize(_name("text", text))
-        query = (
-            sa.select(ENTITIES)
-            .where(
-                ENTITIES.c.user_id == user_id,
-                sa.or_(
-                    ENTITIES.c.norm_name.contains(needle, autoescape=True),
-                    sa.func.lower(sa.cast(ENTITIES.c.aliases, sa.Text)).contains(
-                        needle, autoescape=True
-                    ),
-                ),
-            )
-            .order_by(ENTITIES.c.mentions.desc(), ENTITIES.c.name)
-            .limit(limit)
-        )
-        return (yield from Transaction.read(on_target, _entities, query))
+        _check_limit(limit)
+        return (yield from Transaction.read(self._on, _search_entities, user_id, needle, limit))
 
     def _merge(self, user_id: str, keep: str, absorb: str) -> Operation[Entity]:
-        """Merge entity ``absorb`` into ``keep``: one transaction.
+        """Merge entity ``absorb`` into ``keep``: one unit of work.
 
         ``keep`` gains ``absorb``'s name and aliases as aliases, its attributes
         (``keep``'s win) and mention count; every fact of ``absorb`` is
@@ -157,7 +155,7 @@ class EntityMemory(MemoryLayer):
         validate_user_id(user_id)
         return (
             yield from Transaction.write(
-                on_target,
+                self._on,
                 _merge_entities,
                 user_id,
                 _name("keep", keep),
@@ -175,7 +173,7 @@ class EntityMemory(MemoryLayer):
         validate_user_id(user_id)
         return (
             yield from Transaction.write(
-                on_target, _forget_entity, user_id, _name("name", name), self._actor
+                self._on, _forget_entity, user_id, _name("name", name), self._actor
             )
         )
 
@@ -191,72 +189,51 @@ class EntityMemory(MemoryLayer):
     async_forget = async_method(_forget)
 
 
-def _entities(target: Target, query: sa.Select[Any]) -> builtins.list[Entity]:
-    return [entity_row(row) for row in _run(target, query)]
+def _find(rows: GraphRows, user_id: str, name: str) -> Entity | None:
+    return rows.find_entity(user_id, name)
 
 
-def _merge_entities(target: Target, user_id: str, keep: str, absorb: str, actor: str) -> Entity:
-    kept, gone = _required(target, user_id, keep), _required(target, user_id, absorb)
+def _list_entities(rows: GraphRows, user_id: str, limit: int) -> builtins.list[Entity]:
+    return rows.list_entities(user_id, limit)
+
+
+def _search_entities(
+    rows: GraphRows, user_id: str, needle: str, limit: int
+) -> builtins.list[Entity]:
+    return rows.search_entities(user_id, needle, limit)
+
+
+def _merge_entities(rows: GraphRows, user_id: str, keep: str, absorb: str, actor: str) -> Entity:
+    kept, gone = _required(rows, user_id, keep), _required(rows, user_id, absorb)
     if kept.entity_id == gone.entity_id:
         raise EntryValidationError("absorb", f"{absorb!r} and {keep!r} are the same entity")
-    for column in (FACTS.c.subject_id, FACTS.c.object_id):
-        _run(
-            target,
-            sa.update(FACTS).where(column == gone.entity_id).values({column: kept.entity_id}),
-        )
-    _run(target, sa.delete(ENTITIES).where(ENTITIES.c.entity_id == gone.entity_id))
-    merged = ensure_entity(
-        target,
-        user_id,
-        EntityUpdate(
-            kept.name,
-            entity_type=gone.entity_type,
-            attributes={**gone.attributes, **kept.attributes},
-            aliases=(gone.name, *gone.aliases),
-        ),
-        actor,
-        count=False,
-    )
-    _run(
-        target,
-        sa.update(ENTITIES)
-        .where(ENTITIES.c.entity_id == kept.entity_id)
-        .values(mentions=ENTITIES.c.mentions + gone.mentions),
-    )
-    record_change(
-        target,
-        user_id,
-        "merge",
-        actor,
-        entity_id=kept.entity_id,
-        detail={"absorbed": gone.entity_id},
-    )
-    return _required(target, user_id, merged.name)
+    merge_entities(rows, user_id, kept, gone, actor)
+    return _required(rows, user_id, kept.name)
 
 
-def _forget_entity(target: Target, user_id: str, name: str, actor: str) -> int:
-    entity = _required(target, user_id, name)
-    removed = delete_entity(target, entity)
-    record_change(
-        target, user_id, "forget", actor, entity_id=entity.entity_id, detail={"facts": removed}
-    )
-    return removed
+def _forget_entity(rows: GraphRows, user_id: str, name: str, actor: str) -> int:
+    return delete_entity(rows, user_id, _required(rows, user_id, name), actor)
 
 
 class KnowledgeGraph(MemoryLayer):
-    """A temporal knowledge graph per user, in the entries' SQL database.
+    """A temporal knowledge graph per user, in the entries' database.
 
     Facts are ``subject --predicate--> object`` (an entity or a literal), each
     true from ``valid_from`` until ``valid_to``.  Recording a fact applies the
     update rule (add / confirm / update / supersede / ignore, see
     :meth:`add_fact`): a fact that stops being true is closed, never deleted,
-    so :meth:`facts_about` answers "now" and "as of" any time.  Every change
-    is a history row.  Each write is one unit of work; entities are unique
+    so :meth:`facts_about`, :meth:`neighbors` and :meth:`paths` answer "now"
+    or "as of" any time.  Every change is a history row.  Entities are unique
     per user and normalised name, so concurrent writers never duplicate one.
+
+    On the SQL stores each write is one unit of work (one transaction).  On
+    MongoDB the graph lives in collections beside the entries' and a write is
+    a short sequence of single-document writes (see ``firefly_orm.mongo._graph``).
 
     Args:
         store: A SQL store (:class:`~firefly_orm.sql.SQLAlchemyStore` or its
-            session-bound view) at migration ``0008_knowledge_graph`` or later.
+            session-bound view) at migration ``0008_knowledge_graph`` or
+            later, or a :class:`~firefly_orm.mongo.MongoDBStore`.
         multi_valued: Predicates a subject may hold several objects of at
             once (``"likes"``, ``"knows"``): a new object is added beside the
             others.  Every other predicate is single-valued: a new object
@@ -273,19 +250,25 @@ class KnowledgeGraph(MemoryLayer):
         min_confidence: float = 0.0,
         actor: str = "app",
     ) -> None:
-        super().__init__(_check_store(store))
+        self._entities = EntityMemory(store, actor=actor)
+        self._on = self._entities._on
+        super().__init__(store)
         check_unit_interval(min_confidence, "min_confidence")
         self._rule = Rule(
             multi_valued=frozenset(normalize_predicate(p) for p in multi_valued),
             min_confidence=float(min_confidence),
             actor=_name("actor", actor),
         )
-        self._entities = EntityMemory(store, actor=actor)
 
     @property
     def entities(self) -> EntityMemory:
         """The graph's entities (same store, same actor)."""
         return self._entities
+
+    @property
+    def access(self) -> GraphAccess:
+        """How this graph reaches its store's rows (for the extractor)."""
+        return self._on
 
     def _add_fact(
         self,
@@ -323,7 +306,7 @@ class KnowledgeGraph(MemoryLayer):
             subject, predicate, object, object_is_entity, evidence, observed_at, confidence
         )
         validate_user_id(user_id)
-        return (yield from Transaction.write(on_target, apply_fact, user_id, new, self._rule))
+        return (yield from Transaction.write(self._on, apply_fact, user_id, new, self._rule))
 
     def _record(
         self,
@@ -333,7 +316,7 @@ class KnowledgeGraph(MemoryLayer):
         evidence: str | None = None,
         observed_at: datetime | None = None,
     ) -> Operation[builtins.list[FactChange]]:
-        """Record a model's :class:`Extraction` in one transaction: entities, then each triple.
+        """Record a model's :class:`Extraction` in one unit of work: entities, then each triple.
 
         Each entity is created or updated (mention count, type, attributes,
         aliases); each triple goes through the rule of :meth:`add_fact`.
@@ -346,9 +329,9 @@ class KnowledgeGraph(MemoryLayer):
         extraction: Extraction,
         evidence: str | None,
         observed_at: datetime | None,
-        finish: Callable[[Target], object] | None = None,
+        finish: Callable[[GraphRows], object] | None = None,
     ) -> Transaction[builtins.list[FactChange]]:
-        """The transaction of :meth:`record` (checked first), then ``finish(target)`` in it."""
+        """The transaction of :meth:`record` (checked first), then ``finish(rows)`` in it."""
         validate_user_id(user_id)
         if not isinstance(extraction, Extraction):
             raise EntryValidationError("extraction", "give an Extraction")
@@ -369,7 +352,7 @@ class KnowledgeGraph(MemoryLayer):
             for e in extraction.entities
         ]
         return Transaction.write(
-            on_target, _record_all, user_id, mentions, facts, self._rule, finish
+            self._on, _record_all, user_id, mentions, facts, self._rule, finish
         )
 
     def _facts_about(
@@ -379,40 +362,53 @@ class KnowledgeGraph(MemoryLayer):
         validate_user_id(user_id)
         _name("entity", entity)
         when = _aware("as_of", as_of)
-        return (yield from Transaction.read(on_target, _facts_about, user_id, entity, when))
+        return (yield from Transaction.read(self._on, _facts_about, user_id, entity, when))
 
     def _history(
         self, user_id: str, *, limit: int = 100
     ) -> Operation[builtins.list[dict[str, Any]]]:
         """The user's latest changes, newest first (action, actor, ids, detail, time)."""
         validate_user_id(user_id)
-        return (yield from Transaction.read(on_target, _history_rows, user_id, limit))
+        _check_limit(limit)
+        return (yield from Transaction.read(self._on, _history_rows, user_id, limit))
 
     def _neighbors(
-        self, user_id: str, entity: str, depth: int = 1
+        self, user_id: str, entity: str, depth: int = 1, *, as_of: datetime | None = None
     ) -> Operation[builtins.list[tuple[Entity, int]]]:
-        """Entities within ``depth`` hops of ``entity`` over current facts, with their distance.
+        """Entities within ``depth`` hops of ``entity``, with their distance, nearest first.
 
-        Raises ``KeyError`` when the entity is unknown.
+        Hops follow facts between two entities in either direction: the facts
+        true now, or at ``as_of``.  Raises ``KeyError`` when the entity is unknown.
         """
         validate_user_id(user_id)
         _name("entity", entity)
         _check_depth("depth", depth)
-        return (yield from Transaction.read(on_target, _neighbors, user_id, entity, depth))
+        when = _aware("as_of", as_of)
+        return (yield from Transaction.read(self._on, _neighbors, user_id, entity, depth, when))
 
     def _paths(
-        self, user_id: str, a: str, b: str, max_depth: int = 3, *, limit: int = 20
+        self,
+        user_id: str,
+        a: str,
+        b: str,
+        max_depth: int = 3,
+        *,
+        limit: int = 20,
+        as_of: datetime | None = None,
     ) -> Operation[builtins.list[builtins.list[Fact]]]:
-        """Paths from ``a`` to ``b`` over current facts (each a list of facts), shortest first.
+        """Paths from ``a`` to ``b`` (each a list of facts), shortest first.
 
-        A path visits no entity twice; at most ``limit`` paths.  Raises
-        ``KeyError`` when an entity is unknown.
+        Over the facts true now, or at ``as_of``; a path visits no entity
+        twice; at most ``limit`` paths.  Raises ``KeyError`` when an entity is
+        unknown.
         """
         validate_user_id(user_id)
         _check_depth("max_depth", max_depth)
+        _check_limit(limit)
+        when = _aware("as_of", as_of)
         return (
             yield from Transaction.read(
-                on_target, _paths, user_id, _name("a", a), _name("b", b), max_depth, limit
+                self._on, _paths, user_id, _name("a", a), _name("b", b), max_depth, limit, when
             )
         )
 
@@ -456,49 +452,49 @@ def _new_fact(
 
 
 def _record_all(
-    target: Target,
+    rows: GraphRows,
     user_id: str,
     mentions: builtins.list[EntityUpdate],
     facts: builtins.list[NewFact],
     rule: Rule,
-    finish: Callable[[Target], object] | None,
+    finish: Callable[[GraphRows], object] | None,
 ) -> builtins.list[FactChange]:
     for mention in mentions:
-        ensure_entity(target, user_id, mention, rule.actor)
-    changes = [apply_fact(target, user_id, fact, rule) for fact in facts]
+        ensure_entity(rows, user_id, mention, rule.actor)
+    changes = [apply_fact(rows, user_id, fact, rule) for fact in facts]
     if finish is not None:
-        finish(target)
+        finish(rows)
     return changes
 
 
 def _facts_about(
-    target: Target, user_id: str, name: str, as_of: datetime | None
+    rows: GraphRows, user_id: str, name: str, as_of: datetime | None
 ) -> builtins.list[Fact]:
-    entity = find_entity(target, user_id, name)
+    entity = rows.find_entity(user_id, name)
     if entity is None:
         return []
-    touches = sa.or_(FACTS.c.subject_id == entity.entity_id, FACTS.c.object_id == entity.entity_id)
-    return facts_of(target, FACTS.c.user_id == user_id, touches, valid_at(as_of))
+    return rows.facts_touching(user_id, entity.entity_id, as_of)
 
 
-def _history_rows(target: Target, user_id: str, limit: int) -> builtins.list[dict[str, Any]]:
-    query = (
-        sa.select(HISTORY)
-        .where(HISTORY.c.user_id == user_id)
-        .order_by(HISTORY.c.change_id.desc())
-        .limit(limit)
-    )
-    return [dict(row._mapping) for row in _run(target, query)]
+def _history_rows(rows: GraphRows, user_id: str, limit: int) -> builtins.list[dict[str, Any]]:
+    return rows.history(user_id, limit)
 
 
 def _neighbors(
-    target: Target, user_id: str, name: str, depth: int
+    rows: GraphRows, user_id: str, name: str, depth: int, as_of: datetime | None
 ) -> builtins.list[tuple[Entity, int]]:
-    return neighbors_of(target, user_id, _required(target, user_id, name), depth)
+    start = _required(rows, user_id, name)
+    return rows.neighbors(user_id, start.entity_id, depth, as_of)
 
 
 def _paths(
-    target: Target, user_id: str, a: str, b: str, max_depth: int, limit: int
+    rows: GraphRows,
+    user_id: str,
+    a: str,
+    b: str,
+    max_depth: int,
+    limit: int,
+    as_of: datetime | None,
 ) -> builtins.list[builtins.list[Fact]]:
-    start, end = _required(target, user_id, a), _required(target, user_id, b)
-    return paths_between(target, user_id, start, end, max_depth, limit)
+    start, end = _required(rows, user_id, a), _required(rows, user_id, b)
+    return rows.paths(user_id, start.entity_id, end.entity_id, max_depth, limit, as_of)

@@ -1,14 +1,13 @@
-"""The knowledge graph's statements, run on a unit of work's Session or Connection.
+"""The knowledge graph on the SQL stores: :class:`SqlRows` (internal).
 
-Every function takes the ``target`` first (``RunsStatements.run_statements``
-hands it over) and runs inside the caller's transaction: a write operation of
-:class:`~firefly_orm.knowledge.KnowledgeGraph` is one unit of work.
+Every method runs statements on the unit of work's Session or Connection
+(``RunsStatements.run_statements`` hands it over), inside the caller's
+transaction: a write operation of :class:`~firefly_orm.knowledge.KnowledgeGraph`
+is one unit of work.  The tables are :mod:`firefly_orm.sql._graph`'s.
 """
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -17,47 +16,14 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from firefly_orm.entry import utcnow
-from firefly_orm.errors import EntryValidationError
+from firefly_orm.knowledge._backend import PendingRow, normalize
 from firefly_orm.knowledge._model import Entity, Fact
-from firefly_orm.sql._graph import ENTITIES, FACTS, HISTORY
+from firefly_orm.sql._graph import ENTITIES, FACTS, HISTORY, PENDING
 from firefly_orm.sql._ops import _execute
 
-__all__ = [
-    "EntityUpdate",
-    "Target",
-    "delete_entity",
-    "ensure_entity",
-    "entity_row",
-    "fact_row",
-    "facts_of",
-    "find_entity",
-    "new_id",
-    "normalize",
-    "record_change",
-    "valid_at",
-]
+__all__ = ["SqlRows", "Target", "entity_row"]
 
 Target = Session | Connection
-
-
-def new_id() -> str:
-    """A fresh row id (32 hex digits)."""
-    return uuid.uuid4().hex
-
-
-def normalize(name: str) -> str:
-    """How names and aliases are compared: case-folded, whitespace collapsed."""
-    return " ".join(name.split()).casefold()
-
-
-def _run(target: Target, stmt: Any, params: dict[str, Any] | None = None) -> Any:
-    return _execute(target, stmt, params or {})
-
-
-def _dialect(target: Target) -> str:
-    bind = target.get_bind() if isinstance(target, Session) else target
-    return bind.dialect.name
 
 
 def entity_row(row: Any) -> Entity:
@@ -75,151 +41,6 @@ def entity_row(row: Any) -> Entity:
     )
 
 
-def record_change(
-    target: Target,
-    user_id: str,
-    action: str,
-    actor: str,
-    *,
-    entity_id: str | None = None,
-    fact_id: str | None = None,
-    detail: dict[str, Any] | None = None,
-) -> None:
-    """Append one row to the history (who, what, when)."""
-    _run(
-        target,
-        sa.insert(HISTORY).values(
-            user_id=user_id,
-            action=action,
-            actor=actor,
-            entity_id=entity_id,
-            fact_id=fact_id,
-            detail=detail or {},
-            at=utcnow(),
-        ),
-    )
-
-
-def find_entity(target: Target, user_id: str, name: str) -> Entity | None:
-    """The user's entity called ``name``, by its name or one of its aliases."""
-    norm = normalize(name)
-    row = _run(
-        target,
-        sa.select(ENTITIES).where(ENTITIES.c.user_id == user_id, ENTITIES.c.norm_name == norm),
-    ).first()
-    if row is not None:
-        return entity_row(row)
-    # Aliases: a JSON list per entity; only entities that have some are read.
-    rows = _run(
-        target,
-        sa.select(ENTITIES).where(
-            ENTITIES.c.user_id == user_id,
-            sa.cast(ENTITIES.c.aliases, sa.Text) != "[]",
-        ),
-    ).all()
-    for candidate in rows:
-        if any(normalize(alias) == norm for alias in candidate.aliases):
-            return entity_row(candidate)
-    return None
-
-
-@dataclass(frozen=True)
-class EntityUpdate:
-    """What one mention says about an entity."""
-
-    name: str
-    entity_type: str | None = None
-    attributes: dict[str, Any] | None = None
-    aliases: tuple[str, ...] = ()
-
-
-def ensure_entity(
-    target: Target, user_id: str, mention: EntityUpdate, actor: str, *, count: bool = True
-) -> Entity:
-    """The user's entity for ``mention`` (by name or alias), created if new, updated if told more.
-
-    Creation is ``INSERT ... ON CONFLICT DO NOTHING`` on the unique
-    ``(user_id, norm_name)``: when another transaction creates the same entity
-    at the same moment, this one waits for it and then reads its row, so no
-    duplicate is ever made.  ``count``: add one to the mention count.
-    """
-    name = mention.name.strip()
-    if not name:
-        raise EntryValidationError("name", "an entity needs a non-empty name")
-    now = utcnow()
-    found = find_entity(target, user_id, name)
-    if found is None:
-        values: dict[str, Any] = {
-            "entity_id": new_id(),
-            "user_id": user_id,
-            "name": name,
-            "norm_name": normalize(name),
-            "entity_type": mention.entity_type or "unknown",
-            "attributes": mention.attributes or {},
-            "aliases": _merged_aliases([], mention.aliases, name),
-            "mentions": 1 if count else 0,
-            "created_at": now,
-            "updated_at": now,
-        }
-        module = postgresql if _dialect(target) == "postgresql" else sqlite
-        stmt = module.insert(ENTITIES).values(values)
-        conflict_free = stmt.on_conflict_do_nothing(index_elements=["user_id", "norm_name"])
-        # RETURNING, not rowcount: the drivers do not all count a skipped row as 0.
-        inserted = _run(target, conflict_free.returning(ENTITIES.c.entity_id)).first() is not None
-        found = find_entity(target, user_id, name)
-        assert found is not None  # inserted here or by the transaction we waited for
-        if inserted:
-            record_change(
-                target,
-                user_id,
-                "add_entity",
-                actor,
-                entity_id=found.entity_id,
-                detail={"name": name},
-            )
-            return found
-    changes: dict[str, Any] = {}
-    aliases = _merged_aliases(found.aliases, mention.aliases, found.name)
-    if aliases != found.aliases:
-        changes["aliases"] = aliases
-    if mention.attributes:
-        attributes = {**found.attributes, **mention.attributes}
-        if attributes != found.attributes:
-            changes["attributes"] = attributes
-    if mention.entity_type not in (None, "unknown") and found.entity_type == "unknown":
-        changes["entity_type"] = mention.entity_type
-    if not changes and not count:
-        return found
-    stmt = sa.update(ENTITIES).where(ENTITIES.c.entity_id == found.entity_id)
-    updates: dict[str, Any] = {**changes, "updated_at": now}
-    if count:
-        updates["mentions"] = ENTITIES.c.mentions + 1
-    _run(target, stmt.values(updates))
-    if changes:
-        record_change(
-            target,
-            user_id,
-            "update_entity",
-            actor,
-            entity_id=found.entity_id,
-            detail={"changed": sorted(changes)},
-        )
-    row = _run(target, sa.select(ENTITIES).where(ENTITIES.c.entity_id == found.entity_id)).one()
-    return entity_row(row)
-
-
-def _merged_aliases(current: list[str], new: tuple[str, ...] | list[str], name: str) -> list[str]:
-    """``current`` plus the ``new`` aliases not already known (nor the name itself)."""
-    merged = list(current)
-    seen = {normalize(name), *(normalize(alias) for alias in current)}
-    for alias in new:
-        alias = alias.strip()
-        if alias and normalize(alias) not in seen:
-            merged.append(alias)
-            seen.add(normalize(alias))
-    return merged
-
-
 def _fact_query() -> sa.Select[Any]:
     subject = ENTITIES.alias("subject_entity")
     obj = ENTITIES.alias("object_entity")
@@ -234,8 +55,7 @@ def _fact_query() -> sa.Select[Any]:
     )
 
 
-def fact_row(row: Any) -> Fact:
-    """A :class:`Fact` from a row of :func:`_fact_query`."""
+def _fact_row(row: Any) -> Fact:
     is_entity = row.object_id is not None
     return Fact(
         fact_id=row.fact_id,
@@ -252,7 +72,7 @@ def fact_row(row: Any) -> Fact:
     )
 
 
-def valid_at(as_of: datetime | None) -> sa.ColumnElement[bool]:
+def _valid_at(as_of: datetime | None) -> sa.ColumnElement[bool]:
     """Facts true now (``None``) or at ``as_of``."""
     if as_of is None:
         return FACTS.c.valid_to.is_(None)
@@ -262,19 +82,240 @@ def valid_at(as_of: datetime | None) -> sa.ColumnElement[bool]:
     )
 
 
-def facts_of(target: Target, *conditions: sa.ColumnElement[bool]) -> list[Fact]:
-    """The facts meeting ``conditions``, oldest first."""
-    query = _fact_query().where(*conditions).order_by(FACTS.c.valid_from, FACTS.c.fact_id)
-    return [fact_row(row) for row in _run(target, query)]
+def _edge_step(walk: Any) -> tuple[Any, Any]:
+    """The edges touching ``walk.c.node`` (either direction) and their far end."""
+    far = sa.case((FACTS.c.subject_id == walk.c.node, FACTS.c.object_id), else_=FACTS.c.subject_id)
+    joined = walk.join(
+        FACTS,
+        sa.or_(FACTS.c.subject_id == walk.c.node, FACTS.c.object_id == walk.c.node),
+    )
+    return joined, far
 
 
-def delete_entity(target: Target, entity: Entity) -> int:
-    """Delete ``entity``, every fact it is in, and their history; the number of facts."""
-    involved = sa.or_(FACTS.c.subject_id == entity.entity_id, FACTS.c.object_id == entity.entity_id)
-    fact_ids = [r.fact_id for r in _run(target, sa.select(FACTS.c.fact_id).where(involved))]
-    if fact_ids:
-        _run(target, sa.delete(HISTORY).where(HISTORY.c.fact_id.in_(fact_ids)))
-        _run(target, sa.delete(FACTS).where(FACTS.c.fact_id.in_(fact_ids)))
-    _run(target, sa.delete(HISTORY).where(HISTORY.c.entity_id == entity.entity_id))
-    _run(target, sa.delete(ENTITIES).where(ENTITIES.c.entity_id == entity.entity_id))
-    return len(fact_ids)
+def _edges(user_id: str, as_of: datetime | None) -> list[sa.ColumnElement[bool]]:
+    return [FACTS.c.user_id == user_id, FACTS.c.object_id.is_not(None), _valid_at(as_of)]
+
+
+class SqlRows:
+    """:class:`~firefly_orm.knowledge._backend.GraphRows` on one SQL Session or Connection."""
+
+    def __init__(self, target: Target) -> None:
+        self._target = target
+
+    def _run(self, stmt: Any) -> Any:
+        return _execute(self._target, stmt, {})
+
+    def _facts(self, *conditions: sa.ColumnElement[bool]) -> list[Fact]:
+        query = _fact_query().where(*conditions).order_by(FACTS.c.valid_from, FACTS.c.fact_id)
+        return [_fact_row(row) for row in self._run(query)]
+
+    def _entities(self, query: sa.Select[Any]) -> list[Entity]:
+        return [entity_row(row) for row in self._run(query)]
+
+    # ---------------------------------------------------------------- entities
+    def find_entity(self, user_id: str, name: str) -> Entity | None:
+        norm = normalize(name)
+        mine = ENTITIES.c.user_id == user_id
+        row = self._run(sa.select(ENTITIES).where(mine, ENTITIES.c.norm_name == norm)).first()
+        if row is not None:
+            return entity_row(row)
+        # Aliases: a JSON list per entity; only entities that have some are read.
+        having = sa.cast(ENTITIES.c.aliases, sa.Text) != "[]"
+        for candidate in self._run(sa.select(ENTITIES).where(mine, having)).all():
+            if any(normalize(alias) == norm for alias in candidate.aliases):
+                return entity_row(candidate)
+        return None
+
+    def insert_entity(self, values: dict[str, Any]) -> bool:
+        """``INSERT ... ON CONFLICT DO NOTHING`` on the unique ``(user_id, norm_name)``.
+
+        When another transaction inserts the same entity at the same moment,
+        this one waits for it, then inserts nothing.
+        """
+        bind = self._target.get_bind() if isinstance(self._target, Session) else self._target
+        module = postgresql if bind.dialect.name == "postgresql" else sqlite
+        stmt = module.insert(ENTITIES).values(values)
+        stmt = stmt.on_conflict_do_nothing(index_elements=["user_id", "norm_name"])
+        # RETURNING, not rowcount: the drivers do not all count a skipped row as 0.
+        return self._run(stmt.returning(ENTITIES.c.entity_id)).first() is not None
+
+    def update_entity(self, entity_id: str, changes: dict[str, Any], mentions: int) -> Entity:
+        updates = dict(changes)
+        if mentions:
+            updates["mentions"] = ENTITIES.c.mentions + mentions
+        mine = ENTITIES.c.entity_id == entity_id
+        if updates:
+            self._run(sa.update(ENTITIES).where(mine).values(updates))
+        return entity_row(self._run(sa.select(ENTITIES).where(mine)).one())
+
+    def _ranked(self, *conditions: sa.ColumnElement[bool]) -> sa.Select[Any]:
+        return (
+            sa.select(ENTITIES)
+            .where(*conditions)
+            .order_by(ENTITIES.c.mentions.desc(), ENTITIES.c.name)
+        )
+
+    def list_entities(self, user_id: str, limit: int) -> list[Entity]:
+        return self._entities(self._ranked(ENTITIES.c.user_id == user_id).limit(limit))
+
+    def search_entities(self, user_id: str, needle: str, limit: int) -> list[Entity]:
+        aliases = sa.func.lower(sa.cast(ENTITIES.c.aliases, sa.Text))
+        found = sa.or_(
+            ENTITIES.c.norm_name.contains(needle, autoescape=True),
+            aliases.contains(needle, autoescape=True),
+        )
+        return self._entities(self._ranked(ENTITIES.c.user_id == user_id, found).limit(limit))
+
+    def repoint_facts(self, old_id: str, new_id: str) -> None:
+        for column in (FACTS.c.subject_id, FACTS.c.object_id):
+            self._run(sa.update(FACTS).where(column == old_id).values({column: new_id}))
+
+    def delete_entity_row(self, entity_id: str) -> None:
+        self._run(sa.delete(ENTITIES).where(ENTITIES.c.entity_id == entity_id))
+
+    def delete_entity(self, entity_id: str) -> int:
+        involved = sa.or_(FACTS.c.subject_id == entity_id, FACTS.c.object_id == entity_id)
+        fact_ids = [r.fact_id for r in self._run(sa.select(FACTS.c.fact_id).where(involved))]
+        if fact_ids:
+            self._run(sa.delete(HISTORY).where(HISTORY.c.fact_id.in_(fact_ids)))
+            self._run(sa.delete(FACTS).where(FACTS.c.fact_id.in_(fact_ids)))
+        self._run(sa.delete(HISTORY).where(HISTORY.c.entity_id == entity_id))
+        self.delete_entity_row(entity_id)
+        return len(fact_ids)
+
+    # ---------------------------------------------------------------- facts
+    def current_facts(self, subject_id: str, predicate: str) -> list[Fact]:
+        return self._facts(
+            FACTS.c.subject_id == subject_id,
+            FACTS.c.predicate == predicate,
+            FACTS.c.valid_to.is_(None),
+        )
+
+    def fact(self, fact_id: str) -> Fact:
+        return self._facts(FACTS.c.fact_id == fact_id)[0]
+
+    def insert_fact(self, values: dict[str, Any]) -> None:
+        self._run(sa.insert(FACTS).values(values))
+
+    def update_fact(self, fact_id: str, values: dict[str, Any]) -> None:
+        self._run(sa.update(FACTS).where(FACTS.c.fact_id == fact_id).values(values))
+
+    def facts_touching(self, user_id: str, entity_id: str, as_of: datetime | None) -> list[Fact]:
+        touches = sa.or_(FACTS.c.subject_id == entity_id, FACTS.c.object_id == entity_id)
+        return self._facts(FACTS.c.user_id == user_id, touches, _valid_at(as_of))
+
+    def neighbors(
+        self, user_id: str, start_id: str, depth: int, as_of: datetime | None
+    ) -> list[tuple[Entity, int]]:
+        """One recursive CTE: each hop follows facts in either direction (by the subject
+        and object indexes); ``UNION`` keeps each (node, distance) once."""
+        base = sa.select(
+            sa.literal(start_id, sa.String).label("node"), sa.literal(0).label("hops")
+        ).cte("walk", recursive=True)
+        joined, far = _edge_step(base)
+        step = (
+            sa.select(far.label("node"), (base.c.hops + 1).label("hops"))
+            .select_from(joined)
+            .where(base.c.hops < depth, *_edges(user_id, as_of))
+        )
+        walk = base.union(step)
+        nearest = (
+            sa.select(walk.c.node, sa.func.min(walk.c.hops).label("hops"))
+            .where(walk.c.node != start_id)
+            .group_by(walk.c.node)
+            .subquery()
+        )
+        query = (
+            sa.select(ENTITIES, nearest.c.hops)
+            .join(nearest, nearest.c.node == ENTITIES.c.entity_id)
+            .order_by(nearest.c.hops, ENTITIES.c.name)
+        )
+        return [(entity_row(row), row.hops) for row in self._run(query)]
+
+    def paths(
+        self,
+        user_id: str,
+        a_id: str,
+        b_id: str,
+        max_depth: int,
+        limit: int,
+        as_of: datetime | None,
+    ) -> list[list[Fact]]:
+        """One recursive CTE carrying each path's nodes (``/id/id/``, so no node is
+        visited twice) and facts."""
+        base = sa.select(
+            sa.literal(a_id, sa.String).label("node"),
+            sa.literal(0).label("hops"),
+            sa.literal(f"/{a_id}/", sa.String).label("nodes"),
+            sa.literal("", sa.String).label("facts"),
+        ).cte("path", recursive=True)
+        joined, far = _edge_step(base)
+        step = (
+            sa.select(
+                far.label("node"),
+                (base.c.hops + 1).label("hops"),
+                base.c.nodes.concat(far).concat("/").label("nodes"),
+                base.c.facts.concat(FACTS.c.fact_id).concat("/").label("facts"),
+            )
+            .select_from(joined)
+            .where(
+                base.c.hops < max_depth,
+                base.c.node != b_id,
+                ~base.c.nodes.contains(sa.literal("/").concat(far).concat("/")),
+                *_edges(user_id, as_of),
+            )
+        )
+        walk = base.union_all(step)
+        query = (
+            sa.select(walk.c.facts)
+            .where(walk.c.node == b_id, walk.c.hops > 0)
+            .order_by(walk.c.hops, walk.c.facts)
+            .limit(limit)
+        )
+        found = [row.facts.strip("/").split("/") for row in self._run(query)]
+        wanted = {fact_id for path in found for fact_id in path}
+        by_id = {f.fact_id: f for f in self._facts(FACTS.c.fact_id.in_(wanted))} if wanted else {}
+        return [[by_id[fact_id] for fact_id in path] for path in found]
+
+    # ---------------------------------------------------------------- history
+    def record_change(self, row: dict[str, Any]) -> None:
+        self._run(sa.insert(HISTORY).values(row))
+
+    def history(self, user_id: str, limit: int) -> list[dict[str, Any]]:
+        query = (
+            sa.select(HISTORY)
+            .where(HISTORY.c.user_id == user_id)
+            .order_by(HISTORY.c.change_id.desc())
+            .limit(limit)
+        )
+        return [dict(row._mapping) for row in self._run(query)]
+
+    # ---------------------------------------------------------------- pending extractions
+    def queue(self, row: dict[str, Any]) -> None:
+        self._run(sa.insert(PENDING).values(row))
+
+    def waiting(self, limit: int) -> list[PendingRow]:
+        query = (
+            sa.select(PENDING)
+            .where(PENDING.c.status == "pending")
+            .order_by(PENDING.c.updated_at, PENDING.c.pending_id)
+            .limit(limit)
+        )
+        return [
+            PendingRow(r.pending_id, r.user_id, r.turn_ref, r.text, r.observed_at)
+            for r in self._run(query)
+        ]
+
+    def attempts(self, pending_id: str) -> int:
+        query = sa.select(PENDING.c.attempts).where(PENDING.c.pending_id == pending_id)
+        return int(self._run(query).scalar_one())
+
+    def update_pending(self, pending_id: str, values: dict[str, Any]) -> None:
+        self._run(sa.update(PENDING).where(PENDING.c.pending_id == pending_id).values(values))
+
+    def dequeue(self, pending_id: str) -> None:
+        self._run(sa.delete(PENDING).where(PENDING.c.pending_id == pending_id))
+
+    def statuses(self) -> dict[str, int]:
+        query = sa.select(PENDING.c.status, sa.func.count()).group_by(PENDING.c.status)
+        return {status: int(n) for status, n in self._run(query)}

@@ -1,4 +1,4 @@
-"""KnowledgeGraph and EntityMemory on SQLite and PostgreSQL (issue 30)."""
+"""KnowledgeGraph and EntityMemory on SQLite, PostgreSQL and MongoDB (issue 30)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,15 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from knowledge_stores import SQL_KINDS, open_sql_store, record_in_a_process
+from knowledge_stores import (
+    GRAPH_KINDS,
+    GRAPH_NAMES,
+    SQL_KINDS,
+    count_rows,
+    open_graph_store,
+    open_sql_store,
+    record_in_a_process,
+)
 
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.knowledge import (
@@ -25,8 +33,9 @@ from firefly_orm.knowledge import (
     Triple,
 )
 from firefly_orm.manager import MemoryManager
+from firefly_orm.protocols import MemoryStore
 from firefly_orm.sql import SQLAlchemyStore, SQLiteStore
-from firefly_orm.sql._graph import ENTITIES, FACTS, GRAPH_TABLES, HISTORY
+from firefly_orm.sql._graph import ENTITIES, FACTS, GRAPH_TABLES
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -34,6 +43,11 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 @pytest.fixture(params=SQL_KINDS)
 def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLAlchemyStore]:
     yield from open_sql_store(request, tmp_path)
+
+
+@pytest.fixture(params=GRAPH_KINDS)
+def graph_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryStore]:
+    yield from open_graph_store(request, tmp_path)
 
 
 def _count(store: SQLAlchemyStore, table: sa.Table, user_id: str | None = None) -> int:
@@ -44,9 +58,9 @@ def _count(store: SQLAlchemyStore, table: sa.Table, user_id: str | None = None) 
         return int(conn.execute(query).scalar_one())
 
 
-def test_moved_to_berlin_then_munich(sql_store: SQLAlchemyStore) -> None:
+def test_moved_to_berlin_then_munich(graph_store: MemoryStore) -> None:
     """The issue's scenario: one current fact, one superseded with its interval and evidence."""
-    graph = KnowledgeGraph(sql_store)
+    graph = KnowledgeGraph(graph_store)
     said_berlin, said_munich = T0, T0 + timedelta(days=30)
     first = graph.add_fact(
         "ann", "user", "lives in", "Berlin", evidence="t1", observed_at=said_berlin
@@ -68,14 +82,14 @@ def test_moved_to_berlin_then_munich(sql_store: SQLAlchemyStore) -> None:
     assert (berlin.valid_from, berlin.valid_to) == (said_berlin, said_munich)
     assert graph.facts_about("ann", "user", as_of=said_berlin - timedelta(days=1)) == []
     # Nothing deleted; every change in the history; another user sees nothing.
-    assert _count(sql_store, FACTS, "ann") == 2
+    assert count_rows(graph_store, "facts", "ann") == 2
     actions = [h["action"] for h in graph.history("ann")]
     assert actions.count("add") == 1 and actions.count("supersede") == 1
     assert graph.facts_about("bob", "user") == []
 
 
-def test_confirm_update_ignore_and_multi_valued(sql_store: SQLAlchemyStore) -> None:
-    graph = KnowledgeGraph(sql_store, multi_valued=["likes"], min_confidence=0.3)
+def test_confirm_update_ignore_and_multi_valued(graph_store: MemoryStore) -> None:
+    graph = KnowledgeGraph(graph_store, multi_valued=["likes"], min_confidence=0.3)
     graph.add_fact("ann", "user", "works_at", "Acme", evidence="t1", observed_at=T0)
     again = graph.add_fact("ann", "USER", "works at", "acme", evidence="t2", observed_at=T0)
     assert again.outcome == "confirm" and again.fact is not None
@@ -99,8 +113,8 @@ def test_confirm_update_ignore_and_multi_valued(sql_store: SQLAlchemyStore) -> N
     assert graph.entities.get("ann", "jazz") is None
 
 
-def test_aliases_match_subjects(sql_store: SQLAlchemyStore) -> None:
-    graph = KnowledgeGraph(sql_store)
+def test_aliases_match_subjects(graph_store: MemoryStore) -> None:
+    graph = KnowledgeGraph(graph_store)
     graph.record(
         "ann",
         Extraction(entities=[ExtractedEntity(name="Robert Smith", type="person", aliases=["Bob"])]),
@@ -111,11 +125,11 @@ def test_aliases_match_subjects(sql_store: SQLAlchemyStore) -> None:
     entity = graph.entities.get("ann", "BOB")
     assert entity is not None and entity.name == "Robert Smith"
     assert entity.entity_type == "person" and entity.mentions == 3
-    assert _count(sql_store, ENTITIES, "ann") == 3  # Robert Smith, Paris, Rome
+    assert count_rows(graph_store, "entities", "ann") == 3  # Robert Smith, Paris, Rome
 
 
-def test_neighbors_and_paths(sql_store: SQLAlchemyStore) -> None:
-    graph = KnowledgeGraph(sql_store, multi_valued=["knows"])
+def test_neighbors_and_paths(graph_store: MemoryStore) -> None:
+    graph = KnowledgeGraph(graph_store, multi_valued=["knows"])
     for subject, obj in [("ann", "bea"), ("bea", "cal"), ("cal", "dan"), ("ann", "cal")]:
         graph.add_fact("u", subject, "knows", obj)
     graph.add_fact("u", "dan", "lives_in", "Oslo", observed_at=T0)
@@ -132,13 +146,21 @@ def test_neighbors_and_paths(sql_store: SQLAlchemyStore) -> None:
         [("ann", "bea"), ("bea", "cal"), ("cal", "dan")],
     ]
     assert graph.paths("u", "ann", "dan", 1) == []
+    # As of a day after T0: only Oslo was known (the other facts are from today).
+    then = T0 + timedelta(days=1)
+    assert [(e.name, d) for e, d in graph.neighbors("u", "dan", 2, as_of=then)] == [("Oslo", 1)]
+    assert graph.paths("u", "ann", "dan", 3, as_of=then) == []
+    oslo = graph.paths("u", "dan", "oslo", 2, as_of=then)
+    assert [[(f.subject, f.object, f.valid_to is not None) for f in p] for p in oslo] == [
+        [("dan", "Oslo", True)]
+    ]
     with pytest.raises(KeyError):
         graph.neighbors("u", "nobody", 1)
 
 
-def test_merge_and_forget(sql_store: SQLAlchemyStore) -> None:
-    graph = KnowledgeGraph(sql_store)
-    memory = EntityMemory(sql_store)
+def test_merge_and_forget(graph_store: MemoryStore) -> None:
+    graph = KnowledgeGraph(graph_store)
+    memory = EntityMemory(graph_store)
     graph.add_fact("ann", "NYC", "located_in", "USA")
     graph.add_fact("ann", "user", "lives_in", "New York City")
     merged = memory.merge("ann", "New York City", "NYC")
@@ -155,12 +177,12 @@ def test_merge_and_forget(sql_store: SQLAlchemyStore) -> None:
         memory.merge("ann", "NYC", "New York City")
     assert memory.forget("ann", "New York City") == 2
     assert memory.get("ann", "NYC") is None
-    assert _count(sql_store, FACTS, "ann") == 0
+    assert count_rows(graph_store, "facts", "ann") == 0
     assert graph.history("ann")[0]["action"] == "forget"
 
 
-def test_bad_input_writes_nothing(sql_store: SQLAlchemyStore) -> None:
-    graph = KnowledgeGraph(sql_store)
+def test_bad_input_writes_nothing(graph_store: MemoryStore) -> None:
+    graph = KnowledgeGraph(graph_store)
     bad_calls: list[Callable[[], object]] = [
         lambda: graph.add_fact("ann", "", "p", "o"),
         lambda: graph.add_fact("ann", "s", "  ", "o"),
@@ -172,30 +194,30 @@ def test_bad_input_writes_nothing(sql_store: SQLAlchemyStore) -> None:
     for call in bad_calls:
         with pytest.raises(EntryValidationError):
             call()
-    assert sum(_count(sql_store, table) for table in GRAPH_TABLES) == 0
+    assert sum(count_rows(graph_store, name) for name in GRAPH_NAMES) == 0
     with pytest.raises(EntryValidationError):
         KnowledgeGraph(MemoryManager().store)
 
 
-def test_erase_user_removes_the_graph(sql_store: SQLAlchemyStore) -> None:
-    """MemoryManager.erase_user (the SQL store's erase_user) leaves nothing of the user's graph."""
-    manager = MemoryManager(store=sql_store)
-    graph = KnowledgeGraph(sql_store)
+def test_erase_user_removes_the_graph(graph_store: MemoryStore) -> None:
+    """MemoryManager.erase_user (the store's erase_user) leaves nothing of the user's graph."""
+    manager = MemoryManager(store=graph_store)
+    graph = KnowledgeGraph(graph_store)
     for user in ("ann", "bob"):
         manager.add_turn(f"c-{user}", "user", "I moved to Berlin", user_id=user)
         graph.add_fact(user, "user", "lives_in", "Berlin", evidence="t1")
-    assert _count(sql_store, HISTORY, "ann") > 0
+    assert count_rows(graph_store, "history", "ann") > 0
     manager.erase_user("ann")
-    for table in GRAPH_TABLES:
-        assert _count(sql_store, table, "ann") == 0, table.name
+    for name in GRAPH_NAMES:
+        assert count_rows(graph_store, name, "ann") == 0, name
     assert [f.object for f in graph.facts_about("bob", "user")] == ["Berlin"]
 
 
-def test_concurrent_writers_create_one_entity(sql_store: SQLAlchemyStore) -> None:
+def test_concurrent_writers_create_one_entity(graph_store: MemoryStore) -> None:
     """Two threads record the same new entities at once: one row each, mentions counted."""
     names = [f"Place {i}" for i in range(6)]
     extraction = Extraction(entities=[ExtractedEntity(name=n) for n in names])
-    graph = KnowledgeGraph(sql_store)
+    graph = KnowledgeGraph(graph_store)
     barrier = threading.Barrier(2)
     errors: list[BaseException] = []
 
@@ -212,12 +234,12 @@ def test_concurrent_writers_create_one_entity(sql_store: SQLAlchemyStore) -> Non
     for thread in threads:
         thread.join()
     assert errors == []
-    assert _count(sql_store, ENTITIES, "ann") == len(names)
+    assert count_rows(graph_store, "entities", "ann") == len(names)
     assert {e.mentions for e in graph.entities.list("ann")} == {2}
 
 
-def test_async_twins(sql_store: SQLAlchemyStore) -> None:
-    graph = KnowledgeGraph(sql_store)
+def test_async_twins(graph_store: MemoryStore) -> None:
+    graph = KnowledgeGraph(graph_store)
 
     async def scenario() -> list[str]:
         await graph.async_add_fact("ann", "user", "lives_in", "Berlin", observed_at=T0)
