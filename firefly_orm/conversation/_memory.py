@@ -35,6 +35,7 @@ from firefly_orm.conversation._idempotency import check_idempotency_key, fingerp
 from firefly_orm.conversation._memory_batch import ConversationBatches
 from firefly_orm.conversation._memory_branch import ConversationBranches
 from firefly_orm.conversation._memory_changes import ConversationChanges
+from firefly_orm.conversation._memory_listing import ConversationListing
 from firefly_orm.conversation._memory_reads import ConversationReads
 from firefly_orm.conversation._memory_search import ConversationSearch, make_embedding
 from firefly_orm.conversation._messages import estimate_turn
@@ -78,7 +79,11 @@ _CONFIG_KEYS = (
 
 
 class ConversationMemory(
-    ConversationReads, ConversationChanges, ConversationBatches, ConversationBranches
+    ConversationReads,
+    ConversationChanges,
+    ConversationBatches,
+    ConversationBranches,
+    ConversationListing,
 ):
     """Token-budgeted conversations, persisted through a store.
 
@@ -466,6 +471,11 @@ class ConversationMemory(
     purge_rewound = sync_method(ConversationBranches._purge_rewound)
     pop_turn = sync_method(ConversationBranches._pop_turn)
     copy = sync_method(ConversationChanges._copy_conversation)
+    conversation_info = sync_method(ConversationListing._conversation_info)
+    update_conversation = sync_method(ConversationListing._update_conversation)
+    generate_title = sync_method(ConversationListing._generate_title)
+    list_conversations = sync_method(ConversationListing._list_conversations)
+    usage_totals = sync_method(ConversationListing._usage_totals)
 
     async_new_conversation = async_method(_new_conversation)
     async_add_turn = async_method(_add_turn)
@@ -495,6 +505,11 @@ class ConversationMemory(
     async_to_dict = async_method(_to_dict)
     async_exists = async_method(ConversationReads._exists)
     async_owner_of = async_method(ConversationReads._owner_of)
+    async_conversation_info = async_method(ConversationListing._conversation_info)
+    async_update_conversation = async_method(ConversationListing._update_conversation)
+    async_generate_title = async_method(ConversationListing._generate_title)
+    async_list_conversations = async_method(ConversationListing._list_conversations)
+    async_usage_totals = async_method(ConversationListing._usage_totals)
     async_search_conversations = async_method(ConversationSearch._search_conversations)
     async_branch = async_method(ConversationBranches._branch)
     async_branches = async_method(ConversationBranches._branches)
