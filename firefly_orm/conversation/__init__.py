@@ -19,6 +19,9 @@ conversation.  Where things are:
   against its stored turns and rebuilding it from them (:class:`Inconsistency`);
 * :mod:`~firefly_orm.conversation._search`: searching past conversations by text
   and by meaning (:class:`TurnMatch`, :meth:`ConversationMemory.search_conversations`);
+* :mod:`~firefly_orm.conversation._listing` / :mod:`~firefly_orm.conversation._usage`:
+  titles, tags, the keyset list of a user's conversations (:class:`ConversationInfo`,
+  :class:`ConversationPage`) and usage totals (:class:`UsageTotal`);
 * :mod:`~firefly_orm.conversation._memory`: the :class:`ConversationMemory` class.
 """
 
@@ -27,6 +30,7 @@ conversation.  Where things are:
 # raw-message codec, and the private row builders that bench/ours.py uses.
 from firefly_orm.conversation._codec import decode_raw_messages as decode_raw_messages
 from firefly_orm.conversation._codec import encode_raw_messages as encode_raw_messages
+from firefly_orm.conversation._listing import ConversationInfo, ConversationPage
 from firefly_orm.conversation._memory import ConversationMemory
 from firefly_orm.conversation._model import (
     SUMMARY_TURN_ID,
@@ -57,17 +61,21 @@ from firefly_orm.conversation._rows import index_entry as _index_entry  # noqa: 
 from firefly_orm.conversation._rows import turn_entry as _turn_entry  # noqa: F401
 from firefly_orm.conversation._rows import turn_key as turn_key
 from firefly_orm.conversation._search import SEARCH_MODES, SearchMode, TurnMatch
+from firefly_orm.conversation._usage import UsageTotal
 
 __all__ = [
     "AppendPlan",
     "AsyncSummarizer",
+    "ConversationInfo",
     "ConversationMemory",
+    "ConversationPage",
     "ConversationTurn",
     "HeadState",
     "Limits",
     "SummarizeEvent",
     "TrimEvent",
     "TurnMatch",
+    "UsageTotal",
     "Inconsistency",
     "SEARCH_MODES",
     "SearchMode",
