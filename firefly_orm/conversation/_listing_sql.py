@@ -1,0 +1,229 @@
+"""The SQL statements of the conversation list and the usage totals (SQLite, PostgreSQL).
+
+Run through ``RunsStatements.run_statements`` inside a unit of work of a SQL
+store, like the knowledge graph's (:mod:`firefly_orm.knowledge._rows`).
+
+* :func:`list_heads`: one keyset page of a user's conversation heads, served by
+  ``ix_memory_entries_conv_updated`` / ``ix_memory_entries_conv_created``
+  (migration 0009).  The ``archived`` and ``updated_at`` expressions are
+  spelled exactly as the migration spells them: SQLite matches an index
+  expression by its text.
+* :func:`usage_rows`: the turns' ``metadata.usage`` summed in the database,
+  grouped by conversation, day or month, over the namespace index (one
+  conversation) or the user index (a user's turns).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from firefly_orm._layout import (
+    ARCHIVE_NAMESPACE_PREFIX,
+    CONVERSATION_NAMESPACE_PREFIX,
+    TURN_KEY_PREFIX,
+)
+from firefly_orm.entry import utcnow
+from firefly_orm.sql._ops import _dialect, _execute
+from firefly_orm.sql._statements import TABLE
+
+__all__ = ["HEADS_WHERE", "USAGE_FIELDS", "Target", "list_heads", "listing_statement", "usage_rows"]
+
+Target = Session | Connection
+_C = TABLE.c
+
+#: The partial indexes' predicate: conversation heads only (migration 0009).
+HEADS_WHERE = "key = 'head' AND namespace LIKE 'conversation:%'"
+#: The index expressions, per dialect: (archived, updated_at), as migration 0009 has them.
+_EXPRESSIONS = {
+    "postgresql": (
+        "COALESCE(content ->> 'archived', 'false')",
+        "COALESCE(content ->> 'updated_at', '')",
+    ),
+    "sqlite": (
+        "COALESCE(CASE WHEN json_valid(content) THEN json_extract(content, '$.archived') END, 0)",
+        "COALESCE(CASE WHEN json_valid(content) THEN json_extract(content, '$.updated_at') END, "
+        "'')",
+    ),
+}
+#: What ``archived`` reads as in each dialect's expression.
+_ARCHIVED = {"postgresql": ("false", "true"), "sqlite": (0, 1)}
+#: The usage counters summed (``metadata.usage.<name>`` of a turn, integers).
+USAGE_FIELDS = ("requests", "input_tokens", "output_tokens", "total_tokens", "tool_calls")
+
+
+def listing_statement(
+    dialect: str,
+    *,
+    by_updated: bool,
+    descending: bool,
+    after: tuple[Any, str] | None,
+    updated_after: str | None,
+    tags: Sequence[str],
+) -> Any:
+    """The ``SELECT`` of one page of heads (parameters ``uid``, ``arch``, ``now``, ``lim``...)."""
+    archived_text, updated_text = _EXPRESSIONS[dialect]
+    archived = sa.literal_column(archived_text)
+    updated = sa.literal_column(updated_text, sa.Text())
+    order = updated if by_updated else _C.created_at
+    stmt = sa.select(_C.entry_id, _C.namespace, _C.content, _C.created_at, _C.user_id).where(
+        _C.user_id == sa.bindparam("uid"),
+        sa.text(HEADS_WHERE),
+        archived == sa.bindparam("arch"),
+        sa.or_(_C.expires_at.is_(None), _C.expires_at > sa.bindparam("now")),
+    )
+    if after is not None:
+        key = sa.tuple_(order, _C.entry_id)
+        bound = sa.tuple_(
+            sa.bindparam("after_value", type_=sa.Text() if by_updated else _C.created_at.type),
+            sa.bindparam("after_id"),
+        )
+        stmt = stmt.where(key < bound if descending else key > bound)
+    if updated_after is not None:
+        stmt = stmt.where(updated > sa.bindparam("updated_after", type_=sa.Text()))
+    for number, _ in enumerate(tags):
+        stmt = stmt.where(_has_tag(dialect, f"tag{number}"))
+    columns = (order.desc(), _C.entry_id.desc()) if descending else (order, _C.entry_id)
+    return stmt.order_by(*columns).limit(sa.bindparam("lim"))
+
+
+def _has_tag(dialect: str, name: str) -> Any:
+    if dialect == "postgresql":
+        return sa.text(f"(content -> 'tags') @> jsonb_build_array(CAST(:{name} AS text))")
+    return sa.text(
+        "EXISTS (SELECT 1 FROM json_each(CASE WHEN json_valid(content) THEN content END, "
+        f"'$.tags') WHERE value = :{name})"
+    )
+
+
+def list_heads(
+    target: Target,
+    user_id: str,
+    *,
+    archived: bool,
+    by_updated: bool,
+    descending: bool,
+    after: tuple[Any, str] | None,
+    updated_after: str | None,
+    tags: Sequence[str],
+    limit: int,
+) -> list[tuple[str, str, Any, datetime, str | None]]:
+    """One page of ``user_id``'s heads: ``(entry_id, namespace, content, created_at, user_id)``."""
+    dialect = _dialect(target)
+    stmt = listing_statement(
+        dialect,
+        by_updated=by_updated,
+        descending=descending,
+        after=after,
+        updated_after=updated_after,
+        tags=tags,
+    )
+    params: dict[str, Any] = {
+        "uid": user_id,
+        "arch": _ARCHIVED[dialect][int(archived)],
+        "now": utcnow(),
+        "lim": limit,
+    }
+    if after is not None:
+        params["after_value"], params["after_id"] = after
+    if updated_after is not None:
+        params["updated_after"] = updated_after
+    params.update({f"tag{number}": tag for number, tag in enumerate(tags)})
+    rows = _execute(target, stmt, params).all()
+    return [(r[0], r[1], r[2], r[3], r[4]) for r in rows]
+
+
+# --------------------------------------------------------------------------- usage
+
+
+def _usage_value(dialect: str, name: str) -> Any:
+    """SQL for ``metadata.usage.<name>`` of a turn row when it is an integer, else 0."""
+    if dialect == "postgresql":
+        value = f"(content -> 'metadata' -> 'usage' -> '{name}')"
+        return sa.literal_column(
+            f"CASE WHEN jsonb_typeof({value}) = 'number' THEN "
+            f"CASE WHEN ({value}) :: numeric = trunc(({value}) :: numeric) "
+            f"THEN ({value}) :: numeric ELSE 0 END ELSE 0 END"
+        )
+    path = f"'$.metadata.usage.{name}'"
+    return sa.literal_column(
+        f"CASE WHEN json_valid(content) AND json_type(content, {path}) = 'integer' "
+        f"THEN json_extract(content, {path}) ELSE 0 END"
+    )
+
+
+def _has_usage(dialect: str) -> Any:
+    if dialect == "postgresql":
+        return sa.literal_column("jsonb_typeof(content -> 'metadata' -> 'usage') = 'object'")
+    return sa.literal_column(
+        "(json_valid(content) AND json_type(content, '$.metadata.usage') = 'object')"
+    )
+
+
+def _period(dialect: str, by: str) -> Any:
+    width = 10 if by == "day" else 7
+    if dialect == "postgresql":
+        fmt = "YYYY-MM-DD" if by == "day" else "YYYY-MM"
+        return sa.literal_column(f"to_char(created_at AT TIME ZONE 'UTC', '{fmt}')")
+    return sa.func.substr(sa.cast(_C.created_at, sa.Text()), 1, width)
+
+
+def _namespace_range(prefix: str) -> Any:
+    """Namespaces starting with ``prefix`` (a range the indexes serve; C order)."""
+    upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    return sa.and_(_C.namespace >= prefix, _C.namespace < upper)
+
+
+def usage_rows(
+    target: Target,
+    *,
+    namespaces: Sequence[str] | None,
+    user_id: str | None,
+    by: str | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> list[tuple[str | None, int, list[int]]]:
+    """Summed usage of the turn rows of ``namespaces`` (or of every conversation of
+    ``user_id``, live and archived turns), grouped ``by`` ``"conversation"`` (the
+    namespace), ``"day"`` / ``"month"`` (UTC, of the row's ``created_at``) or not
+    at all: ``(group, turns with usage, [sum per USAGE_FIELDS])``.
+    """
+    dialect = _dialect(target)
+    sums = [sa.func.sum(_usage_value(dialect, name)) for name in USAGE_FIELDS]
+    turns = sa.func.sum(sa.case((_has_usage(dialect), 1), else_=0))
+    keys = sa.and_(_C.key >= TURN_KEY_PREFIX, _C.key < TURN_KEY_PREFIX[:-1] + ";")
+    where: list[Any] = [keys]
+    if namespaces is not None:
+        where.append(_C.namespace.in_(list(namespaces)))
+    if user_id is not None:
+        where.append(_C.user_id == user_id)
+        where.append(
+            sa.or_(
+                _namespace_range(CONVERSATION_NAMESPACE_PREFIX),
+                _namespace_range(ARCHIVE_NAMESPACE_PREFIX),
+            )
+        )
+    if since is not None:
+        where.append(_C.created_at >= since)
+    if until is not None:
+        where.append(_C.created_at < until)
+    group: Any = None
+    if by == "conversation":
+        group = _C.namespace
+    elif by in ("day", "month"):
+        group = _period(dialect, by)
+    label = (group if group is not None else sa.null()).label("grp")
+    stmt = sa.select(label, turns, *sums).where(*where)
+    if group is not None:
+        stmt = stmt.group_by(group).order_by(group)
+    rows = _execute(target, stmt, {}).all()
+    return [
+        (row[0], int(row[1] or 0), [int(value or 0) for value in row[2:]])
+        for row in rows
+        if group is not None or row[1] is not None
+    ]
