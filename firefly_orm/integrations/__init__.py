@@ -9,7 +9,11 @@ holds for the framework's sessions too:
 * :mod:`firefly_orm.integrations.openai_agents`: an OpenAI Agents SDK
   ``Session`` (extra ``openai-agents``);
 * :mod:`firefly_orm.integrations.langchain`: a LangChain
-  ``BaseChatMessageHistory`` (extra ``langchain``).
+  ``BaseChatMessageHistory`` (extra ``langchain``);
+* :mod:`firefly_orm.integrations.adk`: Google ADK's session service and
+  memory service (extra ``adk``), on the store's units of work and a
+  :class:`~firefly_orm.long_term.LongTermMemory` (ADK keeps every event of a
+  session, so no conversation budget applies there).
 
 Importing this package imports no framework; import the module you need.
 """
