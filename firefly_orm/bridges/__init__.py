@@ -69,7 +69,8 @@ of its landing below.
    (:mod:`firefly_orm.long_term`), artifacts (:mod:`firefly_orm.artifacts`,
    including the Flyte layout's import and export), the manager
    (:mod:`firefly_orm.manager`), the agent integration
-   (:mod:`firefly_orm.pydantic_ai`), the upstream import, the command line's
+   (:mod:`firefly_orm.pydantic_ai`), the Google ADK services
+   (:mod:`firefly_orm.integrations.adk`), the upstream import, the command line's
    maintenance commands and key rotation (:func:`firefly_orm.privacy.rotate_keys`).
    Their public ``<name>`` / ``async_<name>`` methods are derived by
    :func:`~firefly_orm.bridges._steps.sync_method` /
