@@ -52,6 +52,7 @@ __all__ = [
     "HEAD_TAGS",
     "HEAD_ARCHIVED",
     "LISTING_INDEXES",
+    "TURN_COPY_OF",
     "INDEX_NAMESPACE",
     "ITEM_DEFAULT_KIND",
     "ITEM_KIND_FIELD",
@@ -120,6 +121,9 @@ HEAD_LAST_TURN_AT = "last_turn_at"
 HEAD_TITLE = "title"
 HEAD_TAGS = "tags"
 HEAD_ARCHIVED = "archived"
+#: The row metadata key of a turn copied from another conversation (a branch, a copy):
+#: its value is the source's id.  Usage totals count the original only.
+TURN_COPY_OF = "copy_of"
 #: The partial indexes over conversation heads that serve a user's conversation list
 #: (migration 0009; not in the SQLAlchemy model: expression indexes).
 LISTING_INDEXES = ("ix_memory_entries_conv_updated", "ix_memory_entries_conv_created")

@@ -140,7 +140,14 @@ def branch_conversation(uow: UnitOfWork, source: str, target: str, at_turn: int)
     for row, turn in kept:
         uow.entries.save(
             target_namespace,
-            turn_entry(target_namespace, turn, stored_raw(row), stored_message_tokens(row), owner),
+            turn_entry(
+                target_namespace,
+                turn,
+                stored_raw(row),
+                stored_message_tokens(row),
+                owner,
+                copy_of=source,
+            ),
         )
     save_head(
         uow,

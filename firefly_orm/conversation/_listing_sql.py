@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from firefly_orm._layout import (
     ARCHIVE_NAMESPACE_PREFIX,
     CONVERSATION_NAMESPACE_PREFIX,
+    TURN_COPY_OF,
     TURN_KEY_PREFIX,
 )
 from firefly_orm.entry import utcnow
@@ -165,6 +166,15 @@ def _has_usage(dialect: str) -> Any:
     )
 
 
+def _original(dialect: str) -> Any:
+    """Not a turn copied from another conversation (a branch's, a copy's)."""
+    if dialect == "postgresql":
+        return sa.text(f"NOT (metadata ? '{TURN_COPY_OF}')")
+    return sa.text(
+        f"(NOT json_valid(metadata) OR json_type(metadata, '$.{TURN_COPY_OF}') IS NULL)"
+    )
+
+
 def _period(dialect: str, by: str) -> Any:
     width = 10 if by == "day" else 7
     if dialect == "postgresql":
@@ -197,7 +207,7 @@ def usage_rows(
     sums = [sa.func.sum(_usage_value(dialect, name)) for name in USAGE_FIELDS]
     turns = sa.func.sum(sa.case((_has_usage(dialect), 1), else_=0))
     keys = sa.and_(_C.key >= TURN_KEY_PREFIX, _C.key < TURN_KEY_PREFIX[:-1] + ";")
-    where: list[Any] = [keys]
+    where: list[Any] = [keys, _original(dialect)]
     if namespaces is not None:
         where.append(_C.namespace.in_(list(namespaces)))
     if user_id is not None:

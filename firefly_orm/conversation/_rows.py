@@ -53,6 +53,7 @@ from firefly_orm._layout import (
     HEAD_UPDATED_AT,
     INDEX_NAMESPACE,
     MAX_TURN_ID,
+    TURN_COPY_OF,
     TURN_ID_DIGITS,
     TURN_ID_FIELD,
     TURN_KEY_PREFIX,
@@ -212,8 +213,13 @@ def turn_entry(
     encoded_raw: dict[str, Any] | None,
     message_tokens: Sequence[int] | None = None,
     user_id: str | None = None,
+    copy_of: str | None = None,
 ) -> MemoryEntry:
     """The row of ``turn`` in ``namespace``, its raw messages already encoded.
+
+    ``copy_of``: the conversation the turn was copied from (a branch, a copy),
+    kept in the row's metadata (:data:`~firefly_orm._layout.TURN_COPY_OF`) so
+    that usage totals count the original turn only.
 
     ``message_tokens`` (one estimate per raw message, or ``[]``: not split) is
     stored only where a window may start inside the turn, else ``[]``;
@@ -250,6 +256,7 @@ def turn_entry(
         namespace,
         turn_key(turn.turn_id),
         content,
+        metadata=None if copy_of is None else {TURN_COPY_OF: copy_of},
         user_id=user_id,
         search_text=(
             turn_search_text(turn.user_prompt, turn.assistant_response) if searchable else None

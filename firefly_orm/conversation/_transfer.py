@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeAlias
 
+from firefly_orm._layout import TURN_COPY_OF
 from firefly_orm._maintenance import ANALYZE_AFTER_ROWS, refresh_statistics
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
 from firefly_orm.conversation._append import save_head
@@ -378,6 +379,10 @@ def copy_conversation(
         raise ConversationNotFoundError(source)
     _cid, turns, summary = parse_import(read_export(uow, source), target, estimate)
     replace_conversation(uow, target, turns, summary, row.user_id)
+    # The copied turns say so (usage totals count the original turns only).
+    namespace = conversation_namespace(target)
+    for copied in uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX):
+        uow.entries.save(namespace, copied.copy_entry(metadata={TURN_COPY_OF: source}))
 
 
 def _parse_turn(position: int, item: Any, estimate: Callable[[str, str], int]) -> EncodedTurn:

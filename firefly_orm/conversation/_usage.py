@@ -29,6 +29,7 @@ from firefly_orm._layout import (
     ARCHIVE_NAMESPACE_PREFIX,
     CONVERSATION_NAMESPACE_PREFIX,
     INDEX_NAMESPACE,
+    TURN_COPY_OF,
     TURN_KEY_PREFIX,
     archive_namespace,
     conversation_namespace,
@@ -155,6 +156,8 @@ def _turn_rows(
             fields = field_values(row)
             if request.user_id is not None and fields["user_id"] != request.user_id:
                 continue
+            if TURN_COPY_OF in (fields["metadata_"] or {}):
+                continue  # copied from another conversation: counted there
             created = fields["created_at"]
             if request.since is not None and created < request.since:
                 continue
