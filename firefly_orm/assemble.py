@@ -8,13 +8,20 @@ is, in order:
 2. the long-term items recalled for the latest prompt (one system message,
    :data:`LONG_TERM_CONTEXT_PREFIX` then one ``- <text>`` line per item, best
    first), at most :attr:`ContextShares.long_term` of the budget;
-3. the working-memory facts (one system message, as
+3. with ``past_turns``, the turns of the user's earlier conversations that
+   best match the query (one system message, :data:`PAST_TURNS_CONTEXT_PREFIX`
+   then one ``- <prompt> / <answer>`` line per turn, best first;
+   :mod:`firefly_orm.conversation._search`, hybrid when the conversation memory
+   has an embedder, else by text), at most :attr:`ContextShares.past_turns`;
+   they need a user (the manager's, else the conversation's owner): a
+   conversation of nobody gets none;
+4. the working-memory facts (one system message, as
    :meth:`WorkingMemory.to_context_string <firefly_orm.WorkingMemory.to_context_string>`),
    at most :attr:`ContextShares.working` of the budget;
-4. the pinned turns, then the newest messages of the conversation (as
+5. the pinned turns, then the newest messages of the conversation (as
    :meth:`ConversationMemory.get_context <firefly_orm.ConversationMemory.get_context>`
    picks them: never opening on a tool result whose call was cut), in what
-   is left: the budget minus what parts 2 and 3 used (their unused shares go
+   is left: the budget minus what parts 2 to 4 used (their unused shares go
    to the conversation), the summary included.
 
 Each part is cut whole: recalled items and facts are added in order while the
@@ -30,32 +37,46 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
+from firefly_orm.bridges._steps import Operation
 from firefly_orm.conversation._codec import pydantic_ai_messages
 from firefly_orm.conversation._messages import Estimator
+from firefly_orm.conversation._model import check_conversation_id, check_int
+from firefly_orm.conversation._owner import owner_row
 from firefly_orm.conversation._plan import Limits
 from firefly_orm.conversation._reads import read_context_parts, read_recent
+from firefly_orm.conversation._search import TurnSearch, TurnVector, search_turns
 from firefly_orm.entry._rules import check_unit_interval
 from firefly_orm.errors import EntryValidationError
+from firefly_orm.long_term._memory import LongTermMemory
 from firefly_orm.long_term._model import Recalled
 from firefly_orm.long_term._ops import ItemFilter, recall_items
 from firefly_orm.protocols import UnitOfWork
 from firefly_orm.working import format_context, read_facts
 
+if TYPE_CHECKING:
+    from firefly_orm.conversation._memory import ConversationMemory
+    from firefly_orm.working import WorkingMemory
+
 __all__ = [
     "LONG_TERM_CONTEXT_PREFIX",
+    "PAST_TURNS_CONTEXT_PREFIX",
     "STYLES",
     "AssembleRequest",
     "ContextShares",
     "LongTermSource",
     "assemble_context",
+    "assemble_request",
+    "with_query_vector",
     "system_message",
 ]
 
 #: What opens the message carrying recalled long-term items.
 LONG_TERM_CONTEXT_PREFIX = "Relevant long-term memories:"
+#: What opens the message carrying turns of earlier conversations.
+PAST_TURNS_CONTEXT_PREFIX = "Relevant turns of earlier conversations:"
 #: The message styles: pydantic-ai ``ModelMessage`` objects or role/content dicts.
 STYLES = ("pydantic-ai", "dict")
 
@@ -67,6 +88,8 @@ class ContextShares:
     Attributes:
         long_term: Recalled long-term items (default a quarter).
         working: Working-memory facts (default 15%).
+        past_turns: Turns of earlier conversations (default 15%; only with
+            ``past_turns=`` of ``assemble_context``).
 
     The conversation (summary, pinned and recent turns) gets the rest, including
     whatever these two leave unused.
@@ -74,12 +97,15 @@ class ContextShares:
 
     long_term: float = 0.25
     working: float = 0.15
+    past_turns: float = 0.15
 
     def __post_init__(self) -> None:
-        for name in ("long_term", "working"):
+        for name in ("long_term", "working", "past_turns"):
             check_unit_interval(getattr(self, name), f"shares.{name}")
-        if self.long_term + self.working > 1.0:
-            raise EntryValidationError("shares", "long_term + working must be at most 1.0")
+        if self.long_term + self.working + self.past_turns > 1.0:
+            raise EntryValidationError(
+                "shares", "long_term + working + past_turns must be at most 1.0"
+            )
 
 
 @dataclass(frozen=True)
@@ -107,6 +133,9 @@ class AssembleRequest:
         query: What to recall for; ``None``: the latest stored user prompt.
         shares: The budget shares of the optional parts.
         style: ``"pydantic-ai"``, ``"dict"`` or ``None`` (as the conversation's messages).
+        past_turns: How to search earlier conversations (``None``: no such part;
+            its ``query`` is replaced by the recall query, its ``user_id``
+            ``None`` by the conversation's owner).
     """
 
     conversation_id: str
@@ -117,6 +146,7 @@ class AssembleRequest:
     query: str | None = None
     shares: ContextShares = ContextShares()
     style: str | None = None
+    past_turns: TurnSearch | None = None
 
 
 def system_message(text: str, style: str) -> Any:
@@ -171,6 +201,28 @@ def _recalled(uow: UnitOfWork, request: AssembleRequest) -> list[Recalled]:
     )
 
 
+def _past_turns(uow: UnitOfWork, request: AssembleRequest) -> list[str]:
+    """The lines of the turns of earlier conversations matching the query, best first."""
+    search = request.past_turns
+    if search is None or search.limit == 0:
+        return []
+    query = request.query
+    if query is None:
+        latest = read_recent(uow, request.conversation_id, 1)
+        query = latest[-1].user_prompt if latest else ""
+    user_id = search.user_id
+    if user_id is None:  # an unbound manager: the conversation's owner, never everyone's
+        row = owner_row(uow, request.conversation_id)
+        user_id = None if row is None else row.user_id
+    if user_id is None or not query.strip():
+        return []
+    found = search_turns(uow, replace(search, query=query, user_id=user_id))
+    return [
+        "- " + " ".join(f"{m.turn.user_prompt} / {m.turn.assistant_response}".split())
+        for m in found
+    ]
+
+
 def _share(budget: float, share: float) -> float:
     """The tokens ``share`` of ``budget`` (``inf``: no limit) gives."""
     return budget if budget == math.inf else math.floor(budget * share)
@@ -188,6 +240,10 @@ def assemble_context(uow: UnitOfWork, request: AssembleRequest) -> list[Any]:
         lines = ["- " + " ".join(r.item.text.split()) for r in recalled]
         share = _share(budget, request.shares.long_term)
         parts.append(_lines_within(LONG_TERM_CONTEXT_PREFIX, lines, share, estimator))
+    past = _past_turns(uow, request)
+    if past:
+        share = _share(budget, request.shares.past_turns)
+        parts.append(_lines_within(PAST_TURNS_CONTEXT_PREFIX, past, share, estimator))
     if request.working_namespace is not None:
         facts = read_facts(uow, request.working_namespace)
         if facts:
@@ -216,3 +272,87 @@ def assemble_context(uow: UnitOfWork, request: AssembleRequest) -> list[Any]:
     style = _style_of([m for m in (summary, *conversation) if m is not None], request.style)
     head = [] if summary is None else [summary]
     return [*head, *(system_message(text, style) for text in texts), *conversation]
+
+
+def assemble_request(
+    conversation: ConversationMemory,
+    long_term: LongTermMemory,
+    working: WorkingMemory,
+    conversation_id: str,
+    *,
+    max_tokens: int | None = None,
+    max_messages: int | None = None,
+    query: str | None = None,
+    recall_limit: int = 5,
+    min_importance: float = 0.0,
+    shares: ContextShares | None = None,
+    style: str | None = None,
+    past_turns: int = 0,
+) -> AssembleRequest:
+    """The checked :class:`AssembleRequest` of ``MemoryManager.assemble_context`` over
+    these layers (also what ``MemoryAgent`` reads with).
+
+    Raises:
+        EntryValidationError: A bad argument.
+    """
+    limits = conversation.limits
+    conversation_id = check_conversation_id(conversation_id)
+    budget = limits.max_tokens if max_tokens is None else check_int("max_tokens", max_tokens, 1)
+    messages = (
+        limits.max_messages if max_messages is None else check_int("max_messages", max_messages, 1)
+    )
+    if query is not None and not isinstance(query, str):
+        raise EntryValidationError("query", f"must be a str, got {type(query).__name__}")
+    if style is not None and style not in STYLES:
+        raise EntryValidationError("style", f"must be one of {', '.join(STYLES)}")
+    if shares is not None and not isinstance(shares, ContextShares):
+        raise EntryValidationError("shares", "must be a ContextShares")
+    past = check_int("past_turns", past_turns, 0)
+    return AssembleRequest(
+        conversation_id=conversation_id,
+        limits=Limits(
+            max_tokens=budget,
+            summarize_threshold=limits.summarize_threshold,
+            max_messages=messages,
+            pin_count=limits.pin_count,
+            recent_count=limits.recent_count,
+        ),
+        estimator=conversation.estimator,
+        long_term=LongTermSource(
+            namespace=long_term.namespace,
+            user_id=long_term.user_id,
+            language=long_term.language,
+            limit=check_int("recall_limit", recall_limit, 0),
+            min_importance=LongTermMemory.recall_floor(min_importance),
+        ),
+        working_namespace=working.namespace,
+        query=query,
+        shares=shares if shares is not None else ContextShares(),
+        style=style,
+        past_turns=(
+            TurnSearch(
+                query="",
+                mode="text",
+                limit=past,
+                user_id=conversation.user_id,
+                exclude=(conversation_id,),
+                language=long_term.language,
+            )
+            if past
+            else None
+        ),
+    )
+
+
+def with_query_vector(
+    conversation: ConversationMemory, request: AssembleRequest
+) -> Operation[AssembleRequest]:
+    """``request`` with its past-turns search made hybrid: the query embedded now, before
+    the read transaction (when the conversation memory has an embedder and the
+    query is given; else the search stays by text)."""
+    search, embedding = request.past_turns, conversation._embedding
+    if search is None or embedding is None or not (request.query or "").strip():
+        return request
+    spec, vector = yield from embedding.query(request.query or "")
+    meaning = TurnVector(spec, vector)
+    return replace(request, past_turns=replace(search, mode="hybrid", meaning=meaning))
