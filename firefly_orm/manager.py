@@ -28,7 +28,12 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from firefly_orm.assemble import STYLES, AssembleRequest, ContextShares, LongTermSource
+from firefly_orm.assemble import (
+    AssembleRequest,
+    ContextShares,
+    assemble_request,
+    with_query_vector,
+)
 from firefly_orm.assemble import assemble_context as assemble_transaction
 from firefly_orm.bridges._steps import (
     MemoryLayer,
@@ -40,9 +45,8 @@ from firefly_orm.bridges._steps import (
     sync_method,
 )
 from firefly_orm.conversation import ConversationMemory, Summarizer
-from firefly_orm.conversation._model import check_conversation_id, check_int
+from firefly_orm.conversation._model import check_conversation_id
 from firefly_orm.conversation._ops import clear_conversations
-from firefly_orm.conversation._plan import Limits
 from firefly_orm.conversation._transfer import copy_conversation
 from firefly_orm.entry import derived_entry_id, validate_user_id
 from firefly_orm.entry._rules import check_bound_user
@@ -111,8 +115,10 @@ class MemoryManager(MemoryLayer):
         importance_threshold: The lowest score promoted
             (:mod:`firefly_orm.long_term.promotion`).
         promotion_scorer: Rates an evicted turn for promotion.
-        embedder: The ``embedder`` of :attr:`long_term` (semantic and hybrid
-            recall; a pydantic-ai ``Embedder``, ``EmbeddingModel`` or model name).
+        embedder: The ``embedder`` of :attr:`long_term` and :attr:`conversation`
+            (semantic and hybrid recall and search of past conversations; a
+            pydantic-ai ``Embedder``, ``EmbeddingModel`` or model name): each
+            added turn is embedded too.
 
     Example:
         >>> mgr = MemoryManager()
@@ -168,6 +174,7 @@ class MemoryManager(MemoryLayer):
             importance_threshold=importance_threshold,
             promotion_scorer=promotion_scorer,
             user_id=self._user_id,
+            embedder=embedder,
         )
         self._working = WorkingMemory(
             store=self._store, scope_id=working_scope_id, user_id=self._user_id
@@ -395,6 +402,7 @@ class MemoryManager(MemoryLayer):
         min_importance: float = 0.0,
         shares: ContextShares | None = None,
         style: str | None = None,
+        past_turns: int = 0,
     ) -> Operation[list[Any]]:
         """One budgeted context for the next model call (:mod:`firefly_orm.assemble`).
 
@@ -417,6 +425,8 @@ class MemoryManager(MemoryLayer):
             shares: The budget shares (default :class:`~firefly_orm.assemble.ContextShares`).
             style: ``"pydantic-ai"`` or ``"dict"`` messages (default: as the
                 conversation's messages, dicts for an empty one).
+            past_turns: At most this many turns of the user's earlier conversations
+                matching ``query`` (0: none; hybrid search with an ``embedder``).
 
         Raises:
             EntryValidationError: A bad argument (nothing is read).
@@ -430,62 +440,17 @@ class MemoryManager(MemoryLayer):
             min_importance=min_importance,
             shares=shares,
             style=style,
+            past_turns=past_turns,
         )
+        request = yield from with_query_vector(self._conversation, request)
         step = Transaction.read(assemble_transaction, request)
         return (yield from self._conversation._as_owner(request.conversation_id, step))
 
-    def _assemble_request(
-        self,
-        conversation_id: str,
-        *,
-        max_tokens: int | None = None,
-        max_messages: int | None = None,
-        query: str | None = None,
-        recall_limit: int = 5,
-        min_importance: float = 0.0,
-        shares: ContextShares | None = None,
-        style: str | None = None,
-    ) -> AssembleRequest:
-        """The checked :class:`~firefly_orm.assemble.AssembleRequest` of
-        :meth:`assemble_context` (also what ``MemoryAgent`` reads with)."""
-        limits = self._conversation.limits
-        conversation_id = check_conversation_id(conversation_id)
-        budget = limits.max_tokens if max_tokens is None else check_int("max_tokens", max_tokens, 1)
-        messages = (
-            limits.max_messages
-            if max_messages is None
-            else check_int("max_messages", max_messages, 1)
-        )
-        if query is not None and not isinstance(query, str):
-            raise EntryValidationError("query", f"must be a str, got {type(query).__name__}")
-        if style is not None and style not in STYLES:
-            raise EntryValidationError("style", f"must be one of {', '.join(STYLES)}")
-        if shares is not None and not isinstance(shares, ContextShares):
-            raise EntryValidationError("shares", "must be a ContextShares")
-        long_term = self._long_term
-        floor = LongTermMemory.recall_floor(min_importance)
-        return AssembleRequest(
-            conversation_id=conversation_id,
-            limits=Limits(
-                max_tokens=budget,
-                summarize_threshold=limits.summarize_threshold,
-                max_messages=messages,
-                pin_count=limits.pin_count,
-                recent_count=limits.recent_count,
-            ),
-            estimator=self._conversation.estimator,
-            long_term=LongTermSource(
-                namespace=long_term.namespace,
-                user_id=long_term.user_id,
-                language=long_term.language,
-                limit=check_int("recall_limit", recall_limit, 0),
-                min_importance=floor,
-            ),
-            working_namespace=self._working.namespace,
-            query=query,
-            shares=shares if shares is not None else ContextShares(),
-            style=style,
-        )
+    def _assemble_request(self, conversation_id: str, **options: Any) -> AssembleRequest:
+        """The checked request of :meth:`assemble_context` (also what ``MemoryAgent`` reads
+        with): :func:`firefly_orm.assemble.assemble_request` over this manager's layers."""
+        layers = (self._conversation, self._long_term, self._working)
+        return assemble_request(*layers, conversation_id, **options)
 
     # ------------------------------------------------------------------ facts
     _set_fact = delegate(WorkingMemory._set, _working_of)
