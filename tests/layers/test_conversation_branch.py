@@ -21,6 +21,8 @@ from firefly_orm.conversation import ConversationMemory, ConversationTurn, conve
 from firefly_orm.conversation._branch import summary_within
 from firefly_orm.entry import derived_entry_id
 from firefly_orm.errors import ConversationNotFoundError, EntryValidationError, NotFoundError
+from firefly_orm.privacy import Encryption, KeyRing, generate_key, protect
+from firefly_orm.store import InMemoryStore
 
 RACE_BACKENDS = backend_params(["sqlite", "postgres", "mongo"])
 
@@ -288,3 +290,22 @@ def test_appends_racing_branch_rewind_and_pop(layer_backend: OpenedBackend) -> N
         assert [t.user_prompt for t in mem.get_turns(branch)] == ["base 0", "base 1", "base 2"]
         assert mem.verify(branch) == []
     assert sorted(link.conversation_id for link in mem.branches("c")) == sorted(branches)
+
+
+def test_encrypted_store_branches_rewinds_and_erases() -> None:
+    """Through ``protect()``: link rows and rewound turns are sealed at rest like every
+    content, read back opened, and erased with their user."""
+    inner = InMemoryStore()
+    sealed = protect(inner, encryption=Encryption(KeyRing({"k1": generate_key()})))
+    mem = ConversationMemory(store=sealed, max_tokens=None)
+    cid = mem.new_conversation(user_id="u")
+    for n in range(4):
+        mem.add_turn(cid, f"Secret{n}", "a")
+    branch = mem.branch(cid, 1)
+    assert mem.rewind(cid, 1) == [2, 3]
+    assert [t.user_prompt for t in mem.get_rewound_turns(cid)] == ["Secret2", "Secret3"]
+    assert mem.parent_of(branch) is not None and mem.verify(cid) == []
+    at_rest = [row.content for ns in inner.namespaces for row in inner.load(ns)]
+    assert at_rest and "Secret" not in str(at_rest) and cid not in str(at_rest)
+    mem.erase_user("u")
+    assert all(not inner.load(ns) for ns in inner.namespaces)
