@@ -22,12 +22,15 @@ conversation.  Where things are:
 * :mod:`~firefly_orm.conversation._listing` / :mod:`~firefly_orm.conversation._usage`:
   titles, tags, the keyset list of a user's conversations (:class:`ConversationInfo`,
   :class:`ConversationPage`) and usage totals (:class:`UsageTotal`);
+* :mod:`~firefly_orm.conversation._branch` / :mod:`~firefly_orm.conversation._rewind`:
+  branching at a turn (:class:`BranchLink`, the tree), rewinding and popping;
 * :mod:`~firefly_orm.conversation._memory`: the :class:`ConversationMemory` class.
 """
 
 # Besides ``__all__``, the names importable from here before the package split
 # stay importable (``X as X`` marks them re-exported): the storage layout, the
 # raw-message codec, and the private row builders that bench/ours.py uses.
+from firefly_orm.conversation._branch import BranchLink
 from firefly_orm.conversation._codec import decode_raw_messages as decode_raw_messages
 from firefly_orm.conversation._codec import encode_raw_messages as encode_raw_messages
 from firefly_orm.conversation._listing import ConversationInfo, ConversationPage
@@ -66,6 +69,7 @@ from firefly_orm.conversation._usage import UsageTotal
 __all__ = [
     "AppendPlan",
     "AsyncSummarizer",
+    "BranchLink",
     "ConversationInfo",
     "ConversationMemory",
     "ConversationPage",
