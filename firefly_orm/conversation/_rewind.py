@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from firefly_orm._layout import REWOUND_FIELD
+from firefly_orm._layout import REWOUND_FIELD, TURN_COPY_OF
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
 from firefly_orm.conversation._append import save_head
 from firefly_orm.conversation._branch import summary_within
@@ -45,12 +45,14 @@ from firefly_orm.conversation._rows import (
     turn_from_entry,
     turn_message_count,
 )
-from firefly_orm.entry import utcnow
+from firefly_orm.entry import MemoryEntry, utcnow
+from firefly_orm.entry._model import field_values
 from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
 __all__ = [
     "KeepPart",
+    "copied_from",
     "pop_newest",
     "pop_turn",
     "purge_rewound",
@@ -120,7 +122,12 @@ def rewind_conversation(uow: UnitOfWork, conversation_id: str, to_turn: int) -> 
     moment = utcnow().isoformat()
     for row, turn in dropped:
         archived = turn_entry(
-            archive, turn, stored_raw(row), stored_message_tokens(row), user_id=row.user_id
+            archive,
+            turn,
+            stored_raw(row),
+            stored_message_tokens(row),
+            user_id=row.user_id,
+            copy_of=copied_from(row),
         )
         archived.content = {**archived.content, REWOUND_FIELD: moment}
         uow.entries.save(archive, archived)
@@ -177,7 +184,10 @@ def pop_newest(
             }
         )
         uow.entries.save(
-            namespace, turn_entry(namespace, new, encoded, per_message, user_id=row.user_id)
+            namespace,
+            turn_entry(
+                namespace, new, encoded, per_message, user_id=row.user_id, copy_of=copied_from(row)
+            ),
         )
         tokens = new.token_estimate - old.token_estimate
         messages, turns = new.message_count - old.message_count, 0
@@ -211,6 +221,14 @@ def purge_rewound_turns(uow: UnitOfWork, conversation_id: str) -> int:
     if ids:
         uow.entries.delete(archive, ids)
     return len(ids)
+
+
+def copied_from(row: MemoryEntry) -> str | None:
+    """The conversation a turn row was copied from (a branch's, a copy's), kept when the
+    row is rewritten so usage totals go on counting the original only."""
+    metadata = field_values(row)["metadata_"]
+    source = metadata.get(TURN_COPY_OF) if isinstance(metadata, Mapping) else None
+    return source if isinstance(source, str) else None
 
 
 def _rewound(content: Any) -> bool:

@@ -17,7 +17,12 @@ import pytest
 from modes import call
 from store_backends import OpenedBackend, backend_params, layer_mode_params
 
-from firefly_orm.conversation import ConversationMemory, ConversationTurn, conversation_namespace
+from firefly_orm.conversation import (
+    ConversationMemory,
+    ConversationTurn,
+    conversation_namespace,
+    turn_key,
+)
 from firefly_orm.conversation._branch import summary_within
 from firefly_orm.entry import derived_entry_id
 from firefly_orm.errors import ConversationNotFoundError, EntryValidationError, NotFoundError
@@ -309,3 +314,18 @@ def test_encrypted_store_branches_rewinds_and_erases() -> None:
     assert at_rest and "Secret" not in str(at_rest) and cid not in str(at_rest)
     mem.erase_user("u")
     assert all(not inner.load(ns) for ns in inner.namespaces)
+
+
+def test_rewound_and_shortened_copies_keep_their_origin() -> None:
+    """A branch's copied turn stays marked as a copy when a rewind archives it or a pop
+    rewrites it (usage totals count the original turn only)."""
+    mem = ConversationMemory(max_tokens=None)
+    for n in range(3):
+        mem.add_turn("c", f"q{n}", "a", [{"role": "user", "content": "x"}, {"role": "a"}])
+    branch = mem.branch("c", 2)
+    assert mem.rewind(branch, 1) == [2]
+    mem.pop_turn(branch, keep=lambda turn: ("q1", "", turn.raw_messages[:1]))
+    live = mem.store.load_by_key(conversation_namespace(branch), turn_key(1))
+    rows = [*mem.store.load(f"conversation-archive:{branch}"), live]
+    assert len(rows) == 2
+    assert all(row is not None and row.to_dict()["metadata"]["copy_of"] == "c" for row in rows)
