@@ -7,7 +7,14 @@
 * ``remember(content, importance=0.5, tags=[])``: stores one item and answers
   with a short confirmation naming its id;
 * ``recall(query, limit=5)``: the best matching items, as JSON-ready dicts
-  (``text``, ``importance``, ``tags``, ``score``), best first.
+  (``text``, ``importance``, ``tags``, ``score``), best first;
+* with ``conversations=`` (a :class:`~firefly_orm.conversation.ConversationMemory`,
+  e.g. ``manager.conversation``), ``search_conversations(query, limit=5)``:
+  the turns of the user's past conversations that match best
+  (:meth:`ConversationMemory.search_conversations
+  <firefly_orm.conversation.ConversationMemory.search_conversations>`, hybrid
+  when that memory has an embedder), as dicts (``conversation_id``,
+  ``turn_id``, ``user_prompt``, ``assistant_response``, ``score``).
 
 The toolset is bound to one owner when it is built (the memory's user, or the
 ``user_id`` given for a memory bound to nobody); the model never chooses whose
@@ -26,13 +33,15 @@ so importing this module costs nothing without it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 # pydantic needs this TypedDict (not typing.TypedDict) before Python 3.12 to build
 # the tool's return schema; typing_extensions is a dependency of pydantic.
 from typing_extensions import TypedDict
 
+from firefly_orm.conversation._memory import ConversationMemory
+from firefly_orm.conversation._search import TurnMatch
 from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError, MissingExtraError
 from firefly_orm.long_term._memory import LongTermMemory
@@ -46,8 +55,10 @@ __all__ = [
     "DEFAULT_RECALL_LIMIT",
     "HasLongTermMemory",
     "RecalledMemory",
+    "RecalledTurn",
     "long_term_toolset",
     "recalled_memory",
+    "recalled_turn",
 ]
 
 logger = logging.getLogger(__name__)
@@ -81,6 +92,30 @@ class RecalledMemory(TypedDict):
     importance: float
     tags: list[str]
     score: float
+
+
+class RecalledTurn(TypedDict):
+    """One result of the ``search_conversations`` tool (JSON-ready); ``score`` as
+    :attr:`~firefly_orm.conversation.TurnMatch.score`."""
+
+    conversation_id: str
+    turn_id: int
+    user_prompt: str
+    assistant_response: str
+    score: float
+
+
+def recalled_turn(found: TurnMatch) -> RecalledTurn:
+    """The ``search_conversations`` tool's view of one
+    :class:`~firefly_orm.conversation.TurnMatch`."""
+    turn = found.turn
+    return RecalledTurn(
+        conversation_id=found.conversation_id,
+        turn_id=turn.turn_id,
+        user_prompt=turn.user_prompt,
+        assistant_response=turn.assistant_response,
+        score=found.score,
+    )
 
 
 def recalled_memory(found: Recalled) -> RecalledMemory:
@@ -155,11 +190,27 @@ Args:
 """
 
 
+_SEARCH_CONVERSATIONS_DOC = """Search the user's past conversations for what was said in them.
+
+Use it when the answer may have been discussed before but was not saved as a
+fact: earlier requests, details the user gave, what was agreed. The query is
+matched against the turns of past conversations, by meaning when available
+and by words. Results come best match first, each with the conversation id,
+the turn's position, what the user said, what the assistant answered and a
+relevance score; an empty list means nothing relevant was found.
+
+Args:
+    query: What to look for, in plain text.
+    limit: The most turns to return, from 1 to {max_results}.
+"""
+
+
 def long_term_toolset(
     memory: LongTermMemory | HasLongTermMemory,
     *,
     user_id: str | None = None,
     max_results: int = DEFAULT_MAX_RESULTS,
+    conversations: ConversationMemory | None = None,
 ) -> FunctionToolset[Any]:
     """A pydantic-ai toolset with ``remember`` and ``recall`` tools over ``memory``.
 
@@ -182,7 +233,11 @@ def long_term_toolset(
             without an owner and ``recall`` searches every owner's items in the
             namespace (an admin's tools): give the tools of a request handler a
             user.
-        max_results: The largest ``limit`` the model may ask ``recall`` for.
+        max_results: The largest ``limit`` the model may ask ``recall`` (and
+            ``search_conversations``) for.
+        conversations: Add a ``search_conversations`` tool over this memory's
+            conversations of the same owner (``manager.conversation``; it must
+            use the same store).
 
     Raises:
         MissingExtraError: pydantic-ai is not installed (extra ``pydantic-ai``).
@@ -206,6 +261,13 @@ def long_term_toolset(
     ltm = _memory_of(memory)
     owner = ltm.user_id if user_id is None else check_bound_user(user_id, ltm.user_id, "memory")
     most = _check_max_results(max_results)
+    if conversations is not None:
+        if not isinstance(conversations, ConversationMemory):
+            raise TypeError(
+                f"conversations must be a ConversationMemory, got {type(conversations).__name__}"
+            )
+        if owner is not None:
+            check_bound_user(owner, conversations.user_id, "conversation memory")
 
     async def remember(content: str, importance: float = 0.5, tags: Sequence[str] = ()) -> str:
         try:
@@ -236,4 +298,31 @@ def long_term_toolset(
     )
     toolset.add_function(remember, takes_ctx=False)
     toolset.add_function(recall, takes_ctx=False)
+    if conversations is not None:
+        toolset.add_function(_search_tool(conversations, owner, most), takes_ctx=False)
     return toolset
+
+
+def _search_tool(
+    conversations: ConversationMemory, owner: str | None, most: int
+) -> Callable[[str, int], Awaitable[list[RecalledTurn]]]:
+    """The ``search_conversations`` tool over ``conversations`` for ``owner``."""
+    from pydantic_ai import ModelRetry
+
+    async def search_conversations(
+        query: str, limit: int = DEFAULT_RECALL_LIMIT
+    ) -> list[RecalledTurn]:
+        if not 1 <= limit <= most:
+            raise ModelRetry(f"limit must be from 1 to {most}, got {limit}.")
+        try:
+            found = await conversations.async_search_conversations(
+                query, limit=limit, user_id=owner
+            )
+        except EntryValidationError as exc:
+            logger.debug("search_conversations tool: asked to retry (%s)", exc)
+            raise ModelRetry(f"{exc}. Fix the argument and call again.") from exc
+        logger.debug("search_conversations tool: %d turn(s) for user %r", len(found), owner)
+        return [recalled_turn(m) for m in found]
+
+    search_conversations.__doc__ = _SEARCH_CONVERSATIONS_DOC.format(max_results=most)
+    return search_conversations

@@ -156,3 +156,24 @@ def test_manager_embeds_turns_and_searches_both_memories(store: Any) -> None:
     spec = EmbeddingSpec(f"firefly_orm:{ConceptEmbeddingModel().model_name}", 256)
     with store.unit_of_work() as uow:
         assert uow.entries.embedding_spec(conversation_namespace(earlier)) == spec
+
+
+async def test_the_agent_tool_searches_the_users_past_conversations() -> None:
+    pytest.importorskip("pydantic_ai")
+    from helpers.long_term_agent import call_tool, results
+
+    from firefly_orm.long_term.tools import long_term_toolset
+
+    manager = MemoryManager(embedder=ConceptEmbeddingModel())
+    ada, bob = manager.for_user("ada"), manager.for_user("bob")
+    earlier = await ada.async_new_conversation()
+    await ada.async_add_turn(earlier, "Remember this about Mrs Lee", FACT)
+    await bob.async_add_turn(await bob.async_new_conversation(), "Bob's customer", FACT)
+    tools = long_term_toolset(ada, conversations=ada.conversation)
+    found = results(await call_tool(tools, "search_conversations", query=QUESTION, limit=5))
+    assert [(f["conversation_id"], f["turn_id"], f["assistant_response"]) for f in found] == [
+        (earlier, 0, FACT)
+    ]
+    assert "search_conversations" not in long_term_toolset(ada).tools
+    with pytest.raises(EntryValidationError):
+        long_term_toolset(ada, conversations=bob.conversation)
