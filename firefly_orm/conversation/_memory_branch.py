@@ -84,7 +84,10 @@ class ConversationBranches(OwnedLayer):
         return target
 
     def _branches(self, conversation_id: str) -> Operation[list[BranchLink]]:
-        """The branches made from a conversation (:class:`BranchLink`), oldest first.
+        """The branches made from a conversation, oldest first.
+
+        Each is a :class:`~firefly_orm.conversation.BranchLink`
+        (``conversation_id``: the branch, ``parent_id``, ``at_turn``, ``created_at``).
 
         A branch that was cleared since is no longer listed; a branch made
         from a branch is listed under that branch (walk the tree with
@@ -95,7 +98,8 @@ class ConversationBranches(OwnedLayer):
         return (yield from self._as_owner(conversation_id, step))
 
     def _parent_of(self, conversation_id: str) -> Operation[BranchLink | None]:
-        """The link of a branch to the conversation it was made from (``None``: not a branch).
+        """The :class:`~firefly_orm.conversation.BranchLink` of a branch to the conversation
+        it was made from (``None``: not a branch).
 
         The parent may have been cleared since (the link stays, as the
         branch's history: :meth:`exists` tells).
