@@ -198,22 +198,47 @@ def cached_model(cache: VectorCache) -> Any:
 class OursVectors:
     """The library: ``LongTermMemory(store, embedder=...)``, loaded through ``import_items``."""
 
-    def __init__(self, store: Any, cache: VectorCache, analyze: str | None = None) -> None:
+    def __init__(
+        self, store: Any, cache: VectorCache, analyze: str | None = None, index: str | None = None
+    ) -> None:
         from firefly_orm.long_term import LongTermMemory
 
         self.store = store
         self.analyze = analyze
+        self.index = index
         self.memory = LongTermMemory(store=store, namespace=NAMESPACE, embedder=cached_model(cache))
         self.statements: list[tuple[str, Any]] = []
 
     def load(self, items: Sequence[dict[str, Any]]) -> list[str]:
+        definition = self._drop_index()
         ids: list[str] = []
         for start in range(0, len(items), IMPORT_BATCH):
             ids.extend(self.memory.import_items(items[start : start + IMPORT_BATCH]))
+        if definition is not None:
+            with self.store.engine.begin() as conn:
+                conn.exec_driver_sql(definition)
         if self.analyze is not None:  # what autovacuum does later: import_items analyzes
             with self.store.engine.begin() as conn:  # memory_entries, not memory_vectors
                 conn.exec_driver_sql(self.analyze)
         return ids
+
+    def _drop_index(self) -> str | None:
+        """PostgreSQL: drop the HNSW index (``self.index``) for the load; its definition.
+
+        Built after the load, as the baseline's (pgvector builds an index in bulk
+        several times faster than it maintains one row by row); same definition.
+        """
+        if self.index is None:
+            return None
+        schema, name = self.index.split(".")
+        self.store.ensure_initialized()  # migrated: the index exists
+        with self.store.engine.begin() as conn:
+            definition = conn.exec_driver_sql(
+                "SELECT indexdef FROM pg_indexes WHERE schemaname = %(s)s AND indexname = %(n)s",
+                {"s": schema, "n": name},
+            ).scalar_one()
+            conn.exec_driver_sql(f'DROP INDEX "{schema}"."{name}"')
+        return str(definition)
 
     def semantic(self, query: str) -> list[str]:
         return [r.item.id for r in self.memory.recall(query, limit=K, mode="semantic")]
@@ -319,10 +344,14 @@ class RawPgvector:
         import psycopg
         from pgvector.psycopg import register_vector
 
+        from firefly_orm.vector._spec import DEFAULT_EF_SEARCH
+
         self.cache = cache
         self.conn = psycopg.connect(conninfo, autocommit=True)
         self.conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
         self.conn.execute(f'SET search_path TO "{schema}", public')
+        # the library's ef_search (pgvector's default, 40, finds fewer of the nearest)
+        self.conn.execute(f"SET hnsw.ef_search = {int(DEFAULT_EF_SEARCH)}")
         register_vector(self.conn)
         self.conn.execute(
             "CREATE TABLE IF NOT EXISTS items (entry_id text PRIMARY KEY, text text NOT NULL, "
@@ -617,7 +646,8 @@ def postgres_w8(url: str, sizes: W8Sizes, seed: int, log: Callable[[str], None])
         schemas.extend((ours_schema, raw_schema))
         store = PostgreSQLStore(url, schema_name=ours_schema, vectors=True, pool_min_size=0)
         analyze = f'ANALYZE "{ours_schema}".memory_vectors'
-        return OursVectors(store, cache, analyze), RawPgvector(conninfo, raw_schema, cache)
+        index = f"{ours_schema}.ix_memory_vectors_hnsw_{DIMENSIONS}"
+        return OursVectors(store, cache, analyze, index), RawPgvector(conninfo, raw_schema, cache)
 
     try:
         return w8_vectors(pair, sizes, seed, "postgres", log)

@@ -20,7 +20,16 @@ built with ``vectors=True``): rows failing the filters do not use up the
 limit, pgvector keeps walking until it is filled, up to its
 ``hnsw.max_scan_tuples`` (20,000 by default) visited rows, and the results
 come in exact distance order.  The walk is approximate (HNSW); the exact scan
-is not.
+is not.  It keeps ``hnsw.ef_search`` candidates:
+:data:`~firefly_orm.vector._spec.DEFAULT_EF_SEARCH` (set on each connection,
+with the iterative scan), more for a search of many hits
+(:func:`ef_search_for`).  Each search shape is built once
+(:func:`_search_statement`), so SQLAlchemy reuses its compiled form.
+
+Writes: on PostgreSQL the writers of one namespace's vectors take a
+transaction-level advisory lock before they read the namespace's spec, so two
+writers of different models cannot both fill an empty namespace; SQLite
+serializes write transactions itself.
 
 :class:`VectorMethods` gives :class:`~firefly_orm.sql._ops.SQLEntryRepository`
 the :class:`~firefly_orm.protocols.VectorRepository` methods; they need a store
@@ -32,8 +41,11 @@ option :data:`VECTORS_OPTION`), and raise
 from __future__ import annotations
 
 import builtins
+import functools
 import json
 import struct
+import sys
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
@@ -49,7 +61,10 @@ from firefly_orm.errors import EntryValidationError
 from firefly_orm.sql import _statements as st
 from firefly_orm.vector._errors import VectorUnavailableError
 from firefly_orm.vector._spec import (
+    DEFAULT_EF_SEARCH,
+    EF_SEARCH_PER_HIT,
     HNSW_DIMENSIONS,
+    MAX_EF_SEARCH,
     MAX_MODEL_NAME_LENGTH,
     VECTOR_TABLE,
     EmbeddingMismatchError,
@@ -85,6 +100,16 @@ _E = st.TABLE.c
 _P = sa.bindparam
 _LIVE = sa.or_(_E.expires_at.is_(None), _E.expires_at > _P("now"))
 _OF_SPEC = sa.and_(_V.namespace == _P("ns"), _V.model == _P("model"), _V.dimensions == _P("dims"))
+
+_LITTLE_ENDIAN = sys.byteorder == "little"
+#: PostgreSQL: this connection's ``hnsw.ef_search`` (session-level; see :func:`ef_search_for`).
+_SET_EF_SEARCH = sa.text("SELECT set_config('hnsw.ef_search', :ef, false)")
+
+#: PostgreSQL: the transaction lock of a namespace's vector writes (``pg_advisory_xact_lock``
+#: of this class and the namespace's hash; a hash collision only makes two namespaces
+#: take turns).
+_LOCK_KEY = 0x0F1F_0029
+_LOCK_NAMESPACE = sa.text("SELECT pg_advisory_xact_lock(:key, hashtext(:ns))")
 
 _SPEC = sa.select(_V.model, _V.dimensions).where(_V.namespace == _P("ns")).limit(1)
 _IDS_IN = sa.select(_E.entry_id).where(
@@ -133,13 +158,15 @@ def install_vector_hooks(engine: Engine) -> None:
 
 
 def _iterative_index_scans(dbapi_connection: Any, _record: Any) -> None:
-    """pgvector: HNSW walks go on until a filtered query's limit is filled (in exact order).
+    """pgvector: HNSW walks go on until a filtered query's limit is filled (in exact order),
+    visiting :data:`~firefly_orm.vector._spec.DEFAULT_EF_SEARCH` candidates at least.
 
     Committed: a ``SET`` in a transaction that rolls back is undone.
     """
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute("SET hnsw.iterative_scan = strict_order")
+        cursor.execute(f"SET hnsw.ef_search = {int(DEFAULT_EF_SEARCH)}")
     finally:
         cursor.close()
     dbapi_connection.commit()
@@ -185,10 +212,16 @@ def _require(target: Session | Connection) -> None:
 
 
 def _bound(dialect: str, vector: Sequence[float]) -> Any:
-    """A vector as the database takes it: pgvector's text form, or float32 little-endian bytes."""
+    """A vector as the database takes it: pgvector's text form, or float32 little-endian bytes.
+
+    ``vector`` holds Python floats (:func:`~firefly_orm.vector._spec.check_vector`'s
+    output): ``repr`` is their shortest exact text.
+    """
     if dialect == "postgresql":
-        return "[" + ",".join(repr(float(x)) for x in vector) + "]"
-    return struct.pack(f"<{len(vector)}f", *vector)
+        return "[" + ",".join(map(repr, vector)) + "]"
+    return (
+        array("f", vector).tobytes() if _LITTLE_ENDIAN else struct.pack(f"<{len(vector)}f", *vector)
+    )
 
 
 def _vector_expression(dialect: str, name: str, dimensions: int | None = None) -> Any:
@@ -221,37 +254,66 @@ def _distance(dialect: str, dimensions: int) -> Any:
     raise VectorUnavailableError(f"vectors are not available on {dialect}")
 
 
-def _kind_and_tags(dialect: str, request: VectorRequest, params: dict[str, Any]) -> list[Any]:
-    """The ``WHERE`` terms of the long-term ``kind`` and ``tags`` filters (bound values)."""
+def _kind_and_tags(dialect: str, kind: bool, tags: int) -> list[Any]:
+    """The ``WHERE`` terms of the long-term ``kind`` and ``tags`` filters (``tags`` of them)."""
     terms: list[Any] = []
-    if request.kind is not None:
-        params["kind"] = request.kind
-        params["default_kind"] = ITEM_DEFAULT_KIND
+    if kind:
         if dialect == "postgresql":
             field = f"e.content ->> '{ITEM_KIND_FIELD}'"
         else:
             field = f"json_extract(e.content, '$.{ITEM_KIND_FIELD}')"
         terms.append(sa.text(f"COALESCE({field}, :default_kind) = :kind"))
-    if request.tags:
-        if dialect == "postgresql":
-            params["tags"] = json.dumps(list(request.tags))
-            terms.append(sa.text(f"(e.content -> '{ITEM_TAGS_FIELD}') @> CAST(:tags AS jsonb)"))
-        else:
-            for i, tag in enumerate(request.tags):
-                params[f"tag{i}"] = tag
-                terms.append(
-                    sa.text(
-                        f"EXISTS (SELECT 1 FROM json_each(e.content, '$.{ITEM_TAGS_FIELD}') "
-                        f"WHERE json_each.value = :tag{i} AND json_each.type = 'text')"
-                    )
+    if tags and dialect == "postgresql":
+        terms.append(sa.text(f"(e.content -> '{ITEM_TAGS_FIELD}') @> CAST(:tags AS jsonb)"))
+    elif tags:
+        for i in range(tags):
+            terms.append(
+                sa.text(
+                    f"EXISTS (SELECT 1 FROM json_each(e.content, '$.{ITEM_TAGS_FIELD}') "
+                    f"WHERE json_each.value = :tag{i} AND json_each.type = 'text')"
                 )
+            )
     return terms
 
 
-def vector_search(run: Run, dialect: str, request: VectorRequest) -> list[SearchHit]:
-    """The entries nearest ``request.vector``, filters inside the one exact scan."""
-    if request.finds_nothing:
-        return []
+@functools.lru_cache(maxsize=512)
+def _search_statement(
+    dialect: str,
+    dimensions: int,  # an HNSW size, else 0
+    user: bool,
+    importance: bool,
+    kind: bool,
+    tags: int,
+    limit: bool,
+) -> Any:
+    """The search of one shape, built once (SQLAlchemy then reuses its compiled form).
+
+    The distance is selected once, as ``distance``, and the rows are ordered by
+    that column: SQLite computes ``vec_distance_cosine`` once per row (an
+    expression repeated in ``ORDER BY`` would be computed twice), and
+    PostgreSQL's ``ORDER BY`` is still the HNSW index's expression.  The score
+    (``1 - distance``) is computed from the row.
+    """
+    distance = _distance(dialect, dimensions).label("distance")
+    entries = st.TABLE.alias("e")
+    e = entries.c
+    stmt = (
+        sa.select(*[e[c.name] for c in st.COLUMNS], distance)
+        .select_from(VECTORS.join(entries, e.entry_id == _V.entry_id))
+        .where(_OF_SPEC, e.namespace == _P("ns"))
+        .where(sa.or_(e.expires_at.is_(None), e.expires_at > _P("now")))
+    )
+    if user:
+        stmt = stmt.where(e.user_id == _P("uid"))
+    if importance:
+        stmt = stmt.where(e.importance >= _P("imp"))
+    for term in _kind_and_tags(dialect, kind, tags):
+        stmt = stmt.where(term)
+    stmt = stmt.order_by(distance, e.importance.desc(), e.created_at.desc(), e.entry_id.desc())
+    return stmt.limit(_P("limit")) if limit else stmt
+
+
+def _search_params(dialect: str, request: VectorRequest) -> dict[str, Any]:
     params: dict[str, Any] = {
         "ns": request.namespace,
         "model": request.spec.model,
@@ -259,29 +321,61 @@ def vector_search(run: Run, dialect: str, request: VectorRequest) -> list[Search
         "q": _bound(dialect, request.vector),
         "now": utcnow(),
     }
-    distance = _distance(dialect, request.spec.dimensions)
-    entries = st.TABLE.alias("e")
-    columns = [entries.c[c.name] for c in st.COLUMNS]
-    e = entries.c
-    stmt = (
-        sa.select(*columns, (sa.literal(1.0) - distance).label("score"))
-        .select_from(VECTORS.join(entries, e.entry_id == _V.entry_id))
-        .where(_OF_SPEC, e.namespace == _P("ns"))
-        .where(sa.or_(e.expires_at.is_(None), e.expires_at > _P("now")))
-    )
     if request.user_id is not None:
         params["uid"] = request.user_id
-        stmt = stmt.where(e.user_id == _P("uid"))
     if request.min_importance is not None:
         params["imp"] = request.min_importance
-        stmt = stmt.where(e.importance >= _P("imp"))
-    for term in _kind_and_tags(dialect, request, params):
-        stmt = stmt.where(term)
-    stmt = stmt.order_by(distance, e.importance.desc(), e.created_at.desc(), e.entry_id.desc())
+    if request.kind is not None:
+        params["kind"] = request.kind
+        params["default_kind"] = ITEM_DEFAULT_KIND
+    if request.tags and dialect == "postgresql":
+        params["tags"] = json.dumps(list(request.tags))
+    else:
+        params.update({f"tag{i}": tag for i, tag in enumerate(request.tags)})
     if request.limit is not None:
         params["limit"] = request.limit
-        stmt = stmt.limit(_P("limit"))
-    return [SearchHit(st.row_to_entry(row), float(row[-1])) for row in run(stmt, params)]
+    return params
+
+
+def ef_search_for(limit: int | None) -> int | None:
+    """pgvector's ``hnsw.ef_search`` for a search of ``limit`` hits (``None``: the default).
+
+    :data:`~firefly_orm.vector._spec.DEFAULT_EF_SEARCH` (set on each
+    connection) serves a limit up to ``DEFAULT_EF_SEARCH / EF_SEARCH_PER_HIT``
+    (40); a larger limit keeps ``limit * EF_SEARCH_PER_HIT`` candidates, at
+    most pgvector's :data:`~firefly_orm.vector._spec.MAX_EF_SEARCH`.  Without
+    a limit the search is exact (the planner does not walk the index).
+    """
+    if limit is None or limit * EF_SEARCH_PER_HIT <= DEFAULT_EF_SEARCH:
+        return None
+    return min(limit * EF_SEARCH_PER_HIT, MAX_EF_SEARCH)
+
+
+def vector_search(run: Run, dialect: str, request: VectorRequest) -> list[SearchHit]:
+    """The entries nearest ``request.vector``, filters inside the one scan."""
+    if request.finds_nothing:
+        return []
+    dimensions = request.spec.dimensions
+    stmt = _search_statement(
+        dialect,
+        dimensions if dimensions in HNSW_DIMENSIONS else 0,  # one statement for the others
+        request.user_id is not None,
+        request.min_importance is not None,
+        request.kind is not None,
+        len(request.tags),
+        request.limit is not None,
+    )
+    params = _search_params(dialect, request)
+    ef_search = ef_search_for(request.limit) if dialect == "postgresql" else None
+    if ef_search is None:
+        rows = run(stmt, params).all()
+    else:  # session-level, then back: a SET LOCAL would be lost in autocommit
+        run(_SET_EF_SEARCH, {"ef": str(ef_search)})
+        try:
+            rows = run(stmt, params).all()
+        finally:
+            run(_SET_EF_SEARCH, {"ef": str(DEFAULT_EF_SEARCH)})
+    return [SearchHit(st.row_to_entry(row), 1.0 - float(row[-1])) for row in rows]
 
 
 def embedding_spec(run: Run, namespace: str) -> EmbeddingSpec | None:
@@ -304,6 +398,13 @@ def save_vectors(
     }
     if not checked:
         return
+    if dialect == "postgresql":
+        # Writers of one namespace's vectors take turns until they commit: the spec
+        # read next then sees a committed writer's vectors (READ COMMITTED takes a
+        # snapshot per statement), so two models cannot both start an empty
+        # namespace.  SQLite's write transactions are serialized already (BEGIN
+        # IMMEDIATE; a deferred one that read first cannot write after another).
+        run(_LOCK_NAMESPACE, {"key": _LOCK_KEY, "ns": namespace})
     stored = embedding_spec(run, namespace)
     if stored is not None and stored != spec:
         raise EmbeddingMismatchError(namespace, stored, spec)

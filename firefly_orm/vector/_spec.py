@@ -40,7 +40,10 @@ from firefly_orm.entry import MemoryEntry, validate_namespace, validate_user_id
 from firefly_orm.errors import EntryValidationError, StoreError
 
 __all__ = [
+    "DEFAULT_EF_SEARCH",
+    "EF_SEARCH_PER_HIT",
     "MAX_DIMENSIONS",
+    "MAX_EF_SEARCH",
     "MAX_MODEL_NAME_LENGTH",
     "RRF_K",
     "VECTOR_TABLE",
@@ -63,6 +66,16 @@ VECTOR_VERSION_TABLE = "firefly_orm_vector_alembic_version"
 #: partial index per size (vector migration v002); vectors of other sizes are
 #: searched by the exact scan only.  A later revision indexing more sizes extends it.
 HNSW_DIMENSIONS = (256, 384, 512, 768, 1024, 1536)
+#: PostgreSQL: pgvector's ``hnsw.ef_search`` (the candidates an HNSW walk keeps) on
+#: each connection of a store with vectors; pgvector's own default is 40.  Bench W8
+#: (256 dimensions, limit 10, 100k items, recall@10 against exact search): 40 finds
+#: 0.88-0.91 of the exact 10 nearest, 100 0.96, 160 0.98 (see ``bench/README.md``).
+DEFAULT_EF_SEARCH = 160
+#: A search of more than ``DEFAULT_EF_SEARCH / EF_SEARCH_PER_HIT`` hits keeps this many
+#: candidates per hit (``hnsw.ef_search`` set for that search alone)...
+EF_SEARCH_PER_HIT = 4
+#: ...up to pgvector's largest ``hnsw.ef_search``.
+MAX_EF_SEARCH = 1000
 #: The most dimensions a stored vector may have (pgvector's ``vector`` type stores up to 16,000).
 MAX_DIMENSIONS = 16_000
 #: The longest embedding model name recorded.
@@ -147,6 +160,23 @@ def check_vector(vector: Any, spec: EmbeddingSpec, field: str = "vector") -> tup
         raise EntryValidationError(
             field, f"has {len(vector)} dimensions, {spec.model} makes {spec.dimensions}"
         )
+    if _FLOATS.issuperset(map(type, vector)):  # the common case, checked at C speed
+        values = tuple(map(float, vector))
+        if not all(map(math.isfinite, values)):
+            bad = next(v for v in values if not math.isfinite(v))
+            raise EntryValidationError(field, f"must hold finite numbers, got {bad!r}")
+    else:
+        values = _checked_numbers(vector, field)
+    if not any(values):
+        raise EntryValidationError(field, "is the zero vector (it has no direction to compare)")
+    return values
+
+
+#: The element types :func:`check_vector` takes without looking at each number.
+_FLOATS = frozenset({float, int})
+
+
+def _checked_numbers(vector: Sequence[Any], field: str) -> tuple[float, ...]:
     values: list[float] = []
     for number in vector:
         if isinstance(number, bool) or not isinstance(number, int | float):
@@ -155,8 +185,6 @@ def check_vector(vector: Any, spec: EmbeddingSpec, field: str = "vector") -> tup
         if not math.isfinite(value):
             raise EntryValidationError(field, f"must hold finite numbers, got {value!r}")
         values.append(value)
-    if not any(values):
-        raise EntryValidationError(field, "is the zero vector (it has no direction to compare)")
     return tuple(values)
 
 
