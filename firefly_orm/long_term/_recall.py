@@ -114,9 +114,6 @@ def _by_meaning(uow: UnitOfWork, request: RecallRequest, meaning: Meaning) -> li
     if request.limit == 0:
         return []
     vectors = vector_repository(uow)
-    stored = vectors.embedding_spec(request.namespace)
-    if stored is not None and stored != meaning.spec:
-        raise EmbeddingMismatchError(request.namespace, stored, meaning.spec)
     hits = vectors.vector_search(
         request.namespace,
         meaning.vector,
@@ -127,4 +124,8 @@ def _by_meaning(uow: UnitOfWork, request: RecallRequest, meaning: Meaning) -> li
         kind=request.where.kind,
         tags=request.where.tags,
     )
+    if not hits:  # a hit is a vector of the query's spec: a namespace holds one spec
+        stored = vectors.embedding_spec(request.namespace)
+        if stored is not None and stored != meaning.spec:
+            raise EmbeddingMismatchError(request.namespace, stored, meaning.spec)
     return [Recalled(item_from_entry(hit.entry), hit.score) for hit in hits]
