@@ -34,6 +34,7 @@ from firefly_orm.mongo._journal import CommitPlan, Journal, conditional_write
 from firefly_orm.mongo._owner import IN_FLIGHT
 from firefly_orm.mongo._vectors import check_vectors, vector_namespaces, vector_specs, vector_writes
 from firefly_orm.uow import StagedChanges
+from firefly_orm.vector._spec import EmbeddingMismatchError
 
 __all__ = ["apply_changes", "apply_journaled", "check_version_room"]
 
@@ -141,6 +142,10 @@ async def apply_journaled(col: Collection, changes: StagedChanges, journal: Jour
         applied: list[dict[str, Any]] = []
         before: dict[str, Any] | None = None
         try:
+            if changes.vectors:
+                # Again under the locks: a writer of another embedding model may have
+                # committed to an empty namespace since the check above.
+                await check_vectors(col, changes, None)
             if loose or len(conditional) > 1:
                 # Under the locks no other commit changes these any more.
                 before = await _check_preconditions(col, changes, None, full=True)
@@ -149,11 +154,11 @@ async def apply_journaled(col: Collection, changes: StagedChanges, journal: Jour
             for (namespace, entry, version), spec in zip(conditional, plan.cond, strict=True):
                 await _conditional_write(col, namespace, entry, version, None, plan.commit)
                 applied.append(spec)
-        except ConcurrencyError:
+        except (ConcurrencyError, EmbeddingMismatchError):
             await journal.abandon(plan, applied, before)
             raise
         await journal.finish(plan)
-    except ConcurrencyError:
+    except (ConcurrencyError, EmbeddingMismatchError):
         raise
     except Exception as failure:
         if await _recovered_after(journal, plan, failure):
