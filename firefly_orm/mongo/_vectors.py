@@ -29,7 +29,13 @@ Commits
     transaction, or as journal specs of the same commit without transactions
     (``{"vector": namespace, "id": entry_id, "value": {...}}`` and
     ``{"unvector": namespace}``, replayed forward like the others).  One spec
-    per namespace is checked before anything is written.
+    per namespace is checked before anything is written, race-safe: without
+    transactions the check is repeated under the commit's namespace locks; in
+    a transaction the commit first updates the namespace's writers document
+    (:data:`VECTOR_WRITERS_PREFIX`), so of two transactions writing vectors to
+    one namespace the later conflicts and is retried, and its check then sees
+    the other's vectors.  (A writer that crashed after taking the locks is
+    rolled forward by recovery without a new check.)
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from firefly_orm.vector._spec import EmbeddingSpec, VectorRequest, VectorSearchO
 
 __all__ = [
     "MAX_VECTOR_SCAN",
+    "VECTOR_WRITERS_PREFIX",
     "SettledReader",
     "VectorReads",
     "check_vectors",
@@ -68,6 +75,9 @@ T = TypeVar("T")
 
 #: The most documents one vector search reads and compares (the newest first).
 MAX_VECTOR_SCAN = 20_000
+#: The ``entry_id`` prefix of the documents vector writers update in a transaction
+#: (:func:`_conflict_with_other_writers`).
+VECTOR_WRITERS_PREFIX = "\x00vectors:"
 _MODEL = f"{VECTOR_FIELD}.model"
 _DIMENSIONS = f"{VECTOR_FIELD}.dimensions"
 
@@ -139,6 +149,33 @@ async def stored_spec(
     return None if found is None else _spec_of(found)
 
 
+def _writers_id(namespace: str) -> str:
+    """The ``entry_id`` of the document the vector writers of ``namespace`` update."""
+    return VECTOR_WRITERS_PREFIX + namespace
+
+
+async def _conflict_with_other_writers(
+    col: Collection, changes: _Changes, session: AsyncClientSession
+) -> None:
+    """In a transaction: update each written namespace's writers document.
+
+    Two transactions storing vectors in one namespace then write one document,
+    so they cannot both commit: the later one fails with a write conflict,
+    which ``with_transaction`` retries on a new snapshot, where the spec check
+    sees the committed vectors (without this, two writers of different models
+    would each see an empty namespace and both commit).  The document (no
+    ``namespace`` field, an ``entry_id`` starting with NUL, like the journal's)
+    is matched by no query of entries.
+    """
+    for namespace in sorted({namespace for namespace, _ in changes.vectors}):
+        await col.update_one(
+            {"entry_id": _writers_id(namespace)},
+            {"$inc": {"writes": 1}},
+            upsert=True,
+            session=session,
+        )
+
+
 async def check_vectors(
     col: Collection, changes: _Changes, session: AsyncClientSession | None
 ) -> None:
@@ -148,6 +185,8 @@ async def check_vectors(
         EmbeddingMismatchError: A staged vector's spec is not the namespace's.
     """
     gone = changes.dropped_vectors | changes.cleared
+    if session is not None and changes.vectors:
+        await _conflict_with_other_writers(col, changes, session)
     stored: dict[str, EmbeddingSpec | None] = {}
     for namespace, _ in changes.vectors:
         if namespace not in gone and namespace not in stored:
