@@ -28,6 +28,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any, Literal
 
 from firefly_orm._layout import (
@@ -335,15 +336,17 @@ def list_page(uow: UnitOfWork, request: ListRequest) -> ConversationPage:
     for archived in states:
         if isinstance(entries, RunsStatements):
             found = entries.run_statements(
-                list_heads,
-                request.user_id,
-                archived=archived,
-                by_updated=request.by_updated,
-                descending=request.descending,
-                after=request.after,
-                updated_after=request.updated_after,
-                tags=request.tags,
-                limit=want,
+                partial(
+                    list_heads,
+                    user_id=request.user_id,
+                    archived=archived,
+                    by_updated=request.by_updated,
+                    descending=request.descending,
+                    after=request.after,
+                    updated_after=request.updated_after,
+                    tags=request.tags,
+                    limit=want,
+                )
             )
         else:
             found = _scan_heads(uow, request, archived)[:want]

@@ -69,9 +69,9 @@ def listing_statement(
 ) -> Any:
     """The ``SELECT`` of one page of heads (parameters ``uid``, ``arch``, ``now``, ``lim``...)."""
     archived_text, updated_text = _EXPRESSIONS[dialect]
-    archived = sa.literal_column(archived_text)
+    archived: Any = sa.literal_column(archived_text)
     updated = sa.literal_column(updated_text, sa.Text())
-    order = updated if by_updated else _C.created_at
+    order: Any = updated if by_updated else _C.created_at
     stmt = sa.select(_C.entry_id, _C.namespace, _C.content, _C.created_at, _C.user_id).where(
         _C.user_id == sa.bindparam("uid"),
         sa.text(HEADS_WHERE),

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, Literal
 
 from firefly_orm._layout import (
@@ -117,12 +118,14 @@ def read_usage(uow: UnitOfWork, request: UsageRequest) -> list[UsageTotal]:
         namespaces = [conversation_namespace(cid), archive_namespace(cid)]
     if isinstance(entries, RunsStatements):
         rows = entries.run_statements(
-            usage_rows,
-            namespaces=namespaces,
-            user_id=request.user_id,
-            by=request.by,
-            since=request.since,
-            until=request.until,
+            partial(
+                usage_rows,
+                namespaces=namespaces,
+                user_id=request.user_id,
+                by=request.by,
+                since=request.since,
+                until=request.until,
+            )
         )
     else:
         rows = _sum_rows(_turn_rows(uow, request, namespaces), request.by)
