@@ -70,7 +70,7 @@ from firefly_orm.conversation._append import (
     summarize,
 )
 from firefly_orm.conversation._append import no_eviction_needed as no_eviction_needed
-from firefly_orm.conversation._branch import unlink
+from firefly_orm.conversation._branch import detach, unlink
 from firefly_orm.conversation._model import ConversationTurn, Summarizer
 from firefly_orm.conversation._owner import claim
 from firefly_orm.conversation._plan import HeadState, plan_append
@@ -320,6 +320,8 @@ def replace_conversation(
 ) -> None:
     """Replace the turns (and archive) of a conversation; keep its summary unless given one.
 
+    A branch replaced this way is no longer one (:func:`~firefly_orm.conversation._branch.detach`).
+
     The conversation keeps its owner: the new rows carry its ``user_id``.  A new
     conversation belongs to ``owner``; with an ``owner``, an existing
     conversation must be that user's.
@@ -331,6 +333,8 @@ def replace_conversation(
     stored_head = uow.entries.get_by_key(namespace, HEAD_KEY, for_update=True)
     head = head_from_entry(stored_head)
     owner = claim(stored_head, owner, conversation_id)
+    if stored_head is not None:
+        detach(uow, conversation_id)  # new turns: no longer a branch of anything
     old = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX)
     if old:
         uow.entries.delete(namespace, [row.entry_id for row in old])
