@@ -71,6 +71,7 @@ __all__ = [
     "branch_conversation",
     "LinkCheck",
     "check_links",
+    "detach",
     "fix_links",
     "link_rows",
     "parent_link_entry",
@@ -242,6 +243,14 @@ def fix_links(uow: UnitOfWork, found: LinkCheck, owner: str | None) -> None:
 
 def _namespaced(row: MemoryEntry) -> tuple[str, MemoryEntry]:
     return row.namespace, row
+
+
+def detach(uow: UnitOfWork, conversation_id: str) -> None:
+    """Make ``conversation_id`` a branch of nothing (its turns are being replaced, by an
+    import or a copy into it): its parent link and its parent's row naming it go."""
+    unlink(uow, conversation_id)
+    namespace = conversation_namespace(conversation_id)
+    uow.entries.delete(namespace, derived_entry_id(namespace, BRANCH_PARENT_KEY))
 
 
 # =========================================================================== rows and rules

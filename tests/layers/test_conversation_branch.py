@@ -329,3 +329,26 @@ def test_rewound_and_shortened_copies_keep_their_origin() -> None:
     rows = [*mem.store.load(f"conversation-archive:{branch}"), live]
     assert len(rows) == 2
     assert all(row is not None and row.to_dict()["metadata"]["copy_of"] == "c" for row in rows)
+
+
+def test_export_import_and_copy_over_a_branch() -> None:
+    """An export names a branch's parent; importing (or copying) over a branch makes it
+    a standalone conversation, and an import elsewhere is one from the start."""
+    mem = ConversationMemory(max_tokens=None)
+    for n in range(4):
+        mem.add_turn("c", f"q{n}", "a")
+    mem.rewind("c", 2)
+    exported = mem.export_conversation("c")
+    assert [t["turn_id"] for t in exported["turns"]] == [0, 1, 2]  # rewound turns stay out
+    assert "branch_of" not in exported
+    first = mem.branch("c", 1, new_conversation_id="b1")
+    mem.branch("c", 2, new_conversation_id="b2")
+    data = mem.export_conversation(first)
+    assert data["branch_of"]["conversation_id"] == "c" and data["branch_of"]["at_turn"] == 1
+    assert mem.parent_of(mem.import_conversation(data, conversation_id="elsewhere")) is None
+    mem.import_conversation(data)  # over b1 itself
+    mem.copy_conversation("c", new_conversation_id="b2")
+    assert mem.parent_of("b1") is None and mem.parent_of("b2") is None
+    assert mem.branches("c") == []
+    assert mem.verify("c") == mem.verify("b1") == mem.verify("b2") == []
+    assert mem.get_rewound_turns("c") != []  # an export leaves the source as it is
