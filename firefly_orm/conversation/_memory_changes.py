@@ -163,7 +163,10 @@ class ConversationChanges(OwnedLayer):
         "summary", "total_tokens"}``.  A turn with raw messages also has a
         ``"raw_messages"`` key holding their portable JSON form, which
         :meth:`import_conversation` turns back into ``ModelMessage`` objects;
-        a turn changed since it was added has ``"updated_at"``.
+        a turn changed since it was added has ``"updated_at"``; a branch has
+        ``"branch_of"`` (``conversation_id``, ``at_turn``, ``created_at``: what it
+        was branched from; an import does not restore the link).  Rewound and
+        evicted turns (the archive) are not exported.
         Unknown id -> the same shape with no turns (bound to a user:
         ``ConversationNotFoundError``, as for another user's conversation).
         """
