@@ -161,7 +161,12 @@ class ConversationMemory(
     written (the turn is not added).  A new ``ConversationMemory`` over the same
     store resumes every conversation.  :meth:`verify` and :meth:`repair` check
     and rebuild a conversation's head from its stored turns (a safety net for
-    stores whose writes are not atomic).
+    stores whose writes are not atomic).  :meth:`branch` starts a new
+    conversation from the turns up to one turn (editing an earlier message is
+    ``branch`` + :meth:`add_turn`; :meth:`branches` / :meth:`parent_of` walk
+    the tree), :meth:`rewind` drops the later turns (kept until
+    :meth:`purge_rewound`) and :meth:`pop_turn` the newest, each in one unit of
+    work that a concurrent append never interleaves with.
     """
 
     def __init__(
