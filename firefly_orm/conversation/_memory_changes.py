@@ -231,9 +231,11 @@ class ConversationChanges(OwnedLayer):
         ``total_messages`` when it has one, a ``next_turn_id`` above every
         stored or archived turn id, its conversation id, a string-or-none
         summary) and the conversation's index row with the turns actually
-        stored.  The head is read under the lock a writer takes, so on the SQL
-        stores a concurrent :meth:`add_turn` is never reported; elsewhere a
-        write in progress can show up (:meth:`repair` re-checks it safely).
+        stored, and its branch links (``branch_of``: its parent lacks the row
+        naming it; ``branches``: a row naming a branch that is gone).  The
+        head is read under the lock a writer takes, so on the SQL stores a
+        concurrent :meth:`add_turn` is never reported; elsewhere a write in
+        progress can show up (:meth:`repair` re-checks it safely).
 
         Returns:
             One :class:`~firefly_orm.conversation._repair.Inconsistency` per
@@ -255,7 +257,9 @@ class ConversationChanges(OwnedLayer):
         text and a higher ``next_turn_id`` are kept, turn ids are never reused)
         and saved at the version read, like every writer (retried on a lost
         race), so it never overwrites a newer head; a missing index row is
-        added (rebuilt rows keep the conversation's owner).  A consistent
+        added (rebuilt rows keep the conversation's owner), and branch links
+        are mended (the parent's missing row added, rows naming a gone branch
+        deleted) without rewriting the head.  A consistent
         conversation is not written at all.  A change is logged at WARNING.
         On a store whose units of work are not atomic (MongoDB without
         transactions, a five-method store) run it while nobody writes to the

@@ -6,7 +6,10 @@ estimates (``total_tokens``), of their messages (``total_messages``, absent
 from heads written before it was kept) and the id the next turn gets
 (``next_turn_id``, above every turn id stored or archived); it also holds the
 conversation id and the summary, and the conversation has a row in the
-conversation index.
+conversation index.  Its branch links (:mod:`~firefly_orm.conversation._branch`)
+are checked too: a parent that exists must have the row naming its branch, and
+each such row must name a branch that names it back.  Rewound turns sit in the
+archive, so ``next_turn_id`` stays above them.
 Every write keeps all of this in step within one unit of work.  A store whose
 units of work are not atomic (MongoDB on a standalone server, a custom store
 with only the five protocol methods) can be left with a stale head by a
