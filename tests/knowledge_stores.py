@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from dbutil import drop_mongo_database, drop_schema
 
 from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
+from firefly_orm.sql._graph import graph_metadata
 
 #: ``params=`` of a fixture over both databases (PostgreSQL marked, so ``--require-db`` sees it).
 SQL_KINDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -42,7 +43,7 @@ def count_rows(store: Any, name: str, user_id: str | None = None) -> int:
     """How many rows (documents) of the graph's ``name`` table (of ``user_id``) ``store`` holds."""
     where: dict[str, Any] = {} if user_id is None else {"user_id": user_id}
     if isinstance(store, SQLAlchemyStore):
-        table = sa.table(f"knowledge_{name}", sa.column("user_id"))
+        table = graph_metadata.tables[f"knowledge_{name}"]
         query = sa.select(sa.func.count()).select_from(table)
         if user_id is not None:
             query = query.where(table.c.user_id == user_id)
@@ -72,15 +73,31 @@ def open_sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[S
     drop_schema(url, schema)
 
 
-def record_in_a_process(url: str, schema: str | None, names: list[str], barrier: Any) -> None:
-    """Worker (spawned process): record ``names`` as entities of user ``ann`` after ``barrier``."""
-    from firefly_orm.knowledge import ExtractedEntity, Extraction, KnowledgeGraph
-    from firefly_orm.sql import SQLAlchemyStore
+def record_in_a_process(url: str, place: str | None, names: list[str], barrier: Any) -> None:
+    """Worker (spawned process): record ``names`` as entities of user ``ann`` after ``barrier``.
 
-    store = SQLAlchemyStore(url, schema_name=schema)
+    ``url`` is a SQL store's (``place``: its schema) or a MongoDB server's
+    (``place``: the database).
+    """
+    from firefly_orm.knowledge import ExtractedEntity, Extraction, KnowledgeGraph
+
+    store: Any
+    if url.startswith("mongodb"):
+        from firefly_orm.mongo import MongoDBStore
+
+        store = MongoDBStore(url, database=place or "test")
+    else:
+        store = SQLAlchemyStore(url, schema_name=place)
     try:
         graph = KnowledgeGraph(store)
         barrier.wait(timeout=60)
         graph.record("ann", Extraction(entities=[ExtractedEntity(name=n) for n in names]))
     finally:
         store.close()
+
+
+def place_of(store: Any, request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    """What :func:`record_in_a_process` needs to open ``store`` again: its URL and place."""
+    if isinstance(store, SQLAlchemyStore):
+        return store.engine.url.render_as_string(hide_password=False), store.schema_name
+    return request.getfixturevalue("mongo_url"), store.database_name

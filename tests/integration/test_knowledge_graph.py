@@ -21,6 +21,7 @@ from knowledge_stores import (
     count_rows,
     open_graph_store,
     open_sql_store,
+    place_of,
     record_in_a_process,
 )
 
@@ -35,7 +36,7 @@ from firefly_orm.knowledge import (
 from firefly_orm.manager import MemoryManager
 from firefly_orm.protocols import MemoryStore
 from firefly_orm.sql import SQLAlchemyStore, SQLiteStore
-from firefly_orm.sql._graph import ENTITIES, FACTS, GRAPH_TABLES
+from firefly_orm.sql._graph import FACTS, GRAPH_TABLES
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -312,22 +313,20 @@ def test_a_callers_session_decides(sql_store: SQLAlchemyStore) -> None:
         assert _count(sql_store, FACTS, "ann") == int(commit)
 
 
-def test_two_processes_create_one_entity_each(sql_store: SQLAlchemyStore) -> None:
-    """Two spawned processes record the same new entities at once: no duplicate."""
+def test_two_processes_create_one_entity_each(
+    graph_store: MemoryStore, request: pytest.FixtureRequest
+) -> None:
+    """A spawned process and this one record the same new entities at once: no duplicate."""
     names = [f"Town {i}" for i in range(4)]
-    url = sql_store.engine.url.render_as_string(hide_password=False)
+    url, place = place_of(graph_store, request)
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(2)
-    workers = [
-        context.Process(
-            target=record_in_a_process, args=(url, sql_store.schema_name, names, barrier)
-        )
-        for _ in range(2)
-    ]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
+    worker = context.Process(target=record_in_a_process, args=(url, place, names, barrier))
+    worker.start()
+    try:
+        record_in_a_process(url, place, names, barrier)
+    finally:
         worker.join(timeout=120)
-    assert [worker.exitcode for worker in workers] == [0, 0]
-    assert _count(sql_store, ENTITIES, "ann") == len(names)
-    assert {e.mentions for e in KnowledgeGraph(sql_store).entities.list("ann")} == {2}
+    assert worker.exitcode == 0
+    assert count_rows(graph_store, "entities", "ann") == len(names)
+    assert {e.mentions for e in KnowledgeGraph(graph_store).entities.list("ann")} == {2}
