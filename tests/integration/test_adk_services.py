@@ -23,6 +23,10 @@ from google.adk.memory.base_memory_service import BaseMemoryService
 from google.adk.sessions.base_session_service import BaseSessionService, GetSessionConfig
 from google.adk.sessions.session import Session
 from google.genai import types
+from helpers.adapter_processes import run_second_process
+from helpers.adk_echo import APP as ECHO_APP
+from helpers.adk_echo import USER as ECHO_USER
+from helpers.adk_echo import run_turn
 from store_backends import OpenedBackend, backend_params
 
 from firefly_orm import LongTermMemory
@@ -332,3 +336,28 @@ async def test_memory_service(store: Any, service: FireflySessionService) -> Non
     await memory.delete_memory(app_name=APP, user_id=USER, memory_id=found[0].id)
     left = (await memory.search_memory(app_name=APP, user_id=USER, query="teal")).memories
     assert [m.id for m in left] == [found[1].id]
+
+
+# --------------------------------------------------------------------------- an agent
+
+
+@on_databases
+async def test_an_agent_resumes_in_a_second_process(
+    layer_backend: OpenedBackend, service: FireflySessionService
+) -> None:
+    """An ADK LlmAgent run by a Runner on our services (a scripted model, no network): its
+    second turn, in another process on SQLite and PostgreSQL, sees the first; the state
+    its output_key wrote and the memory of both turns are there afterwards."""
+    store = layer_backend.store
+    assert await run_turn(store, "s1", "Golden Gate Bridge?") == "heard: Golden Gate Bridge?"
+    answer = run_second_process("adk_echo", layer_backend, "s1", "Which state?")
+    assert answer == "heard: Golden Gate Bridge? | Which state?"
+    session = await service.get_session(app_name=ECHO_APP, user_id=ECHO_USER, session_id="s1")
+    assert session is not None and len(session.events) == 4  # two prompts, two answers
+    assert session.state == {"last_answer": answer}
+    memory = FireflyMemoryService(LongTermMemory(store=store))
+    found = await memory.search_memory(app_name=ECHO_APP, user_id=ECHO_USER, query="state")
+    assert sorted(str(m.content.parts[0].text) for m in found.memories) == [  # type: ignore[index]
+        "Which state?",
+        answer,
+    ]
