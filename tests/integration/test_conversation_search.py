@@ -153,6 +153,11 @@ def test_manager_embeds_turns_and_searches_both_memories(store: Any) -> None:
     context = manager.assemble_context(current, query=QUESTION, past_turns=2)
     texts = [m["content"] for m in context if isinstance(m, dict) and m["role"] == "system"]
     assert any(FACT in text for text in texts)
+    manager.remember("Mrs Lee lives in Lyon", importance=0.9)
+    both = manager.search_memory(QUESTION, limit=4, exclude_conversations=[current])
+    assert [hit.source for hit in both[:2]] == ["long_term", "conversation"]  # one of each first
+    assert both[1].turn is not None and both[1].turn.conversation_id == earlier
+    assert both[1].text.endswith(FACT) and both[0].text == "Mrs Lee lives in Lyon"
     spec = EmbeddingSpec(f"firefly_orm:{ConceptEmbeddingModel().model_name}", 256)
     with store.unit_of_work() as uow:
         assert uow.entries.embedding_spec(conversation_namespace(earlier)) == spec
