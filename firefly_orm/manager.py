@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from firefly_orm.assemble import (
@@ -52,6 +52,8 @@ from firefly_orm.entry import derived_entry_id, validate_user_id
 from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term import DEFAULT_NAMESPACE, EPISODIC, LongTermMemory
+from firefly_orm.long_term._recall import RecallMode
+from firefly_orm.long_term._with_conversations import MemoryHit, recall_with_conversations
 from firefly_orm.long_term.promotion import Scorer
 from firefly_orm.protocols import UnitOfWork
 from firefly_orm.store import InMemoryStore, MemoryStore
@@ -391,6 +393,32 @@ class MemoryManager(MemoryLayer):
     _recall = delegate(LongTermMemory._recall, _long_term_of)
     _forget = delegate(LongTermMemory._forget, _long_term_of)
 
+    def _search_memory(
+        self,
+        query: str,
+        *,
+        limit: int = 5,
+        mode: RecallMode | None = None,
+        min_importance: float = 0.0,
+        tags: Iterable[str] | None = None,
+        kind: str | None = None,
+        exclude_conversations: Iterable[str] | None = None,
+    ) -> Operation[list[MemoryHit]]:
+        """Recall over long-term items AND the user's past conversations, merged by rank:
+        :class:`~firefly_orm.long_term.MemoryHit` items (an item or a turn, and the fused
+        score), one read transaction (:mod:`firefly_orm.long_term._with_conversations`)."""
+        return recall_with_conversations(
+            self._long_term,
+            self._conversation,
+            query,
+            limit=limit,
+            mode=mode,
+            min_importance=min_importance,
+            tags=tags,
+            kind=kind,
+            exclude_conversations=exclude_conversations,
+        )
+
     def _assemble_context(
         self,
         conversation_id: str,
@@ -561,6 +589,7 @@ class MemoryManager(MemoryLayer):
     owner_of = sync_method(_owner_of)
     remember = sync_method(_remember)
     recall = sync_method(_recall)
+    search_memory = sync_method(_search_memory)
     forget = sync_method(_forget)
     set_fact = sync_method(_set_fact)
     get_fact = sync_method(_get_fact)
@@ -585,6 +614,7 @@ class MemoryManager(MemoryLayer):
     async_owner_of = async_method(_owner_of)
     async_remember = async_method(_remember)
     async_recall = async_method(_recall)
+    async_search_memory = async_method(_search_memory)
     async_forget = async_method(_forget)
     async_set_fact = async_method(_set_fact)
     async_get_fact = async_method(_get_fact)
