@@ -27,8 +27,9 @@ from firefly_orm.long_term._memory import DEFAULT_NAMESPACE, LongTermMemory
 from firefly_orm.long_term._model import EPISODIC, KINDS, SEMANTIC, MemoryItem, Recalled
 from firefly_orm.long_term._ops import store_items
 from firefly_orm.long_term._reembed import ReembedProgress, ReembedReport, async_reembed, reembed
+from firefly_orm.long_term._with_conversations import MemoryHit
 from firefly_orm.long_term.promotion import Promotion, Scorer, default_scorer
-from firefly_orm.long_term.tools import RecalledMemory, long_term_toolset
+from firefly_orm.long_term.tools import RecalledMemory, RecalledTurn, long_term_toolset
 
 __all__ = [
     "DEFAULT_NAMESPACE",
@@ -37,10 +38,12 @@ __all__ = [
     "SEMANTIC",
     "DailyLogLine",
     "LongTermMemory",
+    "MemoryHit",
     "MemoryItem",
     "Promotion",
     "Recalled",
     "RecalledMemory",
+    "RecalledTurn",
     "ReembedProgress",
     "ReembedReport",
     "Scorer",
