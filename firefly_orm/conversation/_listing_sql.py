@@ -79,12 +79,15 @@ def listing_statement(
         sa.or_(_C.expires_at.is_(None), _C.expires_at > sa.bindparam("now")),
     )
     if after is not None:
-        key = sa.tuple_(order, _C.entry_id)
-        bound = sa.tuple_(
-            sa.bindparam("after_value", type_=sa.Text() if by_updated else _C.created_at.type),
-            sa.bindparam("after_id"),
-        )
-        stmt = stmt.where(key < bound if descending else key > bound)
+        # (order, id) beyond the cursor, spelled so that both databases seek the
+        # index to it (SQLite takes no row-value range on an expression column).
+        value = sa.bindparam("after_value", type_=sa.Text() if by_updated else _C.created_at.type)
+        last: Any = sa.bindparam("after_id")
+        if descending:
+            beyond = sa.and_(order <= value, sa.or_(order < value, _C.entry_id < last))
+        else:
+            beyond = sa.and_(order >= value, sa.or_(order > value, _C.entry_id > last))
+        stmt = stmt.where(beyond)
     if updated_after is not None:
         stmt = stmt.where(updated > sa.bindparam("updated_after", type_=sa.Text()))
     for number, _ in enumerate(tags):
@@ -170,9 +173,7 @@ def _original(dialect: str) -> Any:
     """Not a turn copied from another conversation (a branch's, a copy's)."""
     if dialect == "postgresql":
         return sa.text(f"NOT (metadata ? '{TURN_COPY_OF}')")
-    return sa.text(
-        f"(NOT json_valid(metadata) OR json_type(metadata, '$.{TURN_COPY_OF}') IS NULL)"
-    )
+    return sa.text(f"(NOT json_valid(metadata) OR json_type(metadata, '$.{TURN_COPY_OF}') IS NULL)")
 
 
 def _period(dialect: str, by: str) -> Any:
