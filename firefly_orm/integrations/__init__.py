@@ -13,7 +13,13 @@ holds for the framework's sessions too:
 * :mod:`firefly_orm.integrations.adk`: Google ADK's session service and
   memory service (extra ``adk``), on the store's units of work and a
   :class:`~firefly_orm.long_term.LongTermMemory` (ADK keeps every event of a
-  session, so no conversation budget applies there).
+  session, so no conversation budget applies there);
+* :mod:`firefly_orm.integrations.langgraph`: a LangGraph ``BaseStore``
+  (extra ``langgraph``), directly on any store's units of work: its items are
+  entries of one namespace, found by the store's full-text search;
+* :mod:`firefly_orm.integrations.llama_index`: a LlamaIndex
+  ``BaseChatStore`` (extra ``llama-index``), what ``ChatMemoryBuffer`` keeps
+  its history in.
 
 Importing this package imports no framework; import the module you need.
 """
