@@ -89,6 +89,7 @@ from firefly_orm.cli._target import CliError as CliError
 from firefly_orm.cli._target import Target as Target
 from firefly_orm.cli._transfer import _cmd_export, _cmd_import, _cmd_import_upstream
 from firefly_orm.cli._transfer import long_term_namespaces as long_term_namespaces
+from firefly_orm.cli._usage import add_usage
 from firefly_orm.envnames import ENV_POSTGRES_SCHEMA as ENV_POSTGRES_SCHEMA
 from firefly_orm.envnames import ENV_POSTGRES_URL as ENV_POSTGRES_URL
 from firefly_orm.envnames import ENV_SQLITE_PATH as ENV_SQLITE_PATH
@@ -277,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--replace", action="store_true", help="replace the workspace if it exists")
     add_rotate_keys(sub, common)
     add_reembed(sub, common)
+    add_usage(sub, common)
     add_mcp(sub, common)
     add("demo", "run the demo (firefly_orm.demo; other arguments go to it)", _cmd_demo)
     return parser
