@@ -12,6 +12,7 @@ sessions, racing appends) and the memory service.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,8 +30,9 @@ from helpers.adk_echo import USER as ECHO_USER
 from helpers.adk_echo import run_turn
 from store_backends import OpenedBackend, backend_params
 
-from firefly_orm import LongTermMemory
+from firefly_orm import LongTermMemory, SQLiteStore
 from firefly_orm.integrations.adk import FireflyMemoryService, FireflySessionService
+from firefly_orm.testing.embeddings import ConceptEmbeddingModel
 
 THREE = backend_params(["memory", "sqlite", "postgres"])
 on_three = pytest.mark.parametrize("layer_backend", THREE, indirect=True)
@@ -361,3 +363,23 @@ async def test_an_agent_resumes_in_a_second_process(
         "Which state?",
         answer,
     ]
+
+
+async def test_memory_search_by_meaning(tmp_path: Path) -> None:
+    """With an embedder, search_memory finds an event that shares no word with the query
+    (SQLite with sqlite-vec; ConceptEmbeddingModel, no network)."""
+    store = SQLiteStore(tmp_path / "vectors.sqlite3", vectors=True)
+    try:
+        ltm = LongTermMemory(store=store, embedder=ConceptEmbeddingModel())
+        memory = FireflyMemoryService(ltm, limit=1)
+        await memory.add_events_to_memory(
+            app_name=APP,
+            user_id=USER,
+            events=[said("the customer prefers email over phone calls"), said("order 7 is late")],
+        )
+        found = await memory.search_memory(app_name=APP, user_id=USER, query="how to contact her?")
+        assert [str(m.content.parts[0].text) for m in found.memories] == [  # type: ignore[index]
+            "the customer prefers email over phone calls"
+        ]
+    finally:
+        await store.async_close()
