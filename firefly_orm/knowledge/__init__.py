@@ -1,9 +1,10 @@
-"""Entity memory and a temporal knowledge graph, in the entries' SQL database.
+"""Entity memory and a temporal knowledge graph, in the entries' own database.
 
 A user's conversations mention entities (people, places, products) and state
 facts about them (``user --lives_in--> Munich``).  :class:`KnowledgeGraph`
-keeps both per user in four tables beside the entries (migration
-``0008_knowledge_graph``, SQLite and PostgreSQL, the store's schema):
+keeps both per user beside the entries: four tables on SQLite and PostgreSQL
+(migration ``0008_knowledge_graph``, the store's schema), four collections on
+MongoDB (``<entries>.kg_entities`` ...):
 
 * **updates, not piles**: each new fact is compared with the current facts of
   its subject (matched by name and alias) and predicate, and the outcome is
@@ -14,24 +15,29 @@ keeps both per user in four tables beside the entries (migration
 * **history**: every change is a row (who, what, when):
   :meth:`KnowledgeGraph.history`;
 * **traversal**: :meth:`KnowledgeGraph.neighbors` and
-  :meth:`KnowledgeGraph.paths`, recursive CTEs over indexed facts;
+  :meth:`KnowledgeGraph.paths`, now or ``as_of`` a time: recursive CTEs over
+  indexed facts on SQL, one ``$graphLookup`` on MongoDB;
 * :class:`EntityMemory`: get, list, search, merge and forget entities;
 * **extraction by a model** (:meth:`KnowledgeExtractor.extract_from_turn`,
   pydantic-ai structured output :class:`Extraction`), called by the app after
   it stores a turn: the model is called outside any transaction; a failed or
   malformed answer leaves the turn stored and is queued for
   :meth:`KnowledgeExtractor.process_pending` to retry, a bounded number of
-  times (:meth:`KnowledgeExtractor.stats`).
+  times (:meth:`KnowledgeExtractor.stats`);
+* **agent tools**: :func:`knowledge_toolset` (pydantic-ai ``facts_about`` and
+  ``related``, bound to one user); the MCP server has the same tools
+  (``build_server(..., graph=...)``).
 
-Each write is one unit of work; an entity is unique per user and normalised
-name, so concurrent extractions never create a duplicate.  ``erase_user``
-(the SQL store's, and so :meth:`MemoryManager.erase_user
+On SQL each write is one unit of work (one transaction); on MongoDB a short
+sequence of single-document writes.  An entity is unique per user and
+normalised name (a unique index), so concurrent extractions never create a
+duplicate.  ``erase_user`` (the store's, and so :meth:`MemoryManager.erase_user
 <firefly_orm.manager.MemoryManager.erase_user>`) deletes a user's entities,
 facts, history and pending extractions.  Every method has an ``async_`` twin.
 
 Example (the app stores the turn, then extracts from it)::
 
-    graph = KnowledgeGraph(store)                      # a SQLite or PostgreSQL store
+    graph = KnowledgeGraph(store)                      # a SQLite, PostgreSQL or MongoDB store
     extractor = KnowledgeExtractor(graph, "openai:gpt-4o-mini")
     turn = manager.add_turn("c1", "user", "I moved to Berlin", user_id="ann")
     extractor.extract_from_turn("ann", "I moved to Berlin", turn_ref=f"c1:{turn.turn_id}")
@@ -59,6 +65,13 @@ from firefly_orm.knowledge._model import (
     Outcome,
     Triple,
 )
+from firefly_orm.knowledge._tools import (
+    KnownFact,
+    RelatedEntity,
+    fact_view,
+    knowledge_toolset,
+    related_view,
+)
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -71,7 +84,12 @@ __all__ = [
     "FactChange",
     "KnowledgeExtractor",
     "KnowledgeGraph",
+    "KnownFact",
     "Outcome",
     "PendingReport",
+    "RelatedEntity",
     "Triple",
+    "fact_view",
+    "knowledge_toolset",
+    "related_view",
 ]

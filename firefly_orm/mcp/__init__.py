@@ -5,8 +5,9 @@
 tools ``remember`` / ``recall`` / ``forget`` (long-term memory),
 ``list_conversations`` / ``conversation_history`` / ``add_turn``
 (conversations), ``set_fact`` / ``get_fact`` / ``list_facts`` /
-``delete_fact`` (working facts), and a resource ``conversation://<id>`` per
-conversation of the user.  Every call is served by the manager bound to ONE
+``delete_fact`` (working facts), ``facts_about`` / ``related`` (the
+knowledge graph, when one is given), and a resource ``conversation://<id>``
+per conversation of the user.  Every call is served by the manager bound to ONE
 user (:meth:`~firefly_orm.manager.MemoryManager.for_user`): the server's
 ``user_id``, or over HTTP the user an authenticated client's bearer token maps
 to (:class:`StaticTokenVerifier`, :func:`load_tokens`).  Another user's

@@ -6,6 +6,7 @@ import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, TypeVar
 
 from mcp.server.auth.provider import TokenVerifier
@@ -17,6 +18,7 @@ from mcp_types import Resource
 from firefly_orm.conversation import ConversationTurn
 from firefly_orm.entry import validate_user_id
 from firefly_orm.errors import ConversationNotFoundError, EntryValidationError, FireflyOrmError
+from firefly_orm.knowledge import KnowledgeGraph, KnownFact, RelatedEntity, fact_view, related_view
 from firefly_orm.long_term import MemoryItem
 from firefly_orm.manager import MemoryManager
 from firefly_orm.mcp._auth import authenticated_user
@@ -33,7 +35,8 @@ T = TypeVar("T")
 _INSTRUCTIONS = (
     "Memory of one user: long-term items (remember / recall / forget), conversations "
     "(list_conversations, conversation_history, add_turn; resources conversation://<id>) "
-    "and working facts (set_fact / get_fact / list_facts / delete_fact)."
+    "and working facts (set_fact / get_fact / list_facts / delete_fact); with a knowledge "
+    "graph, facts_about / related."
 )
 
 
@@ -123,6 +126,7 @@ def build_server(
     user_id: str | None = None,
     token_verifier: TokenVerifier | None = None,
     server_url: str | None = None,
+    graph: KnowledgeGraph | None = None,
 ) -> MCPServer[Any]:
     """An MCP server over ``manager``'s store, serving one user per call.
 
@@ -141,6 +145,9 @@ def build_server(
             without a valid token is refused with 401.
         server_url: The server's public base URL (``http://host:port``),
             announced as the protected resource with ``token_verifier``.
+        graph: Also serve the user's knowledge graph: tools ``facts_about``
+            (now or ``as_of`` a time) and ``related`` (entities within a few
+            hops), read-only, for the user of the call.
 
     Raises:
         EntryValidationError: Neither or both of ``user_id`` and
@@ -173,7 +180,50 @@ def build_server(
         log_level="WARNING",
     )
     _add_tools(server, users)
+    if graph is not None:
+        _add_graph_tools(server, users, graph)
     return server
+
+
+def _add_graph_tools(server: MCPServer[Any], users: _Users, graph: KnowledgeGraph) -> None:
+    """Register the knowledge-graph tools (reads of the current user's graph) on ``server``."""
+
+    def owner() -> str:
+        user_id = users.current().user_id
+        assert user_id is not None  # every manager of _Users is bound
+        return user_id
+
+    @server.tool()
+    def facts_about(entity: str, as_of: str | None = None) -> list[KnownFact]:
+        """What is known about an entity ("user" is the user): the facts true now, or as of
+        an ISO 8601 time with a timezone (facts that changed keep their past)."""
+        user_id = owner()
+        when = _instant(as_of)
+        found = _answer(lambda: graph.facts_about(user_id, entity, as_of=when))
+        return [fact_view(f) for f in found]
+
+    @server.tool()
+    def related(entity: str, depth: int = 1) -> list[RelatedEntity]:
+        """Entities connected to an entity by current facts within ``depth`` hops (1 to 10),
+        nearest first; an unknown entity has none."""
+        user_id = owner()
+        try:
+            found = _answer(lambda: graph.neighbors(user_id, entity, depth))
+        except KeyError:
+            return []
+        return [related_view(e, d) for e, d in found]
+
+
+def _instant(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ToolError(f"as_of: not an ISO 8601 time: {text!r}") from None
+    if when.tzinfo is None:
+        raise ToolError("as_of: give a time with a timezone (e.g. +00:00)")
+    return when
 
 
 def _add_tools(server: MCPServer[Any], users: _Users) -> None:
