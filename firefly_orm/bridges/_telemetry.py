@@ -142,6 +142,7 @@ GEN_AI_OPERATIONS: Mapping[str, str] = {
             "owner",
             "read",
             "recall",
+            "search",
             "stat",
             "to",
             "transcript",
