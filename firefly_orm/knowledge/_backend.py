@@ -143,6 +143,20 @@ class GraphRows(Protocol):
         """The user's latest history rows, newest first."""
         ...
 
+    # ---------------------------------------------------------------- export / import
+    def dump(self, user_id: str) -> dict[str, list[dict[str, Any]]]:
+        """The user's ``entities``, ``facts`` and ``history`` rows (columns of the SQL
+        tables; history oldest first, without ``change_id``)."""
+        ...
+
+    def load(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        """Insert rows in :meth:`dump`'s shape (checked by the caller)."""
+        ...
+
+    def graph_users(self) -> list[str]:
+        """Every user with at least one entity, sorted."""
+        ...
+
     # ---------------------------------------------------------------- pending extractions
     def queue(self, row: dict[str, Any]) -> None:
         """Insert a pending-extraction row (the columns of ``knowledge_pending``)."""

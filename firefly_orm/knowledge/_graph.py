@@ -29,6 +29,7 @@ from firefly_orm.knowledge._apply import (
 from firefly_orm.knowledge._backend import EntityUpdate, GraphRows, normalize
 from firefly_orm.knowledge._model import Entity, Extraction, Fact, FactChange
 from firefly_orm.knowledge._rows import SqlRows
+from firefly_orm.knowledge._transfer import graph_from_json, graph_to_json
 from firefly_orm.protocols import (
     MemoryStore,
     RunsDatabaseCalls,
@@ -412,8 +413,34 @@ class KnowledgeGraph(MemoryLayer):
             )
         )
 
+    def _export_user(self, user_id: str) -> Operation[dict[str, Any]]:
+        """The user's whole graph (entities, facts with their intervals and evidence, history)
+        as a JSON-ready object: the ``knowledge`` section of an export file."""
+        validate_user_id(user_id)
+        rows = yield from Transaction.read(self._on, _dump, user_id)
+        return graph_to_json(user_id, rows)
+
+    def _import_user(self, data: Any) -> Operation[int]:
+        """Write a graph :meth:`export_user` made (ids kept); the number of facts.
+
+        Everything is checked before anything is written; the user must have
+        no graph yet (``EntryValidationError`` otherwise: erase or forget it first).
+        """
+        user_id, rows = graph_from_json(data)
+        return (yield from Transaction.write(self._on, _load, user_id, rows))
+
+    def _users(self) -> Operation[builtins.list[str]]:
+        """Every user with a graph (at least one entity), sorted."""
+        return (yield from Transaction.read(self._on, _graph_users))
+
     add_fact = sync_method(_add_fact)
     record = sync_method(_record)
+    export_user = sync_method(_export_user)
+    import_user = sync_method(_import_user)
+    users = sync_method(_users)
+    async_export_user = async_method(_export_user)
+    async_import_user = async_method(_import_user)
+    async_users = async_method(_users)
     facts_about = sync_method(_facts_about)
     history = sync_method(_history)
     neighbors = sync_method(_neighbors)
@@ -498,3 +525,20 @@ def _paths(
 ) -> builtins.list[builtins.list[Fact]]:
     start, end = _required(rows, user_id, a), _required(rows, user_id, b)
     return rows.paths(user_id, start.entity_id, end.entity_id, max_depth, limit, as_of)
+
+
+def _dump(rows: GraphRows, user_id: str) -> dict[str, builtins.list[dict[str, Any]]]:
+    return rows.dump(user_id)
+
+
+def _load(rows: GraphRows, user_id: str, loaded: dict[str, builtins.list[Any]]) -> int:
+    if rows.list_entities(user_id, 1):
+        raise EntryValidationError(
+            "user_id", f"user {user_id!r} has a knowledge graph already; nothing imported"
+        )
+    rows.load(loaded)
+    return len(loaded["facts"])
+
+
+def _graph_users(rows: GraphRows) -> builtins.list[str]:
+    return rows.graph_users()

@@ -286,9 +286,7 @@ class MongoRows:
         return self._facts({"_id": fact_id})[0]
 
     def insert_fact(self, values: dict[str, Any]) -> None:
-        doc = {key: value for key, value in values.items() if key != "fact_id"}
-        doc["_id"] = values["fact_id"]
-        doc["ends"] = _ends(values["subject_id"], values["object_id"])
+        doc = _fact_doc(values)
 
         async def op(c: GraphCollections) -> None:
             await c.facts.insert_one(doc)
@@ -352,6 +350,41 @@ class MongoRows:
 
         return [{"change_id": str(doc.pop("_id")), **doc} for doc in self._do(op)]
 
+    # ---------------------------------------------------------------- export / import
+    def dump(self, user_id: str) -> dict[str, list[dict[str, Any]]]:
+        async def op(c: GraphCollections) -> dict[str, list[Doc]]:
+            mine = {"user_id": user_id}
+            entities = c.entities.find(mine, {"norm_aliases": 0}).sort([("created_at", 1)])
+            facts = c.facts.find(mine, {"ends": 0}).sort([("valid_from", 1), ("_id", 1)])
+            history = c.history.find(mine, {"_id": 0}).sort([("at", 1), ("_id", 1)])
+            return {
+                "entities": [_renamed(d, "entity_id") for d in await entities.to_list(None)],
+                "facts": [_renamed(d, "fact_id") for d in await facts.to_list(None)],
+                "history": await history.to_list(None),
+            }
+
+        return self._do(op)
+
+    def load(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        entities = [_entity_doc(row) for row in rows["entities"]]
+        facts = [_fact_doc(row) for row in rows["facts"]]
+        history = [dict(row) for row in rows["history"]]
+
+        async def op(c: GraphCollections) -> None:
+            for collection, docs in ((c.entities, entities), (c.facts, facts)):
+                if docs:
+                    await collection.insert_many(docs, ordered=True)
+            if history:
+                await c.history.insert_many(history, ordered=True)
+
+        self._do(op)
+
+    def graph_users(self) -> list[str]:
+        async def op(c: GraphCollections) -> list[str]:
+            return sorted(str(u) for u in await c.entities.distinct("user_id"))
+
+        return self._do(op)
+
     # ---------------------------------------------------------------- pending extractions
     def queue(self, row: dict[str, Any]) -> None:
         doc = {key: value for key, value in row.items() if key != "pending_id"}
@@ -404,6 +437,19 @@ class MongoRows:
 
 def _ends(subject_id: str, object_id: str | None) -> list[str]:
     return [subject_id] if object_id is None else [subject_id, object_id]
+
+
+def _renamed(doc: Doc, key: str) -> Doc:
+    """A document with its ``_id`` under the SQL column's name ``key``."""
+    row = {name: value for name, value in doc.items() if name != "_id"}
+    return {key: doc["_id"], **row}
+
+
+def _fact_doc(values: dict[str, Any]) -> Doc:
+    doc = {key: value for key, value in values.items() if key != "fact_id"}
+    doc["_id"] = values["fact_id"]
+    doc["ends"] = _ends(values["subject_id"], values["object_id"])
+    return doc
 
 
 def _entity_doc(values: dict[str, Any]) -> Doc:

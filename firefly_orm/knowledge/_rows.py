@@ -290,6 +290,39 @@ class SqlRows:
         )
         return [dict(row._mapping) for row in self._run(query)]
 
+    # ---------------------------------------------------------------- export / import
+    def dump(self, user_id: str) -> dict[str, list[dict[str, Any]]]:
+        def rows(query: sa.Select[Any]) -> list[dict[str, Any]]:
+            return [dict(row._mapping) for row in self._run(query)]
+
+        history = [c for c in HISTORY.c if c.name != "change_id"]
+        return {
+            "entities": rows(
+                sa.select(ENTITIES)
+                .where(ENTITIES.c.user_id == user_id)
+                .order_by(ENTITIES.c.created_at, ENTITIES.c.entity_id)
+            ),
+            "facts": rows(
+                sa.select(FACTS)
+                .where(FACTS.c.user_id == user_id)
+                .order_by(FACTS.c.valid_from, FACTS.c.fact_id)
+            ),
+            "history": rows(
+                sa.select(*history)
+                .where(HISTORY.c.user_id == user_id)
+                .order_by(HISTORY.c.change_id)
+            ),
+        }
+
+    def load(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        for table, name in ((ENTITIES, "entities"), (FACTS, "facts"), (HISTORY, "history")):
+            if rows[name]:
+                _execute(self._target, sa.insert(table), rows[name])
+
+    def graph_users(self) -> list[str]:
+        query = sa.select(ENTITIES.c.user_id).distinct().order_by(ENTITIES.c.user_id)
+        return [str(user_id) for user_id in self._run(query).scalars()]
+
     # ---------------------------------------------------------------- pending extractions
     def queue(self, row: dict[str, Any]) -> None:
         self._run(sa.insert(PENDING).values(row))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import threading
 import uuid
@@ -330,3 +331,42 @@ def test_two_processes_create_one_entity_each(
     assert worker.exitcode == 0
     assert count_rows(graph_store, "entities", "ann") == len(names)
     assert {e.mentions for e in KnowledgeGraph(graph_store).entities.list("ann")} == {2}
+
+
+def test_export_import_round_trip(graph_store: MemoryStore) -> None:
+    """A user's graph survives export, erase_user and import: ids, intervals, evidence, history."""
+    graph = KnowledgeGraph(graph_store, multi_valued=["likes"])
+    said_berlin, said_munich = T0, T0 + timedelta(days=30)
+    graph.record(
+        "ann",
+        Extraction(entities=[ExtractedEntity(name="Munich", type="city", aliases=["München"])]),
+        observed_at=said_berlin,
+    )
+    graph.add_fact("ann", "user", "lives_in", "Berlin", evidence="t1", observed_at=said_berlin)
+    graph.add_fact("ann", "user", "lives_in", "Munich", evidence="t2", observed_at=said_munich)
+    graph.add_fact("ann", "user", "likes", "jazz", object_is_entity=False, observed_at=said_munich)
+    exported = json.loads(json.dumps(graph.export_user("ann")))
+    before = graph.history("ann")
+    assert graph.users() == ["ann"]
+
+    MemoryManager(store=graph_store).erase_user("ann")
+    assert graph.users() == [] and graph.export_user("ann")["facts"] == []
+    broken = json.loads(json.dumps(exported))
+    broken["facts"][0]["subject_id"] = "nobody"
+    with pytest.raises(EntryValidationError, match=r"facts\[0\]"):
+        graph.import_user(broken)
+    assert count_rows(graph_store, "entities", "ann") == 0  # nothing written
+
+    assert graph.import_user(exported) == 3
+    assert graph.export_user("ann") == exported
+    (berlin,) = graph.facts_about("ann", "user", as_of=said_berlin + timedelta(days=1))
+    assert (berlin.object, berlin.evidence) == ("Berlin", ["t1"])
+    assert (berlin.valid_from, berlin.valid_to) == (said_berlin, said_munich)
+    munich = graph.entities.get("ann", "münchen")
+    assert munich is not None and munich.entity_type == "city"
+    assert [(h["action"], h["at"]) for h in graph.history("ann")] == [
+        (h["action"], h["at"]) for h in before
+    ]
+    with pytest.raises(EntryValidationError, match="already"):
+        graph.import_user(exported)
+    assert count_rows(graph_store, "facts", "ann") == 3
