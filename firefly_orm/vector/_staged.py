@@ -121,7 +121,18 @@ class StagedVectorOperations:
             del changes.vectors[key]
 
     def unembedded(self, namespace: str, *, limit: int) -> builtins.list[MemoryEntry]:
-        """Live entries with ``search_text`` and no vector, oldest first, at most ``limit``."""
+        """Live entries with ``search_text`` and no vector, oldest first, at most ``limit``.
+
+        Cost: every call lists the whole namespace (the stores without SQL have
+        no "entries without a vector" index, nor a list that starts after a
+        cursor) and reads the ids of its vectors, so it is O(N) for a namespace
+        of N entries whatever ``limit`` is, and re-embedding it in batches of B
+        is O(N²/B) entry reads.  Measured on a loaded 2-core VM, 2,000 entries
+        in an ``InMemoryStore``: 22 s with batches of 64, 1.8 s with 512
+        (FileStore: 32 s and 2.4 s).  Re-embed large namespaces of these stores
+        with a large ``batch_size`` (up to 2,048); the SQL stores answer with
+        one indexed query.
+        """
         backend = self._backend()
         done = set() if self._stored_gone(namespace) else backend.read_vector_ids(namespace)
         done.update(i for ns, i in self._vector_changes().vectors if ns == namespace)
