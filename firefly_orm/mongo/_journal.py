@@ -34,6 +34,16 @@ or every conditional write made) or rolls it back (a conditional write
 missing or conflicting); no journal means nothing was written, and the locks
 are dropped.  A commit whose precondition failed is never rolled forward.
 
+**Writes run twice.**  The driver retries a write whose answer was lost (a
+broken connection, a restarted server).  A server that forgot the first run
+(mongod keeps it durably; a MongoDB-compatible server may not) runs it again:
+a conditional write then misses the version it already bumped, and the insert
+of locks and journal collides with its own documents.  Neither is a conflict:
+a conditional write whose document carries this commit's mark, and a lock
+naming this commit (or a journal or part, whose ids hold it), are this
+commit's own, so the commit goes on instead of leaving its conditional writes
+without the rest or waiting for itself until its lease ends.
+
 The documents of this module have no ``namespace`` field and an ``entry_id``
 starting with NUL (no entry id may contain NUL), so no query of entries ever
 matches them; only indexed ``entry_id`` lookups and ranges find them.
@@ -156,14 +166,45 @@ async def conditional_write(
                 session=session,
             )
         except DuplicateKeyError:
-            return False
+            return await _made_by(col, doc, commit, session)
         return True
     result = await col.update_one(
         {"entry_id": doc["entry_id"], "namespace": namespace, "version": expected_version},
         pipeline,
         session=session,
     )
-    return result.matched_count == 1
+    return result.matched_count == 1 or await _made_by(col, doc, commit, session)
+
+
+async def _made_by(
+    col: Collection,
+    doc: Mapping[str, Any],
+    commit: str | None,
+    session: AsyncClientSession | None,
+) -> bool:
+    """Whether the stored ``doc`` already is this commit's write (a conditional write that missed).
+
+    The driver retries a write whose answer was lost (a broken connection, a
+    restarted server).  A server that kept the first attempt's outcome answers
+    with it; one that did not (a restart lost its retryable-write records)
+    runs the write again, and the precondition it already satisfied then
+    fails against the document it wrote itself.  That is no conflict: the
+    document carries this commit's mark (:data:`COMMIT_FIELD`, a fresh id per
+    commit), and under the commit's namespace lock nobody else wrote it since.
+    """
+    if commit is None:
+        return False
+    stored = await col.find_one(
+        {"entry_id": doc["entry_id"]}, {"namespace": 1, COMMIT_FIELD: 1}, session=session
+    )
+    mine = (
+        stored is not None
+        and stored.get("namespace") == doc["namespace"]
+        and stored.get(COMMIT_FIELD) == commit
+    )
+    if mine:
+        logger.info("MongoDB commit %s: conditional write of %r ran twice", commit, doc["entry_id"])
+    return mine
 
 
 async def run_writes(col: Collection, writes: Sequence[Write]) -> None:
@@ -297,9 +338,33 @@ class Journal:
             except BulkWriteError as exc:
                 start += int(exc.details.get("nInserted", 0))
                 errors = exc.details.get("writeErrors") or []
-                if not errors or errors[0].get("code") != 11000 or start >= len(locks):
+                if not errors or errors[0].get("code") != 11000:
+                    raise
+                if await self._inserted_already(plan, docs[start]["entry_id"]):
+                    start += 1
+                    continue
+                if start >= len(locks):
                     raise
                 await self.resolve(locks[start]["entry_id"], wait=True, heartbeat=heartbeat)
+
+    async def _inserted_already(self, plan: CommitPlan, entry_id: str) -> bool:
+        """Whether document ``entry_id`` of ``plan``'s insert is stored already, by this commit.
+
+        The driver retries an insert whose answer was lost (a broken
+        connection, a restarted server); a server that lost the first attempt's
+        outcome runs it again, and it collides with the documents the first
+        attempt stored.  Those are this commit's own: waiting for them would
+        wait for this very writer until its lease ran out.  A journal or part
+        id holds the commit's fresh id (only this commit inserts it); a lock
+        names its commit.
+        """
+        if not entry_id.startswith(LOCK_PREFIX):
+            return True
+        held = await self.col.find_one({"entry_id": entry_id}, {"commit": 1})
+        mine = held is not None and held.get("commit") == plan.commit
+        if mine:
+            logger.info("MongoDB commit %s: insert of its locks ran twice", plan.commit)
+        return mine
 
     async def write_before(self, plan: CommitPlan, before: Mapping[str, Any]) -> None:
         """Record the stored documents the conditional writes replace (for an undo)."""
