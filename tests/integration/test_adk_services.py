@@ -31,6 +31,7 @@ from helpers.adk_echo import run_turn
 from store_backends import OpenedBackend, backend_params
 
 from firefly_orm import LongTermMemory, SQLiteStore
+from firefly_orm.errors import EntryValidationError
 from firefly_orm.integrations.adk import FireflyMemoryService, FireflySessionService
 from firefly_orm.testing.embeddings import ConceptEmbeddingModel
 
@@ -220,6 +221,25 @@ async def test_duplicate_ids_partial_events_and_missing_sessions(
     with pytest.raises(SessionNotFoundError):
         await service.append_event(session, said("late", user__k="v"))
     assert await service.get_user_state(app_name=APP, user_id=USER) == {}
+
+
+@on_three
+async def test_bad_input_writes_nothing(service: FireflySessionService) -> None:
+    """A state value without a JSON form, an empty user id or app name: refused before
+    anything is written (ours)."""
+    with pytest.raises(TypeError):
+        await service.create_session(
+            app_name=APP, user_id=USER, session_id="s", state={"app:k": 1, "f": object()}
+        )
+    for app_name, user_id in (("", USER), (APP, ""), (APP, "x" * 256)):
+        with pytest.raises(EntryValidationError):
+            await service.create_session(app_name=app_name, user_id=user_id, session_id="s")
+    assert (await service.list_sessions(app_name=APP)).sessions == []
+    session = await service.create_session(app_name=APP, user_id=USER, session_id="s")
+    with pytest.raises(TypeError):
+        await service.append_event(session, said("x", app__k=1, bad=object()))
+    read = await service.get_session(app_name=APP, user_id=USER, session_id="s")
+    assert read is not None and read.events == [] and read.state == {}
 
 
 @on_three
