@@ -8,12 +8,16 @@ them, or a *bundle*::
      "conversations": [...],
      "long_term": [{"namespace": "long-term", "language": null, "items": [...]}]}
 
-Format versions: **1** holds conversations only; **2** adds the ``long_term``
+Format versions: **1** holds conversations only; **3** adds ``knowledge``,
+one user's knowledge graph per entry (entities, facts with their validity
+intervals and evidence, history: the shape of
+:meth:`KnowledgeGraph.export_user <firefly_orm.knowledge.KnowledgeGraph.export_user>`);
+**2** adds the ``long_term``
 section, one entry per namespace of long-term items, each item in the shape
 :meth:`MemoryItem.to_dict <firefly_orm.long_term.MemoryItem.to_dict>` writes,
 and ``language`` the text-search configuration the items are indexed with
 (``null``: ``simple``).  ``export`` writes the lowest version that holds what
-it exports (version 1 when there is no ``long_term`` section), so files
+it exports (version 1 when there is no ``long_term`` section, 3 only with graphs), so files
 without long-term items stay readable by earlier releases; ``import`` reads
 both.  Reading checks the whole document's shape before anything is imported;
 the items themselves are checked by
@@ -29,11 +33,13 @@ from typing import Any
 from firefly_orm.entry import validate_namespace, validate_search_language
 from firefly_orm.entry._json import JSONInputError, load_untrusted_json
 from firefly_orm.errors import EntryValidationError
+from firefly_orm.knowledge._transfer import graph_from_json
 
 __all__ = [
     "BUNDLE_KEYS",
     "CONVERSATION_KEYS",
     "EXPORT_FORMAT_VERSION",
+    "KNOWLEDGE_FORMAT_VERSION",
     "LONG_TERM_FORMAT_VERSION",
     "LONG_TERM_KEYS",
     "ImportDocument",
@@ -45,9 +51,11 @@ __all__ = [
 ]
 
 #: The newest version of the export bundle (what ``import`` reads up to).
-EXPORT_FORMAT_VERSION = 2
+EXPORT_FORMAT_VERSION = 3
 #: The first version with a ``long_term`` section.
 LONG_TERM_FORMAT_VERSION = 2
+#: The first version with a ``knowledge`` section (users' knowledge graphs).
+KNOWLEDGE_FORMAT_VERSION = 3
 
 #: Keys of one exported conversation (what ``export_conversation`` writes).
 CONVERSATION_KEYS = frozenset({"conversation_id", "turns", "summary", "total_tokens"})
@@ -55,6 +63,9 @@ CONVERSATION_KEYS = frozenset({"conversation_id", "turns", "summary", "total_tok
 _BUNDLE_KEYS_BY_VERSION = {
     1: frozenset({"format_version", "conversations"}),
     LONG_TERM_FORMAT_VERSION: frozenset({"format_version", "conversations", "long_term"}),
+    KNOWLEDGE_FORMAT_VERSION: frozenset(
+        {"format_version", "conversations", "long_term", "knowledge"}
+    ),
 }
 #: Keys of an export bundle (any version): a JSON object with one of them is a bundle.
 BUNDLE_KEYS = _BUNDLE_KEYS_BY_VERSION[EXPORT_FORMAT_VERSION]
@@ -96,6 +107,8 @@ class ImportDocument:
 
     conversations: list[dict[str, Any]]
     long_term: list[LongTermSection] = field(default_factory=list)
+    #: One user's knowledge graph each (checked; ``KnowledgeGraph.import_user`` writes one).
+    knowledge: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def item_count(self) -> int:
@@ -108,6 +121,7 @@ def export_document(
     *,
     single: bool,
     long_term: Sequence[LongTermSection] | None = None,
+    knowledge: Sequence[dict[str, Any]] | None = None,
 ) -> Any:
     """What ``firefly-orm export`` writes: one conversation, or a versioned bundle.
 
@@ -118,7 +132,16 @@ def export_document(
         long_term: The long-term sections; ``None`` leaves the section out
             and writes format version 1 (an empty list writes an empty section,
             version 2).
+        knowledge: Users' graphs (``KnowledgeGraph.export_user``); none or
+            empty leaves the section out, else version 3.
     """
+    if knowledge:
+        return {
+            "format_version": KNOWLEDGE_FORMAT_VERSION,
+            "conversations": exported,
+            "long_term": [section.to_dict() for section in long_term or ()],
+            "knowledge": list(knowledge),
+        }
     if long_term is None:
         if single and len(exported) == 1:
             return exported[0]
@@ -167,6 +190,7 @@ def read_import_document(data: Any, override_id: str | None) -> ImportDocument:
         ValueError: What is wrong, and where (``long_term[1]: "items" must be a list``).
     """
     long_term: list[LongTermSection] = []
+    knowledge: list[dict[str, Any]] = []
     if isinstance(data, dict) and not BUNDLE_KEYS.isdisjoint(data):
         version = data.get("format_version", EXPORT_FORMAT_VERSION)
         if (
@@ -179,6 +203,11 @@ def read_import_document(data: Any, override_id: str | None) -> ImportDocument:
                 f"(expected {' or '.join(map(str, _BUNDLE_KEYS_BY_VERSION))})"
             )
         unknown = sorted(set(data) - _BUNDLE_KEYS_BY_VERSION[version])
+        if "knowledge" in unknown:
+            raise ValueError(
+                f'"knowledge" needs format_version {KNOWLEDGE_FORMAT_VERSION} '
+                f"(the file says {version})"
+            )
         if unknown == ["long_term"]:
             raise ValueError(
                 f'"long_term" needs format_version {LONG_TERM_FORMAT_VERSION} '
@@ -191,6 +220,8 @@ def read_import_document(data: Any, override_id: str | None) -> ImportDocument:
             raise ValueError(f'"conversations" must be a list, got {type(items).__name__}')
         if "long_term" in data:
             long_term = _long_term_sections(data["long_term"])
+        if "knowledge" in data:
+            knowledge = _knowledge_sections(data["knowledge"])
     elif isinstance(data, list):
         items = data
     elif isinstance(data, dict):
@@ -204,7 +235,7 @@ def read_import_document(data: Any, override_id: str | None) -> ImportDocument:
             raise ValueError(f'{where}: "turns" must be a list')
         if not override_id and not item.get("conversation_id"):
             raise ValueError(f'{where}: no "conversation_id" (or pass --conversation-id)')
-    return ImportDocument(items, long_term)
+    return ImportDocument(items, long_term, knowledge)
 
 
 def conversations_in(data: Any, override_id: str | None) -> list[dict[str, Any]]:
@@ -246,3 +277,21 @@ def _long_term_sections(raw: Any) -> list[LongTermSection]:
         seen[namespace] = position
         sections.append(LongTermSection(namespace, section["items"], language))
     return sections
+
+
+def _knowledge_sections(raw: Any) -> list[dict[str, Any]]:
+    """The ``knowledge`` section of a bundle: each user's graph checked, each user once."""
+    if not isinstance(raw, list):
+        raise ValueError(f'"knowledge" must be a list, got {type(raw).__name__}')
+    seen: dict[str, int] = {}
+    for position, graph in enumerate(raw):
+        try:
+            user_id, _ = graph_from_json(graph, f"knowledge[{position}]")
+        except EntryValidationError as exc:
+            raise ValueError(str(exc)) from None
+        if user_id in seen:
+            raise ValueError(
+                f"knowledge[{position}]: user {user_id!r} is already knowledge[{seen[user_id]}]"
+            )
+        seen[user_id] = position
+    return list(raw)
