@@ -681,9 +681,9 @@ HOSTILE_IMPORTS: list[tuple[str, bytes, str]] = [
     ("conversations-is-a-string", b'{"conversations": "x"}', '"conversations" must be a list'),
     ("conversations-is-null", b'{"conversations": null}', '"conversations" must be a list'),
     (
-        "format-version-3",
-        b'{"format_version": 3, "conversations": []}',
-        "format_version 3 is not supported (expected 1 or 2)",
+        "format-version-4",
+        b'{"format_version": 4, "conversations": []}',
+        "format_version 4 is not supported (expected 1 or 2 or 3)",
     ),
     ("format-version-string", b'{"format_version": "1", "conversations": []}', "'1'"),
     ("format-version-list", b'{"format_version": [1], "conversations": []}', "[1]"),
