@@ -49,6 +49,7 @@ from firefly_orm.errors import (
     EntryValidationError,
     StoreCorruptedError,
 )
+from firefly_orm.knowledge import KnowledgeGraph
 from firefly_orm.long_term import LongTermMemory
 from firefly_orm.long_term._daily import is_log_namespace
 from firefly_orm.protocols import UnitOfWork
@@ -158,12 +159,17 @@ def _cmd_export(args: argparse.Namespace) -> int:
         progress = Progress(len(ids), "export", enabled=args.progress)
         exported = [conv.export_conversation(cid) for cid in progress.iterate(ids)]
         long_term = _export_long_term(store, args, named)
-    data = export_document(exported, single=not args.all, long_term=long_term)
+        # --all: every user's knowledge graph too (the section is left out when there is none).
+        graph = KnowledgeGraph(store)
+        knowledge = [graph.export_user(user) for user in graph.users()] if args.all else []
+    data = export_document(exported, single=not args.all, long_term=long_term, knowledge=knowledge)
     text = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True)
     what = f"{len(exported)} conversation(s)"
     if long_term is not None:
         items = sum(len(section.items) for section in long_term)
         what += f" and {items} long-term item(s) from {len(long_term)} namespace(s)"
+    if knowledge:
+        what += f" and the knowledge graphs of {len(knowledge)} user(s)"
     if args.output and args.output != "-":
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -226,6 +232,12 @@ def _import_document(
                     f"long_term[{position}].{exc.field}",
                     f"{message} (namespace {section.namespace!r})",
                 ) from None
+        graph = KnowledgeGraph(bound)
+        for position, user_graph in enumerate(document.knowledge):
+            try:
+                graph.import_user(user_graph)
+            except EntryValidationError as exc:
+                raise EntryValidationError(f"knowledge[{position}]", str(exc)) from None
     return ids, written
 
 
@@ -261,6 +273,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
             f"imported {n} long-term item(s) into namespace {section.namespace!r}",
             file=sys.stderr,
         )
+    for user_graph in document.knowledge:
+        user = user_graph["user_id"]
+        print(f"imported the knowledge graph of user {user!r}", file=sys.stderr)
     return EXIT_OK
 
 
