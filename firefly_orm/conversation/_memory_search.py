@@ -25,6 +25,7 @@ from firefly_orm.conversation._search import (
     TurnMatch,
     TurnSearch,
     TurnVector,
+    read_turn_text,
     search_turns,
 )
 from firefly_orm.entry import validate_search_language
@@ -88,6 +89,31 @@ class ConversationSearch(OwnedLayer):
         for place, vector in zip(places, vectors, strict=True):
             made[place] = TurnVector(spec, vector)
         return made
+
+    def _edited_vector(
+        self, conversation_id: str, turn_id: int, prompt: str | None, answer: str | None
+    ) -> Operation[tuple[str, TurnVector] | None]:
+        """The text and vector a turn will have after an edit of its prompt or answer
+        (``None``: no embedder, no text edited, or no such live turn).
+
+        A step before the edit's unit of work: when one of the two is edited, the
+        other is read first (in its own read transaction, checked like the edit
+        when the memory is bound), then the text is embedded.
+        """
+        if self._embedding is None or (prompt is None and answer is None):
+            return None
+        if prompt is None or answer is None:
+            read = Transaction.read(read_turn_text, conversation_id, turn_id)
+            stored = yield from self._as_owner(conversation_id, read)
+            if stored is None:
+                return None
+            prompt = stored[0] if prompt is None else prompt
+            answer = stored[1] if answer is None else answer
+        text = turn_search_text(prompt, answer)
+        (vector,) = yield from self._embed_turns(
+            [ConversationTurn(user_prompt=prompt, assistant_response=answer)]
+        )
+        return None if text is None or vector is None else (text, vector)
 
     def _search_conversations(
         self,

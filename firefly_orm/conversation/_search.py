@@ -67,6 +67,7 @@ __all__ = [
     "TurnMatch",
     "TurnSearch",
     "TurnVector",
+    "read_turn_text",
     "save_turn_vector",
     "search_turns",
     "turn_vectors",
@@ -163,6 +164,15 @@ def save_turn_vector(uow: UnitOfWork, conversation_id: str, turn_id: int, made: 
     namespace = conversation_namespace(conversation_id)
     entry_id = derived_entry_id(namespace, turn_key(turn_id))
     turn_vectors(uow).save_vectors(namespace, made.spec, {entry_id: made.vector})
+
+
+def read_turn_text(uow: UnitOfWork, conversation_id: str, turn_id: int) -> tuple[str, str] | None:
+    """Transaction: the prompt and answer of a live turn (``None``: no such live turn)."""
+    row = uow.entries.get_by_key(conversation_namespace(conversation_id), turn_key(turn_id))
+    if row is None:
+        return None
+    turn = turn_from_entry(row, with_raw=False)
+    return turn.user_prompt, turn.assistant_response
 
 
 def searched_conversations(uow: UnitOfWork, request: TurnSearch) -> builtins.list[str]:
