@@ -29,6 +29,7 @@ from firefly_orm.conversation._rows import (
     turn_key,
     turn_message_count,
 )
+from firefly_orm.conversation._search import TurnVector, save_turn_vector
 from firefly_orm.entry import MemoryEntry, utcnow
 from firefly_orm.errors import NotFoundError
 from firefly_orm.protocols import UnitOfWork
@@ -44,12 +45,16 @@ class TurnEdit:
     """What :func:`update_turn` changes (``None`` / :data:`KEEP`: left as it is).
 
     ``raw`` is the new raw messages already in portable form (``None``: none).
+    ``vector``: the vector of the edited turn's text ``vector_text``, made before
+    the unit of work (stored when the turn is live and its text is that one).
     """
 
     user_prompt: str | None = None
     assistant_response: str | None = None
     raw: Any = KEEP
     metadata: dict[str, Any] | None = None
+    vector_text: str | None = None
+    vector: TurnVector | None = None
 
 
 def update_turn(
@@ -103,9 +108,10 @@ def edit_turn(
             "updated_at": utcnow(),
         }
     )
-    uow.entries.save(
-        namespace, turn_entry(namespace, new, encoded, per_message, user_id=row.user_id)
-    )
+    saved = turn_entry(namespace, new, encoded, per_message, user_id=row.user_id)
+    uow.entries.save(namespace, saved)
+    if edit.vector is not None and namespace == live and saved.search_text == edit.vector_text:
+        save_turn_vector(uow, conversation_id, turn_id, edit.vector)
     if namespace == live and stored_head is not None:
         _move_head(
             uow,
