@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
@@ -25,6 +26,7 @@ from firefly_orm.conversation._edits import (
     erase_user_entries,
     update_turn,
 )
+from firefly_orm.conversation._memory_search import ConversationSearch
 from firefly_orm.conversation._model import (
     ConversationTurn,
     check_conversation_id,
@@ -32,7 +34,6 @@ from firefly_orm.conversation._model import (
     check_metadata,
     check_text,
 )
-from firefly_orm.conversation._owner import OwnedLayer
 from firefly_orm.conversation._repair import (
     Inconsistency,
     repair_conversation,
@@ -51,7 +52,7 @@ from firefly_orm.tokens import TokenEstimator
 __all__ = ["ConversationChanges"]
 
 
-class ConversationChanges(OwnedLayer):
+class ConversationChanges(ConversationSearch):
     """Edits, erasure, clearing, transfer and repair (a base of ``ConversationMemory``).
 
     Bound to a user, each of them refuses a conversation that is missing or
@@ -77,7 +78,9 @@ class ConversationChanges(OwnedLayer):
         Arguments left out keep their value; ``raw_messages=None`` removes the
         raw messages.  The head's token and message totals move by the
         difference in the same unit of work, so a concurrent :meth:`add_turn`
-        never loses either change.  Use it to redact a message.
+        never loses either change.  Use it to redact a message.  With an
+        ``embedder``, an edited prompt or answer is embedded before the unit of
+        work opens and the turn's vector replaced with the turn.
 
         Raises:
             EntryValidationError: A bad id or value (nothing is written).
@@ -94,7 +97,12 @@ class ConversationChanges(OwnedLayer):
             metadata=None if metadata is None else check_metadata(metadata),
         )
         conversation_id = check_conversation_id(conversation_id)
-        op = update_turn(conversation_id, check_int("turn_id", turn_id, 0), edit, self._estimator)
+        turn_id = check_int("turn_id", turn_id, 0)
+        made = yield from self._edited_vector(
+            conversation_id, turn_id, edit.user_prompt, edit.assistant_response
+        )
+        edit = edit if made is None else replace(edit, vector_text=made[0], vector=made[1])
+        op = update_turn(conversation_id, turn_id, edit, self._estimator)
         return (yield from self._as_owner(conversation_id, op))
 
     def _delete_turn(self, conversation_id: str, turn_id: int) -> Operation[bool]:
