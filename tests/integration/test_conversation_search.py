@@ -107,6 +107,17 @@ def test_a_fact_told_earlier_is_found_from_a_new_conversation(store: Any) -> Non
     assert {m.conversation_id for m in memory.search_conversations("email", user_id="bob")} == {
         theirs
     }
+
+    # An edited turn is embedded again: found by its new meaning, no longer by its old one.
+    def fact_score() -> float:
+        found = ada.search_conversations(QUESTION, mode="semantic", limit=10, exclude=[current])
+        return next(m.score for m in found if (m.conversation_id, m.turn_id) == (earlier, 1))
+
+    before = fact_score()
+    ada.update_turn(earlier, 1, assistant_response="Noted: she rides a red bicycle.")
+    assert fact_score() < before - 0.1
+    ada.update_turn(earlier, 1, assistant_response=FACT)
+    assert fact_score() == pytest.approx(before)
     async_found = asyncio.run(
         ada.async_search_conversations(QUESTION, mode="semantic", limit=1, exclude=[current])
     )
@@ -142,7 +153,16 @@ def test_no_turn_vector_outlives_its_turn(store: Any) -> None:
     assert memory.search_conversations("email", mode="hybrid") == []
 
 
-def test_manager_embeds_turns_and_searches_both_memories(store: Any) -> None:
+@pytest.fixture(params=["memory", "sqlite"])
+def small_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    """A store that keeps vectors, for what the layers above the stores add (every store
+    is covered by the tests above)."""
+    with vector_store(request, tmp_path) as opened:
+        yield opened
+
+
+def test_manager_embeds_turns_and_searches_both_memories(small_store: Any) -> None:
+    store = small_store
     manager = MemoryManager(store=store, embedder=ConceptEmbeddingModel()).for_user("ada")
     earlier = manager.new_conversation()
     manager.add_turn(earlier, "Remember this about Mrs Lee", FACT)
