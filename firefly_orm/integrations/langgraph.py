@@ -37,8 +37,8 @@ from the namespace, owner and key, so a put is one upsert.
   ``index`` names (the store's ``index_fields``, by default the whole value;
   ``index=False``: not found by a query, still by filters), ranked by
   relevance, ``score`` set.  Without ``query``: the newest updates first,
-  ``score`` ``None``.  ``filter`` (equality, nested objects, ``$eq``, ``$ne``,
-  ``$gt``, ``$gte``, ``$lt``, ``$lte``), then ``offset`` and ``limit``, are
+  ``score`` ``None``.  ``filter`` (equality, nested objects, dotted keys, ``$eq``,
+  ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``), then ``offset`` and ``limit``, are
   applied in this process to the matches.  No vector search: an ``index``
   configuration with an embedder is not taken (see the guide).
 * **TTL** (``supports_ttl``): a put's ``ttl`` (minutes; ``ttl=`` config's
@@ -411,7 +411,20 @@ def matches(value: Any, wanted: Mapping[str, Any] | None) -> bool:
         return True
     if not isinstance(value, Mapping):
         return False
-    return all(_compare(value.get(name), expected) for name, expected in wanted.items())
+    return all(_compare(_field(value, name), expected) for name, expected in wanted.items())
+
+
+def _field(value: Mapping[str, Any], name: str) -> Any:
+    """``value[name]``; a dotted name that is no key walks nested objects (``"user.id"``),
+    as LangGraph's SQL stores read filter keys."""
+    if name in value or "." not in name:
+        return value.get(name)
+    found: Any = value
+    for part in name.split("."):
+        if not isinstance(found, Mapping):
+            return None
+        found = found.get(part)
+    return found
 
 
 def _compare(actual: Any, expected: Any) -> bool:

@@ -206,6 +206,7 @@ async def test_filters_and_async_twins(lg: FireflyStore) -> None:
     assert await keys({"ok": 1}) == []  # a boolean is no number
     assert await keys({"a-1": "h"}) == ["1"]
     assert await keys({"nested": {"k": [1, 2]}}) == ["2"]
+    assert await keys({"nested.k": [1, 2]}) == ["2"]  # a dotted key walks objects
     assert await keys({"missing": "x"}) == []
     with pytest.raises(ValueError, match="Unsupported operator"):
         await keys({"n": {"$regex": ".*"}})
