@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from firefly_orm._layout import REWOUND_FIELD, TURN_COPY_OF
+from firefly_orm._layout import REWOUND_FIELD
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
 from firefly_orm.conversation._append import save_head
 from firefly_orm.conversation._branch import summary_within
@@ -38,6 +38,7 @@ from firefly_orm.conversation._rows import (
     TURN_KEY_PREFIX,
     archive_namespace,
     conversation_namespace,
+    copied_from,
     head_from_entry,
     stored_message_tokens,
     stored_raw,
@@ -45,8 +46,7 @@ from firefly_orm.conversation._rows import (
     turn_from_entry,
     turn_message_count,
 )
-from firefly_orm.entry import MemoryEntry, utcnow
-from firefly_orm.entry._model import field_values
+from firefly_orm.entry import utcnow
 from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
 
@@ -221,14 +221,6 @@ def purge_rewound_turns(uow: UnitOfWork, conversation_id: str) -> int:
     if ids:
         uow.entries.delete(archive, ids)
     return len(ids)
-
-
-def copied_from(row: MemoryEntry) -> str | None:
-    """The conversation a turn row was copied from (a branch's, a copy's), kept when the
-    row is rewritten so usage totals go on counting the original only."""
-    metadata = field_values(row)["metadata_"]
-    source = metadata.get(TURN_COPY_OF) if isinstance(metadata, Mapping) else None
-    return source if isinstance(source, str) else None
 
 
 def _rewound(content: Any) -> bool:

@@ -84,6 +84,7 @@ __all__ = [
     "TURN_KEY_PREFIX",
     "archive_namespace",
     "conversation_namespace",
+    "copied_from",
     "empty_head_entry",
     "head_entry",
     "head_from_content",
@@ -322,6 +323,15 @@ def stored_raw(entry: MemoryEntry) -> Any:
     """A turn row's raw messages in their stored (encoded) form."""
     content = entry.content
     return content.get("raw_messages") if isinstance(content, Mapping) else None
+
+
+def copied_from(entry: MemoryEntry) -> str | None:
+    """The conversation a turn row was copied from (a branch's, a copy's), kept when the
+    row is rewritten or archived (a rewind, a pop, an eviction) so usage totals go on
+    counting the original only."""
+    metadata = field_values(entry)["metadata_"]
+    source = metadata.get(TURN_COPY_OF) if isinstance(metadata, Mapping) else None
+    return source if isinstance(source, str) else None
 
 
 def _with_content(entry: MemoryEntry, content: dict[str, Any]) -> MemoryEntry:

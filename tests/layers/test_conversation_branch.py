@@ -352,3 +352,29 @@ def test_export_import_and_copy_over_a_branch() -> None:
     assert mem.branches("c") == []
     assert mem.verify("c") == mem.verify("b1") == mem.verify("b2") == []
     assert mem.get_rewound_turns("c") != []  # an export leaves the source as it is
+
+
+@pytest.mark.parametrize("layer_backend", backend_params(["memory", "sqlite"]), indirect=True)
+def test_evicted_copies_are_counted_once(layer_backend: OpenedBackend) -> None:
+    """Copied turns a branch evicts into its archive (``keep_evicted=True``) keep their
+    ``copy_of`` mark, so usage totals count them in the source conversation only (the
+    general path on the memory store, the SQL aggregate on SQLite)."""
+
+    def usage(n: int) -> dict[str, Any]:
+        return {"usage": {"requests": 1, "input_tokens": n, "total_tokens": n}}
+
+    mem = ConversationMemory(store=layer_backend.store, max_tokens=None)
+    for n in range(3):
+        mem.add_turn("c", f"q{n}", "a", metadata=usage(1), user_id="u")
+    branch = mem.branch("c", 2)
+    evicting = ConversationMemory(
+        store=layer_backend.store, max_tokens=12, summarize_threshold=0, keep_evicted=True
+    )
+    for n in range(3):
+        evicting.add_turn(branch, f"new question {n} " * 3, "answer " * 3, metadata=usage(100))
+    archived = mem.get_archived_turns(branch)
+    assert [t.turn_id for t in archived][:3] == [0, 1, 2]  # the copies were evicted
+    [mine] = mem.usage_totals(branch)
+    assert (mine.turns, mine.input_tokens) == (3, 300)
+    [everything] = mem.usage_totals(user_id="u")
+    assert (everything.turns, everything.input_tokens) == (6, 303)
