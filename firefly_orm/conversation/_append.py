@@ -52,6 +52,7 @@ from firefly_orm.conversation._rows import (
     TURN_KEY_PREFIX,
     archive_namespace,
     conversation_namespace,
+    copied_from,
     head_entry,
     head_from_entry,
     index_entry,
@@ -403,6 +404,7 @@ def append_general(
                     stored_raw(stored),
                     stored_message_tokens(stored),
                     user_id=stored.user_id,
+                    copy_of=copied_from(stored),  # a copied turn stays counted once
                 )
                 uow.entries.save(archive, row)
         uow.entries.delete(namespace, [stored.entry_id for stored in evicted])
