@@ -56,6 +56,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from firefly_orm._layout import HEAD_ARCHIVED, HEAD_UPDATED_AT
 from firefly_orm._search import text_terms
 from firefly_orm.entry import (
     JSON_WRAPPER_KEY,
@@ -94,6 +95,8 @@ SEARCH_WORDS = "search_words"
 VECTOR_FIELD = "vector"
 #: The index ``(namespace, key)`` (not partial) of lookups by key and key ranges.
 KEY_INDEX = "ix_namespace_key"
+#: The index of a user's conversation list (the heads by archived flag and updated_at).
+CONVERSATION_LIST_INDEX = "ix_user_key_archived_updated"
 #: The multikey index ``(namespace, search_words)`` full-text search looks words up in.
 SEARCH_INDEX = "ix_namespace_search_words"
 
@@ -175,6 +178,19 @@ def memory_indexes(*, ttl_index: bool = True) -> list[IndexModel]:
         IndexModel([("namespace", 1), (SEARCH_WORDS, 1)], name=SEARCH_INDEX),
         IndexModel([("expires_at", 1)], **expires_options),
         IndexModel([("entry_id", 1)], name="ux_entry_id", unique=True),
+        # A user's conversation list (conversation/_listing_mongo.py): the heads
+        # (key "head") by archived flag and updated_at, as migration 0009 on SQL.
+        # Not partial, for SecantusDB's planner (see above).
+        IndexModel(
+            [
+                ("user_id", 1),
+                ("key", 1),
+                (f"content.{HEAD_ARCHIVED}", 1),
+                (f"content.{HEAD_UPDATED_AT}", 1),
+                ("entry_id", 1),
+            ],
+            name=CONVERSATION_LIST_INDEX,
+        ),
     ]
 
 
