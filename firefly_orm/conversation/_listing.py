@@ -25,7 +25,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -56,6 +56,7 @@ __all__ = [
     "ORDERS",
     "ConversationInfo",
     "ConversationPage",
+    "HeadReader",
     "ListRequest",
     "MetadataChange",
     "Order",
@@ -327,14 +328,24 @@ def change_metadata(
     return _info(namespace, content, fields["created_at"], fields["user_id"])
 
 
-def list_page(uow: UnitOfWork, request: ListRequest) -> ConversationPage:
-    """Transaction: one page of ``request.user_id``'s conversations."""
+#: Reads one page of heads itself (MongoDB: :mod:`~firefly_orm.conversation._listing_mongo`):
+#: ``reader(request, archived, limit)``.
+HeadReader = Callable[[ListRequest, bool, int], list[tuple[str, str, Any, datetime, str | None]]]
+
+
+def list_page(
+    uow: UnitOfWork, request: ListRequest, reader: HeadReader | None = None
+) -> ConversationPage:
+    """Transaction: one page of ``request.user_id``'s conversations (``reader``: the
+    store's own indexed read of the heads, else SQL's or the general path)."""
     want = request.limit + 1
     states = [request.archived] if request.archived is not None else [False, True]
     rows: list[tuple[Any, str, str, Any, datetime, str | None]] = []
     entries = uow.entries
     for archived in states:
-        if isinstance(entries, RunsStatements):
+        if reader is not None:
+            found = reader(request, archived, want)
+        elif isinstance(entries, RunsStatements):
             found = entries.run_statements(
                 partial(
                     list_heads,

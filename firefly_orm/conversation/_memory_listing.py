@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any, cast
 
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
 from firefly_orm.conversation._append import summarize
@@ -17,6 +18,7 @@ from firefly_orm.conversation._listing import (
     MAX_TITLE_LENGTH,
     ConversationInfo,
     ConversationPage,
+    HeadReader,
     ListRequest,
     MetadataChange,
     change_metadata,
@@ -30,7 +32,7 @@ from firefly_orm.conversation._owner import OwnedLayer
 from firefly_orm.conversation._rows import TURN_KEY_PREFIX, conversation_namespace, turn_from_entry
 from firefly_orm.conversation._usage import UsageRequest, UsageTotal, read_usage
 from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
-from firefly_orm.protocols import UnitOfWork
+from firefly_orm.protocols import RunsDatabaseCalls, UnitOfWork, declares
 
 __all__ = ["ConversationListing", "title_from_text"]
 
@@ -166,7 +168,23 @@ class ConversationListing(OwnedLayer):
             updated_after=updated_after,
             cursor=cursor,
         )
-        return (yield from Transaction.read(list_page, request))
+        return (yield from Transaction.read(list_page, request, self._head_reader(request)))
+
+    def _head_reader(self, request: ListRequest) -> HeadReader | None:
+        """MongoDB's indexed read of the heads when it serves ``request``, else ``None``."""
+        store = self._store
+        if not declares(store, RunsDatabaseCalls):
+            return None
+        from firefly_orm.conversation._listing_mongo import find_heads, serves
+
+        if not serves(request):
+            return None
+        runner = cast(RunsDatabaseCalls, store)
+
+        def read(request: ListRequest, archived: bool, limit: int) -> Any:
+            return runner.run_database_call(find_heads, request, archived, limit)
+
+        return read
 
     def _usage_totals(
         self,

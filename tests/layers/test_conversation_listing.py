@@ -203,3 +203,37 @@ def test_usage_totals_after_racing_appends(layer_backend: OpenedBackend) -> None
     info = mem.conversation_info(cid)
     assert info.turn_count == info.turns_added == 10
     assert mem.list_conversations("u1").items == [info]
+
+
+@pytest.mark.parametrize("layer_backend", backend_params(["mongo"]), indirect=True)
+def test_mongodb_pages_come_from_its_indexed_find(layer_backend: OpenedBackend) -> None:
+    """MongoDB's find over ``ix_user_key_archived_updated`` pages as the general path does."""
+    from firefly_orm.conversation._listing import ListRequest, list_page
+    from firefly_orm.uow import unit_of_work_for
+
+    mem = ConversationMemory(store=layer_backend.store)
+    ids = [mem.new_conversation(user_id="u1") for _ in range(7)]
+    for n, cid in enumerate(ids):
+        mem.add_turn(cid, f"q{n}", "a")
+        mem.update_conversation(cid, tags=["even"] if n % 2 == 0 else [], archived=n == 6)
+    for options in ({}, {"order": "updated_asc", "tags": ["even"]}, {"archived": None}):
+        cursor = None
+        while True:
+            request = ListRequest.build(
+                "u1",
+                order=str(options.get("order", "updated_desc")),
+                limit=2,
+                archived=options.get("archived", False),  # type: ignore[arg-type]
+                tags=options.get("tags"),
+                updated_after=None,
+                cursor=cursor,
+            )
+            reader = mem._head_reader(request)
+            assert reader is not None  # the indexed find serves it
+            with unit_of_work_for(layer_backend.store, read_only=True) as uow:
+                general = list_page(uow, request)
+                indexed = list_page(uow, request, reader)
+            assert indexed == general
+            if indexed.next_cursor is None:
+                break
+            cursor = indexed.next_cursor
