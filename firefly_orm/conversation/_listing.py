@@ -15,9 +15,11 @@ The list is a keyset page (no OFFSET): ordered by ``(updated_at, id)`` or
 SQLite and PostgreSQL it is one query over a partial index of the heads
 (migration 0009, :mod:`firefly_orm.conversation._listing_sql`), reading
 ``limit + 1`` index entries per page whatever the user's number of
-conversations (with ``tags``, the entries it skips too).  Other stores read
-the user's index rows and each head, then sort: linear in the user's
-conversations per page.
+conversations (with ``tags``, the entries it skips too); MongoDB by
+``updated_at`` is one ``find`` over its index
+(:mod:`~firefly_orm.conversation._listing_mongo`).  Other stores (and MongoDB
+by creation time) read the user's index rows and each head, then sort: linear
+in the user's conversations per page.
 """
 
 from __future__ import annotations
