@@ -57,10 +57,20 @@ def upgrade() -> None:
     schema = revision_schema()
     dialect = op.get_context().dialect.name
     archived, updated = EXPRESSIONS["postgresql" if dialect == "postgresql" else "sqlite"]
-    heads = {"postgresql_where": sa.text(HEADS), "sqlite_where": sa.text(HEADS)}
-    for name, order in ((UPDATED, sa.text(updated)), (CREATED, "created_at")):
-        columns = ["user_id", sa.text(archived), order, "entry_id"]
-        op.create_index(name, TABLE, columns, schema=schema, **heads)
+    orders: tuple[tuple[str, str | sa.TextClause], ...] = (
+        (UPDATED, sa.text(updated)),
+        (CREATED, "created_at"),
+    )
+    for name, order in orders:
+        columns: list[str | sa.TextClause] = ["user_id", sa.text(archived), order, "entry_id"]
+        op.create_index(
+            name,
+            TABLE,
+            columns,
+            schema=schema,
+            postgresql_where=sa.text(HEADS),
+            sqlite_where=sa.text(HEADS),
+        )
 
 
 def downgrade() -> None:
