@@ -228,7 +228,8 @@ def test_redaction_runs_before_encryption_and_is_recorded(sqlite_backend: Opened
     turn = next(e for e in store.load("conversation:c") if (e.key or "").startswith("turn:"))
     records = turn.metadata_[REDACTIONS_KEY]
     assert records and all(r["kind"] == "email" and r["count"] == 1 for r in records)
-    assert {r["field"] for r in records} == {"content"}
+    # The turn's search_text is redacted too (then not stored: the namespace is encrypted).
+    assert {r["field"] for r in records} == {"content", "search_text"}
     assert email not in json.dumps(records)
     (item,) = store.load("notes")
     assert {r["field"] for r in item.metadata_[REDACTIONS_KEY]} == {"content", "search_text"}

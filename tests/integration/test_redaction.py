@@ -222,11 +222,14 @@ def test_each_entry_records_what_was_redacted_never_the_value(
     rows = {entry.key: entry for entry in store.load("conversation:c1")}
     turn = next(entry for key, entry in rows.items() if (key or "").startswith("turn:"))
     marker = rows["idempotency:k1"]
-    for entry in (turn, marker):
+    # A turn's search_text (its prompt and answer, what conversation search reads) too.
+    for entry, fields in ((turn, {"content", "search_text"}), (marker, {"content"})):
         records = _records(entry)
         assert {r["kind"] for r in records} == {"email"}
-        assert all(r["field"] == "content" and r["count"] == 1 for r in records)
-        assert all(r["path"].startswith("$.") for r in records)
+        assert {r["field"] for r in records} == fields
+        assert all(r["count"] == 1 for r in records)
+        assert all(r["path"] == "$" for r in records if r["field"] == "search_text")
+        assert all(r["path"].startswith("$.") for r in records if r["field"] == "content")
 
     everything = [fact, item, file, turn, marker]
     dumped = json.dumps([_records(entry) for entry in everything])
