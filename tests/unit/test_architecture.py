@@ -59,7 +59,10 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
         ),
     ),
     # config builds stores and layers from settings, and manager.from_config is public API.
-    ("facade", frozenset({"manager", "assemble", "pydantic_ai", "config"})),
+    (
+        "facade",
+        frozenset({"manager", "manager_conversations", "assemble", "pydantic_ai", "config"}),
+    ),
     (
         "apps",
         frozenset(
