@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from firefly_orm._manager_conversations import ManagerConversations
 from firefly_orm.assemble import (
     AssembleRequest,
     ContextShares,
@@ -36,7 +37,6 @@ from firefly_orm.assemble import (
 )
 from firefly_orm.assemble import assemble_context as assemble_transaction
 from firefly_orm.bridges._steps import (
-    MemoryLayer,
     Operation,
     Transaction,
     async_method,
@@ -78,7 +78,7 @@ def _long_term_of(manager: MemoryManager) -> LongTermMemory:
     return manager.long_term
 
 
-class MemoryManager(MemoryLayer):
+class MemoryManager(ManagerConversations):
     """Conversation, working and long-term memory behind one object.
 
     Args:
