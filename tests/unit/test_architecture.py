@@ -61,7 +61,9 @@ FLOORS: tuple[tuple[str, frozenset[str]], ...] = (
     # config builds stores and layers from settings, and manager.from_config is public API.
     (
         "facade",
-        frozenset({"manager", "manager_conversations", "assemble", "pydantic_ai", "config"}),
+        frozenset(
+            {"manager", "manager_conversations", "assemble", "pydantic_ai", "config", "unified"}
+        ),
     ),
     (
         "apps",
