@@ -122,9 +122,7 @@ async def test_metadata_listing_and_usage(layer_backend: OpenedBackend, mode: st
     assert await call(mode, mem, "usage_totals", user_id="u2") == [total(100, 1)]
 
 
-@pytest.mark.parametrize(
-    ("layer_backend", "mode"), layer_mode_params(async_on=["memory"]), indirect=True
-)
+@pytest.mark.parametrize("layer_backend", backend_params(["memory", "sqlite"]), indirect=True)
 async def test_bad_input_and_ownership(layer_backend: OpenedBackend, mode: str) -> None:
     mem = ConversationMemory(store=layer_backend.store)
     cid = await call(mode, mem, "new_conversation", user_id="u1")
@@ -212,10 +210,10 @@ def test_mongodb_pages_come_from_its_indexed_find(layer_backend: OpenedBackend) 
     from firefly_orm.uow import unit_of_work_for
 
     mem = ConversationMemory(store=layer_backend.store)
-    ids = [mem.new_conversation(user_id="u1") for _ in range(7)]
+    ids = [mem.new_conversation(user_id="u1") for _ in range(5)]
     for n, cid in enumerate(ids):
         mem.add_turn(cid, f"q{n}", "a")
-        mem.update_conversation(cid, tags=["even"] if n % 2 == 0 else [], archived=n == 6)
+        mem.update_conversation(cid, tags=["even"] if n % 2 == 0 else [], archived=n == 4)
     for options in ({}, {"order": "updated_asc", "tags": ["even"]}, {"archived": None}):
         cursor = None
         while True:
