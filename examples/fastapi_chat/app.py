@@ -7,6 +7,14 @@ Routes:
 * ``GET /tickets/{id}``: the ticket, with its count of answered messages.
 * ``POST /tickets/{id}/messages`` ``{"text"}``: the chat route (below).
 * ``GET /tickets/{id}/messages``: the conversation, turn by turn, from memory.
+* ``GET /customers/{customer}/conversations``: the customer's chat list, newest
+  first, with titles (``MemoryManager.list_conversations``; a ticket's
+  conversation is titled with its subject); ``?cursor=`` pages on.
+* ``POST /conversations/{cid}/turns/{turn_id}/edit`` ``{"text"}``: edit an
+  earlier message and answer it on a branch: ``branch(cid, turn_id - 1)``
+  (the turns before it; a new conversation for turn 0), the agent run on
+  that history, ``add_turn`` on the branch; returns the branch's id.  The
+  original conversation is left as it was.
 
 The chat route, all async (the memory's ``async_*`` methods, the agent's
 ``run``; nothing blocks the event loop):
@@ -42,7 +50,13 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from examples.fastapi_chat import migrate
 from examples.fastapi_chat.assistant import TicketContext, build_agent, demo_model
 from examples.fastapi_chat.models import ReplyUsage, Ticket, utcnow
-from firefly_orm import EntryValidationError, MemoryManager, SQLAlchemyStore, StoreError
+from firefly_orm import (
+    ConversationNotFoundError,
+    EntryValidationError,
+    MemoryManager,
+    SQLAlchemyStore,
+    StoreError,
+)
 from firefly_orm import migrate as firefly_migrate
 from firefly_orm.sql import enable_sqlite_savepoints
 
@@ -52,6 +66,9 @@ __all__ = [
     "NewMessage",
     "NewTicket",
     "Reply",
+    "Branched",
+    "ChatList",
+    "ChatOut",
     "TicketOut",
     "TurnOut",
     "app_from_env",
@@ -117,6 +134,31 @@ class TurnOut(BaseModel):
     at: datetime
 
 
+class ChatOut(BaseModel):
+    """One conversation of a customer's chat list."""
+
+    conversation_id: str
+    title: str | None
+    turns: int
+    updated_at: datetime | None
+
+
+class ChatList(BaseModel):
+    """A page of a customer's chat list (``next_cursor``: ``None`` on the last page)."""
+
+    items: list[ChatOut]
+    next_cursor: str | None
+
+
+class Branched(BaseModel):
+    """The answer to an edited message, on the branch it started."""
+
+    conversation_id: str
+    parent_id: str
+    turn_id: int
+    reply: str
+
+
 # --------------------------------------------------------------------------- the service
 
 
@@ -162,7 +204,9 @@ class HelpDesk:
         """Create the ticket and its conversation in one transaction."""
         async with self.session() as session:
             try:
-                conversation_id = await self.memory(new.customer, session).async_new_conversation()
+                memory = self.memory(new.customer, session)
+                conversation_id = await memory.async_new_conversation()
+                await memory.async_update_conversation(conversation_id, title=new.subject)
                 ticket = Ticket(
                     customer=new.customer, subject=new.subject, conversation_id=conversation_id
                 )
@@ -212,6 +256,63 @@ class HelpDesk:
                 logger.warning("the reply on ticket %s was not saved: %s", ticket_id, exc)
                 raise HTTPException(503, NOT_SAVED) from exc
         return Reply(ticket_id=ticket_id, turn_id=turn.turn_id, reply=result.output, turns=turns)
+
+    async def chats(self, customer: str, cursor: str | None) -> ChatList:
+        """A page of the customer's conversations, most recently updated first."""
+        try:
+            page = await self.memory(customer).async_list_conversations(limit=20, cursor=cursor)
+        except EntryValidationError as exc:  # a bad customer id or cursor
+            raise HTTPException(422, str(exc)) from exc
+        return ChatList(
+            items=[
+                ChatOut(
+                    conversation_id=info.conversation_id,
+                    title=info.title,
+                    turns=info.turn_count,
+                    updated_at=info.updated_at,
+                )
+                for info in page.items
+            ],
+            next_cursor=page.next_cursor,
+        )
+
+    async def edit(self, conversation_id: str, turn_id: int, text: str) -> Branched:
+        """Edit-and-branch (see the module docstring); nothing is stored if the agent fails."""
+        missing = HTTPException(404, f"no turn {turn_id} in conversation {conversation_id}")
+        try:
+            customer = await MemoryManager(store=self.store).async_owner_of(conversation_id)
+        except EntryValidationError as exc:
+            raise HTTPException(422, str(exc)) from exc
+        except ConversationNotFoundError as exc:
+            raise missing from exc
+        if customer is None:  # the app's conversations all belong to a customer
+            raise missing
+        memory = self.memory(customer)
+        turns = await memory.conversation.async_get_turns(conversation_id)
+        if turn_id not in [t.turn_id for t in turns]:
+            raise missing
+        info = await memory.async_conversation_info(conversation_id)
+        if turn_id == 0:  # nothing before it to share: a new conversation
+            branch = await memory.async_new_conversation()
+        else:
+            branch = await memory.async_branch(conversation_id, turn_id - 1)
+        title = f"{info.title or 'Chat'} (edited)"
+        await memory.async_update_conversation(branch, title=title)
+        history = await memory.async_get_context(branch)
+        deps = TicketContext(0, customer, title)
+        try:
+            result = await self.agent.run(text, message_history=history, deps=deps)
+        except AgentRunError as exc:
+            await memory.async_clear_conversation(branch)  # the branch goes with the run
+            logger.warning("the agent failed on an edit of %s: %s", conversation_id, exc)
+            raise HTTPException(502, "the assistant is unavailable; nothing was stored") from exc
+        turn = await memory.async_add_turn(branch, text, result.output, result.new_messages())
+        return Branched(
+            conversation_id=branch,
+            parent_id=conversation_id,
+            turn_id=turn.turn_id,
+            reply=result.output,
+        )
 
     async def history(self, ticket_id: int) -> list[TurnOut]:
         """The ticket's stored turns, oldest first."""
@@ -266,6 +367,20 @@ async def post_message(ticket_id: int, body: NewMessage, desk: Desk) -> Reply:
 async def get_messages(ticket_id: int, desk: Desk) -> list[TurnOut]:
     """The ticket's conversation, from memory."""
     return await desk.history(ticket_id)
+
+
+@router.get("/customers/{customer}/conversations")
+async def list_chats(customer: str, desk: Desk, cursor: str | None = None) -> ChatList:
+    """The customer's chat list with titles, newest first (keyset pages)."""
+    return await desk.chats(customer, cursor)
+
+
+@router.post("/conversations/{conversation_id}/turns/{turn_id}/edit")
+async def edit_message(
+    conversation_id: str, turn_id: int, body: NewMessage, desk: Desk
+) -> Branched:
+    """Edit an earlier message: answer the edit on a branch, return the branch's id."""
+    return await desk.edit(conversation_id, turn_id, body.text)
 
 
 # --------------------------------------------------------------------------- the app

@@ -591,3 +591,45 @@ def test_the_demo_runs_on_its_default_sqlite_file(tmp_path: Path) -> None:
     assert "continuing ticket #1" in again
     assert "I remember 3 earlier message(s)" in again
     assert "(4 turns, from memory)" in again
+
+
+def test_chat_list_and_edit_and_branch(migrated: Db) -> None:
+    """The chat list shows each ticket's conversation titled with its subject; editing
+    turn 1 answers the edit on a branch that holds turn 0 and the edit (the agent got
+    exactly that history), lists it, and leaves the original as it was."""
+    recorder = Recorder()
+    with serve(migrated.url, recorder.model()) as client:
+        ticket = open_ticket(client, subject="Printer offline")
+        open_ticket(client, subject="Billing")
+        for text in ("one", "two", "three"):
+            say(client, ticket["id"], text)
+        cid = ticket["conversation_id"]
+        listed = client.get(f"/customers/{CUSTOMER}/conversations").json()
+        edited = client.post(f"/conversations/{cid}/turns/1/edit", json={"text": "TWO"})
+        from_scratch = client.post(f"/conversations/{cid}/turns/0/edit", json={"text": "ONE"})
+        after = client.get(f"/customers/{CUSTOMER}/conversations").json()
+        missing = [
+            client.post(f"/conversations/{cid}/turns/7/edit", json={"text": "x"}),
+            client.post("/conversations/nope/turns/1/edit", json={"text": "x"}),
+        ]
+        history = client.get(f"/tickets/{ticket['id']}/messages").json()
+    assert [(c["title"], c["turns"]) for c in listed["items"]] == [
+        ("Printer offline", 3),
+        ("Billing", 0),
+    ]
+    assert listed["next_cursor"] is None
+    assert edited.status_code == 200, edited.json()
+    branch = edited.json()
+    assert branch["parent_id"] == cid and branch["turn_id"] == 1
+    assert user_prompts(recorder.calls[3]) == ["one", "TWO"]  # the run on the branch
+    assert user_prompts(recorder.calls[4]) == ["ONE"]  # turn 0: a new conversation
+    titles = {c["conversation_id"]: (c["title"], c["turns"]) for c in after["items"]}
+    assert titles[branch["conversation_id"]] == ("Printer offline (edited)", 2)
+    assert titles[from_scratch.json()["conversation_id"]] == ("Printer offline (edited)", 1)
+    assert [r.status_code for r in missing] == [404, 404]
+    assert [t["user"] for t in history] == ["one", "two", "three"]  # the original is as it was
+    mgr, store = memory(migrated)
+    try:
+        assert [link.conversation_id for link in mgr.branches(cid)] == [branch["conversation_id"]]
+    finally:
+        store.close()
