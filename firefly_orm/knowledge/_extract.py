@@ -112,6 +112,11 @@ class KnowledgeExtractor(MemoryLayer):
             model, output_type=Extraction, instructions=instructions
         )
 
+    @property
+    def graph(self) -> KnowledgeGraph:
+        """The graph the extracted facts go to."""
+        return self._graph
+
     async def _ask(self, text: str) -> Extraction:
         result = await self._agent.run(text)
         return result.output
