@@ -356,9 +356,10 @@ def test_export_import_and_copy_over_a_branch() -> None:
 
 @pytest.mark.parametrize("layer_backend", backend_params(["memory", "sqlite"]), indirect=True)
 def test_evicted_copies_are_counted_once(layer_backend: OpenedBackend) -> None:
-    """Copied turns a branch evicts into its archive (``keep_evicted=True``) keep their
-    ``copy_of`` mark, so usage totals count them in the source conversation only (the
-    general path on the memory store, the SQL aggregate on SQLite)."""
+    """Copied turns a branch evicts into its archive (``keep_evicted=True``), or that
+    ``update_turn`` edits, keep their ``copy_of`` mark, so usage totals count them in the
+    source conversation only (the general path on the memory store, the SQL aggregate
+    on SQLite)."""
 
     def usage(n: int) -> dict[str, Any]:
         return {"usage": {"requests": 1, "input_tokens": n, "total_tokens": n}}
@@ -378,3 +379,7 @@ def test_evicted_copies_are_counted_once(layer_backend: OpenedBackend) -> None:
     assert (mine.turns, mine.input_tokens) == (3, 300)
     [everything] = mem.usage_totals(user_id="u")
     assert (everything.turns, everything.input_tokens) == (6, 303)
+    # An edited copy, live or archived, stays counted in its source only.
+    mem.update_turn(branch, 0, assistant_response="edited in the archive")
+    mem.update_turn(mem.branch("c", 0), 0, assistant_response="edited")
+    assert mem.usage_totals(user_id="u") == [everything]
