@@ -21,6 +21,7 @@ from firefly_orm.conversation._rows import (
     HEAD_KEY,
     archive_namespace,
     conversation_namespace,
+    copied_from,
     head_entry,
     head_from_entry,
     stored_raw,
@@ -108,7 +109,8 @@ def edit_turn(
             "updated_at": utcnow(),
         }
     )
-    saved = turn_entry(namespace, new, encoded, per_message, user_id=row.user_id)
+    copy_of = copied_from(row)  # an edited copy stays counted in its source only
+    saved = turn_entry(namespace, new, encoded, per_message, user_id=row.user_id, copy_of=copy_of)
     uow.entries.save(namespace, saved)
     if edit.vector is not None and namespace == live and saved.search_text == edit.vector_text:
         save_turn_vector(uow, conversation_id, turn_id, edit.vector)
