@@ -39,8 +39,18 @@ from the namespace, owner and key, so a put is one upsert.
   relevance, ``score`` set.  Without ``query``: the newest updates first,
   ``score`` ``None``.  ``filter`` (equality, nested objects, dotted keys, ``$eq``,
   ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``), then ``offset`` and ``limit``, are
-  applied in this process to the matches.  No vector search: an ``index``
-  configuration with an embedder is not taken (see the guide).
+  applied in this process to the matches.
+* **Search by meaning** (``index=``, LangGraph's ``IndexConfig``; see
+  :mod:`firefly_orm.integrations._langgraph_index` for the embedders taken):
+  the texts of a batch's puts are embedded in one call before its unit of
+  work opens; each vector is stored with its item in that unit of work
+  (our vector layer, :class:`~firefly_orm.protocols.VectorRepository`) and
+  deleted with it (a put with ``index=False`` over an embedded item drops the
+  old vector).  A search with ``query`` embeds it (before the read) and ranks
+  by cosine similarity (``query_mode="semantic"``, the ``score``) or fuses
+  that ranking with the full-text one by reciprocal rank (``"hybrid"``);
+  ``filter``, ``offset`` and ``limit`` then apply as above.  Items without a
+  vector are found by a query only in hybrid mode.
 * **TTL** (``supports_ttl``): a put's ``ttl`` (minutes; ``ttl=`` config's
   ``default_ttl``) sets the entry's ``expires_at``; expired items are never
   read (``omit_expired`` always holds) and the store's own ``cleanup_expired``
@@ -65,6 +75,7 @@ from typing import Any
 from langgraph.store.base import (
     BaseStore,
     GetOp,
+    IndexConfig,
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
@@ -92,8 +103,11 @@ from firefly_orm.entry import (
     validate_user_id,
 )
 from firefly_orm.errors import ConcurrencyError, EntryValidationError
+from firefly_orm.integrations._langgraph_index import QueryMode, SearchIndex, search_index
+from firefly_orm.long_term._embedding import vector_repository
 from firefly_orm.protocols import UnitOfWork
 from firefly_orm.store import MemoryStore
+from firefly_orm.vector._spec import EmbeddingSpec, fuse_by
 
 __all__ = ["DEFAULT_NAMESPACE", "FireflyStore"]
 
@@ -127,10 +141,24 @@ class FireflyStore(BaseStore):
             ``cleanup_expired``); ``omit_expired`` always holds.
         language: The PostgreSQL text-search configuration of the items' text
             and of queries (default ``"simple"``).
+        index: LangGraph's ``IndexConfig`` for search by meaning: ``dims``,
+            ``embed`` (a LangChain ``Embeddings``, a sync or async function of a
+            list of texts, a ``"provider:model"`` string as LangGraph reads it,
+            or a pydantic-ai ``Embedder`` / ``EmbeddingModel``) and ``fields``
+            (as ``index_fields``; give one of the two).  The store must keep
+            vectors (``SQLiteStore`` / ``PostgreSQLStore`` with ``vectors=True``,
+            ``InMemoryStore``, ``FileStore``, ``MongoDBStore``).
+        query_mode: With ``index``, how a search with ``query`` ranks:
+            ``"semantic"`` (default, as LangGraph's stores: cosine similarity,
+            the ``score``) or ``"hybrid"`` (the vector and the full-text
+            rankings fused by reciprocal rank, the fused score; an item without
+            a vector is still found by its words).
 
     Raises:
-        EntryValidationError: A bad ``namespace``, ``user_id``, ``language`` or ``ttl``.
-        TypeError: ``store`` is a LangGraph store, or ``index_fields`` is not a list of strings.
+        EntryValidationError: A bad ``namespace``, ``user_id``, ``language``,
+            ``ttl``, ``index`` or ``query_mode``.
+        TypeError: ``store`` is a LangGraph store, ``index_fields`` is not a list
+            of strings, or both ``index_fields`` and ``index["fields"]`` are given.
     """
 
     supports_ttl: bool = True
@@ -144,12 +172,19 @@ class FireflyStore(BaseStore):
         index_fields: Sequence[str] | None = None,
         ttl: TTLConfig | None = None,
         language: str | None = None,
+        index: IndexConfig | Mapping[str, Any] | None = None,
+        query_mode: QueryMode = "semantic",
     ) -> None:
         if isinstance(store, BaseStore):
             raise TypeError("store must be a firefly_orm store, not a LangGraph store")
         self._store = store
         self._namespace = _own_namespace(namespace)
         self._user_id = None if user_id is None else validate_user_id(user_id)
+        self._index: SearchIndex | None = search_index(index, query_mode)
+        if self._index is not None and self._index.fields is not None:
+            if index_fields is not None:
+                raise TypeError("give index_fields or index['fields'], not both")
+            index_fields = self._index.fields
         self._fields = _check_fields(["$"] if index_fields is None else index_fields)
         self._language = None if language is None else validate_search_language(language)
         self.ttl_config = _check_ttl(ttl)
@@ -191,7 +226,10 @@ class FireflyStore(BaseStore):
 
     # ------------------------------------------------------------------ the operation
     def _batch(self, ops: list[Op]) -> Operation[list[Result]]:
-        plan = _Batch(self, [self._checked(op) for op in ops], utcnow())
+        checked = [self._checked(op) for op in ops]
+        plan = _Batch(self, checked, utcnow())
+        if self._index is not None:  # embedded before any unit of work opens
+            yield from self._embed(plan, self._index)
         if any(isinstance(op, PutOp) for op in ops):
             return (yield from Transaction.write(plan.run, refresh=True))
         results = yield from Transaction.read(plan.run, refresh=False)
@@ -227,6 +265,21 @@ class FireflyStore(BaseStore):
         if isinstance(op, SearchOp) and op.filter is not None and not isinstance(op.filter, dict):
             raise TypeError("a search filter must be a dict")
         return op
+
+    def _embed(self, plan: _Batch, index: SearchIndex) -> Operation[None]:
+        """Embed the texts of the batch's puts (one call) and its queries into ``plan``."""
+        texts: dict[int, str] = {}
+        for position, op in enumerate(plan.ops):
+            if isinstance(op, PutOp) and op.value is not None and op.index is not False:
+                text = _text(op.value, self._fields if op.index is None else op.index)
+                if text:
+                    texts[position] = text
+        if texts:
+            spec, vectors = yield from index.documents(list(texts.values()))
+            plan.vectors = {p: (spec, v) for p, v in zip(texts, vectors, strict=True)}
+        for op in plan.ops:
+            if isinstance(op, SearchOp) and op.query and op.query not in plan.queries:
+                plan.queries[op.query] = yield from index.query(op.query)
 
     def _entry_id(self, key: str) -> str:
         return derived_entry_id(self._namespace, f"{self._user_id or ''}\x00{key}")
@@ -272,9 +325,13 @@ class _Batch:
     ops: list[Op]
     now: datetime
     to_refresh: dict[str, MemoryEntry] = field(default_factory=dict)
+    #: The vector of each put (by position in ``ops``) that has one.
+    vectors: dict[int, tuple[EmbeddingSpec, tuple[float, ...]]] = field(default_factory=dict)
+    #: The vector of each search query.
+    queries: dict[str, tuple[EmbeddingSpec, tuple[float, ...]]] = field(default_factory=dict)
 
     def run(self, uow: UnitOfWork, *, refresh: bool) -> list[Result]:
-        results = [self._one(uow, op) for op in self.ops]
+        results = [self._one(uow, position, op) for position, op in enumerate(self.ops)]
         if refresh and self.to_refresh:
             self.refresh(uow)
         return results
@@ -290,11 +347,11 @@ class _Batch:
             current.expires_at = self.now + timedelta(minutes=float(minutes))
             uow.entries.save(namespace, current, expected_version=current.version)
 
-    def _one(self, uow: UnitOfWork, op: Op) -> Result:
+    def _one(self, uow: UnitOfWork, position: int, op: Op) -> Result:
         if isinstance(op, GetOp):
             return self._get(uow, op)
         if isinstance(op, PutOp):
-            self._put(uow, op)
+            self._put(uow, op, self.vectors.get(position))
             return None
         if isinstance(op, SearchOp):
             return self._search(uow, op)
@@ -312,21 +369,33 @@ class _Batch:
         self._seen(entry, op.refresh_ttl)
         return _item(entry)
 
-    def _put(self, uow: UnitOfWork, op: PutOp) -> None:
+    def _put(
+        self,
+        uow: UnitOfWork,
+        op: PutOp,
+        vector: tuple[EmbeddingSpec, tuple[float, ...]] | None,
+    ) -> None:
         namespace = self.owner.namespace
         entry_id = self.owner._entry_id(entry_key(op.namespace, op.key))
         old = uow.entries.get(namespace, entry_id)
         self.to_refresh.pop(entry_id, None)  # a put sets its own expiry
         if op.value is None:
             if old is not None:
-                uow.entries.delete(namespace, entry_id)
+                uow.entries.delete(namespace, entry_id)  # its vector with it
             return
+        if old is not None and vector is None and self.owner._index is not None:
+            uow.entries.delete(namespace, entry_id)  # no stale vector of the old value
         uow.entries.save(namespace, self.owner._entry(op, op.value, old, self.now))
+        if vector is not None:
+            vector_repository(uow).save_vectors(namespace, vector[0], {entry_id: vector[1]})
 
     def _search(self, uow: UnitOfWork, op: SearchOp) -> list[SearchItem]:
         namespace, prefix = self.owner.namespace, prefix_key(op.namespace_prefix)
         scored: list[tuple[MemoryEntry, float | None]]
-        if op.query:
+        meaning = self.queries.get(op.query) if op.query else None
+        if op.query and meaning is not None:
+            scored = self._by_meaning(uow, op.query, prefix, meaning)
+        elif op.query:
             hits = uow.entries.search(
                 namespace,
                 op.query,
@@ -349,6 +418,38 @@ class _Batch:
         for entry, _ in page:
             self._seen(entry, op.refresh_ttl)
         return [_search_item(entry, score) for entry, score in page]
+
+    def _by_words(self, uow: UnitOfWork, query: str, prefix: str) -> list[MemoryEntry]:
+        hits = uow.entries.search(
+            self.owner.namespace,
+            query,
+            limit=None,
+            key_prefix=prefix,
+            user_id=self.owner.user_id,
+            language=self.owner._language,
+        )
+        return [hit.entry for hit in hits]
+
+    def _by_meaning(
+        self,
+        uow: UnitOfWork,
+        query: str,
+        prefix: str,
+        meaning: tuple[EmbeddingSpec, tuple[float, ...]],
+    ) -> list[tuple[MemoryEntry, float | None]]:
+        """The items under ``prefix`` nearest the query (hybrid: fused with its words)."""
+        spec, vector = meaning
+        hits = vector_repository(uow).vector_search(
+            self.owner.namespace, vector, spec, limit=None, user_id=self.owner.user_id
+        )
+        near = [(h.entry, h.score) for h in hits if (h.entry.key or "").startswith(prefix)]
+        if self.owner._index is None or self.owner._index.mode == "semantic":
+            return [(entry, score) for entry, score in near]
+        fused = fuse_by(
+            [[entry for entry, _ in near], self._by_words(uow, query, prefix)],
+            key=lambda entry: entry.entry_id,
+        )
+        return [(entry, score) for entry, score in fused]
 
     def _list_namespaces(self, uow: UnitOfWork, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conditions = op.match_conditions or ()

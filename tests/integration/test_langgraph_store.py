@@ -7,9 +7,9 @@ behaviours its store tests check, for every store that has them
 (``libs/checkpoint-sqlite/tests/test_store.py``, ``test_async_store.py`` and
 ``libs/checkpoint-postgres/tests/test_store.py``), each naming the tests it
 ports, and add what our layers give (one unit of work per batch, full-text
-search, owners, TTL on our expiry).  Written here, not copied.  Not ported: the
-vector tests (``index=`` with an embedder; the adapter searches text only) and
-the tests of those stores' own SQL and migrations.
+search, owners, TTL on our expiry).  Written here, not copied.  The vector
+tests (``index=`` with an embedder) are ported in ``test_langgraph_store_index.py``.
+Not ported: the tests of those stores' own SQL and migrations.
 """
 
 from __future__ import annotations
