@@ -123,6 +123,7 @@ from firefly_orm.bridges._release import SessionHold, released_before_callouts
 from firefly_orm.bridges._steps import CallOut, Operation
 from firefly_orm.conversation._model import ConversationTurn, check_int
 from firefly_orm.entry import validate_user_id
+from firefly_orm.knowledge import KnowledgeGraph
 from firefly_orm.long_term import LongTermMemory
 from firefly_orm.manager import MemoryManager
 from firefly_orm.pydantic_ai._context import ContextOptions, load_context
@@ -150,6 +151,7 @@ from firefly_orm.pydantic_ai._run import (
     current_conversation,
     prepare,
     release_capabilities,
+    with_graph_tools,
 )
 from firefly_orm.summarization import using_agent_model
 
@@ -208,6 +210,9 @@ class MemoryAgent(Generic[DepsT, OutputT]):
             type of your own that carries memory).  Without it, an agent whose
             ``deps_type`` is :class:`MemoryDeps` (or a subclass) gets one, any
             other agent ``None``.
+        graph: A :class:`~firefly_orm.knowledge.KnowledgeGraph`: each run gets its
+            ``facts_about`` / ``related`` tools over the run's user's graph (a run
+            for no user is refused).
 
     Raises:
         TypeError: ``agent`` is not a pydantic-ai agent or ``memory`` not a
@@ -240,6 +245,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         min_importance: float = 0.0,
         shares: ContextShares | None = None,
         deps_factory: Callable[[MemoryDeps], DepsT] | None = None,
+        graph: KnowledgeGraph | None = None,
     ) -> None:
         if not isinstance(agent, AbstractAgent):
             raise TypeError(f"agent must be a pydantic-ai agent, got {type(agent).__name__}")
@@ -265,6 +271,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
             shares=shares,
         )
         self._deps_factory = deps_factory
+        self._graph = graph
 
     # ------------------------------------------------------------------ properties
     @property
@@ -484,6 +491,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
     ) -> tuple[Prepared, RunHold]:
         """Check a run's arguments and decide its memory (no I/O), with its session's hold."""
         memory = self.memory_for(user_id)
+        agent_kwargs = with_graph_tools(self._graph, memory, agent_kwargs)
         prepared = prepare(
             memory, user_prompt, conversation_id, new_conversation, deps, agent_kwargs
         )

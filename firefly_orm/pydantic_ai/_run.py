@@ -35,6 +35,7 @@ from firefly_orm.bridges._release import _Release as Release
 from firefly_orm.bridges._steps import Operation
 from firefly_orm.conversation._model import check_conversation_id
 from firefly_orm.errors import EntryValidationError
+from firefly_orm.knowledge import KnowledgeGraph, knowledge_toolset
 from firefly_orm.manager import MemoryManager
 from firefly_orm.pydantic_ai._result import MemoryDeps, prompt_text
 
@@ -206,3 +207,20 @@ def with_capabilities(agent_kwargs: Mapping[str, Any], added: list[Any]) -> dict
     if added:
         kwargs["capabilities"] = [*(kwargs.get("capabilities") or ()), *added]
     return kwargs
+
+
+def with_graph_tools(
+    graph: KnowledgeGraph | None, memory: MemoryManager, agent_kwargs: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """``agent_kwargs`` with ``graph``'s ``facts_about`` / ``related`` tools for the run's user
+    (:func:`~firefly_orm.knowledge.knowledge_toolset`) after the caller's own ``toolsets``.
+
+    Raises:
+        EntryValidationError: A graph and a run for no user (the tools are per user).
+    """
+    if graph is None:
+        return agent_kwargs
+    if memory.user_id is None:
+        raise EntryValidationError("user_id", "an agent with a graph runs for one user")
+    toolset = knowledge_toolset(graph, user_id=memory.user_id)
+    return {**agent_kwargs, "toolsets": [*(agent_kwargs.get("toolsets") or ()), toolset]}

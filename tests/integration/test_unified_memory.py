@@ -7,16 +7,26 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from knowledge_stores import SQL_KINDS, open_sql_store
-from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart, UserPromptPart
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.knowledge import KnowledgeExtractor, KnowledgeGraph
 from firefly_orm.manager import MemoryManager
 from firefly_orm.protocols import MemoryStore
+from firefly_orm.pydantic_ai import MemoryAgent
 from firefly_orm.sql import SQLiteStore
 from firefly_orm.unified import UnifiedMemory
 
@@ -121,3 +131,36 @@ def test_deferred_extraction_and_bad_wiring(tmp_path: Path) -> None:
     with pytest.raises(EntryValidationError):
         memory.recall("Berlin", tiers=["nowhere"])  # type: ignore[list-item]
     graph_store.close()
+
+
+def test_memory_agent_with_a_graph_gets_its_tools(tmp_path: Path) -> None:
+    """MemoryAgent(graph=...): each run has facts_about / related over its user's graph; a run
+    for no user is refused; without a graph the agent has no such tools (SQLite)."""
+    store = SQLiteStore(tmp_path / "agent.db")
+    store.initialize()
+    graph = KnowledgeGraph(store)
+    graph.add_fact("ann", "user", "lives_in", "Munich", evidence="t1")
+    graph.add_fact("bob", "user", "lives_in", "Paris", evidence="t2")
+    tools: list[list[str]] = []
+    answers: list[Any] = []
+
+    def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        tools.append(sorted(t.name for t in info.function_tools))
+        returns = [p for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+        if "facts_about" in tools[-1] and not returns:
+            return ModelResponse(parts=[ToolCallPart("facts_about", {"entity": "user"})])
+        answers.extend(r.content for r in returns)
+        return ModelResponse(parts=[TextPart("done")])
+
+    model = FunctionModel(answer)
+    agent = MemoryAgent(Agent(model), memory=MemoryManager(store=store), graph=graph)
+    assert agent.run_sync("Where do I live?", user_id="ann").output == "done"
+    assert tools[0] == ["facts_about", "related"]
+    ((fact,),) = answers
+    assert isinstance(fact, dict) and (fact["object"], fact["evidence"]) == ("Munich", ["t1"])
+    with pytest.raises(EntryValidationError):
+        agent.run_sync("Where do I live?")
+    tools.clear()
+    MemoryAgent(Agent(model), memory=MemoryManager(store=store)).run_sync("hi", user_id="ann")
+    assert tools == [[]]
+    store.close()
