@@ -19,8 +19,11 @@ and ``language`` the text-search configuration the items are indexed with
 (``null``: ``simple``).  ``export`` writes the lowest version that holds what
 it exports (version 1 when there is no ``long_term`` section, 3 only with graphs), so files
 without long-term items stay readable by earlier releases; ``import`` reads
-both.  Reading checks the whole document's shape before anything is imported;
-the items themselves are checked by
+both.  A conversation object's optional ``title``, ``tags`` and ``archived``
+(written only when set) need no new version: the bundle's version names its
+sections, and a lone conversation or a list has none.  Reading checks the
+whole document's shape before anything is imported; the items themselves are
+checked by
 :meth:`LongTermMemory.import_items <firefly_orm.long_term.LongTermMemory.import_items>`.
 """
 
@@ -57,8 +60,13 @@ LONG_TERM_FORMAT_VERSION = 2
 #: The first version with a ``knowledge`` section (users' knowledge graphs).
 KNOWLEDGE_FORMAT_VERSION = 3
 
-#: Keys of one exported conversation (what ``export_conversation`` writes).
-CONVERSATION_KEYS = frozenset({"conversation_id", "turns", "summary", "total_tokens"})
+#: Keys of one exported conversation (what ``export_conversation`` writes): ``branch_of``
+#: (a branch's parent, not restored), ``title``, ``tags`` and ``archived`` (the listing
+#: fields, written only when set) are optional additions in every format version.
+CONVERSATION_KEYS = frozenset(
+    {"conversation_id", "turns", "summary", "total_tokens", "branch_of"}
+    | {"title", "tags", "archived"}
+)
 #: Keys of an export bundle, per format version.
 _BUNDLE_KEYS_BY_VERSION = {
     1: frozenset({"format_version", "conversations"}),

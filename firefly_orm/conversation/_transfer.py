@@ -2,12 +2,17 @@
 
 Shape: ``{"conversation_id", "turns": [{"turn_id", "user_prompt",
 "assistant_response", "token_estimate", "metadata", "timestamp"
-[, "raw_messages"]}, ...], "summary", "total_tokens"[, "branch_of"]}``;
+[, "raw_messages"]}, ...], "summary", "total_tokens"[, "branch_of"]
+[, "title"][, "tags"][, "archived"]}``;
 ``raw_messages`` holds the portable JSON form of
 :mod:`firefly_orm.conversation._codec`.  A branch's export names its parent
 (``"branch_of": {"conversation_id", "at_turn", "created_at"}``); an import
 makes a standalone conversation (the parent's id means nothing in another
-store), so the link is not restored.  Like the archive of evicted turns, the
+store), so the link is not restored.  ``title``, ``tags`` and ``archived``
+(the head's listing fields) are written only when set (a title, a tag, archived),
+so an export of a conversation without them reads as before; an import restores
+those it carries and keeps the conversation's own for those it lacks (as it does
+the summary).  Like the archive of evicted turns, the
 turns a rewind dropped are not exported, and an import replaces them too.
 
 An import that writes at least :data:`ANALYZE_AFTER_ROWS` turns asks the
@@ -32,6 +37,13 @@ from firefly_orm.bridges._steps import Operation, Transaction, retrying
 from firefly_orm.conversation._append import save_head
 from firefly_orm.conversation._branch import read_parent
 from firefly_orm.conversation._codec import check_encoded, encode_raw_messages
+from firefly_orm.conversation._listing import (
+    MetadataChange,
+    change_metadata,
+    check_tags,
+    check_title,
+    read_info,
+)
 from firefly_orm.conversation._model import (
     ConversationTurn,
     check_conversation_id,
@@ -77,8 +89,9 @@ logger = logging.getLogger("firefly_orm")
 #: with more is imported batch by batch (:func:`import_in_batches`).
 IMPORT_BATCH_TURNS = 500
 
-#: One validated conversation to import: its id, its turns and its summary.
-ParsedImport: TypeAlias = tuple[str, list[EncodedTurn], str | None]
+#: One validated conversation to import: its id, its turns, its summary and its
+#: listing fields (title, tags, archived; ``None``: the import carries none).
+ParsedImport: TypeAlias = tuple[str, list[EncodedTurn], str | None, MetadataChange | None]
 
 
 def read_export(uow: UnitOfWork, conversation_id: str) -> dict[str, Any]:
@@ -116,19 +129,30 @@ def read_export(uow: UnitOfWork, conversation_id: str) -> dict[str, Any]:
             "at_turn": parent.at_turn,
             "created_at": parent.created_at.isoformat(),
         }
+    info = read_info(uow, conversation_id)
+    if info is not None:  # listing fields, only when set (older readers know none)
+        if info.title is not None:
+            exported["title"] = info.title
+        if info.tags:
+            exported["tags"] = list(info.tags)
+        if info.archived:
+            exported["archived"] = True
     return exported
 
 
 def parse_import(
     data: Any, conversation_id: Any, estimate: Callable[[str, str], int]
-) -> tuple[str, list[EncodedTurn], str | None]:
-    """Validate an export dict: the conversation id, its turns and its summary.
+) -> ParsedImport:
+    """Validate an export dict: the conversation id, its turns, its summary and listing fields.
 
     The id is ``conversation_id`` if given, else ``data["conversation_id"]``,
     else a new one.  Missing turn fields default; ``turn_id`` defaults to the
     position, and ids that are not strictly increasing non-negative integers
     are renumbered 0, 1, ... (a warning is logged).  A ``token_estimate <= 0``
     is re-estimated with ``estimate(user_prompt, assistant_response)``.
+    ``title`` (a string or ``None``), ``tags`` (a list of strings) and
+    ``archived`` (a bool), each optional, are checked as ``update_conversation``
+    checks them.
     """
     if not isinstance(data, Mapping):
         raise EntryValidationError("data", f"must be a dict, got {type(data).__name__}")
@@ -156,7 +180,29 @@ def parse_import(
             EncodedTurn(t.turn.model_copy(update={"turn_id": n}), t.encoded_raw)
             for n, t in enumerate(turns)
         ]
-    return cid, turns, summary
+    return cid, turns, summary, _parse_listing(data)
+
+
+def _parse_listing(data: Mapping[str, Any]) -> MetadataChange | None:
+    """The title, tags and archived flag an export carries (``None``: none of them)."""
+    title = data.get("title")
+    tags = data.get("tags")
+    archived = data.get("archived")
+    if archived is not None and not isinstance(archived, bool):
+        raise EntryValidationError("archived", "must be a bool")
+    if title is None and tags is None and archived is None:
+        return None
+    return MetadataChange(
+        title=None if title is None else check_title(title),
+        tags=None if tags is None else check_tags(tags),
+        archived=archived,
+    )
+
+
+def _restore_listing(uow: UnitOfWork, conversation_id: str, listing: MetadataChange | None) -> None:
+    """Transaction: set the listing fields an import carries on the head just written."""
+    if listing is not None:
+        change_metadata(uow, conversation_id, listing)
 
 
 def parse_imports(
@@ -187,7 +233,7 @@ def parse_imports(
         where = f"conversations[{position}]"
         what = f"conversation {label!r}" if isinstance(label, str) else "conversation"
         try:
-            cid, turns, summary = parse_import(item, conversation_id, estimate)
+            cid, turns, summary, listing = parse_import(item, conversation_id, estimate)
         except RecursionError:
             raise EntryValidationError(where, f"{what}: nested too deeply") from None
         except (EntryValidationError, TypeError, ValueError) as exc:
@@ -197,7 +243,7 @@ def parse_imports(
                 where, f"{what}: same conversation id as conversations[{seen[cid]}]"
             )
         seen[cid] = position
-        parsed.append((cid, turns, summary))
+        parsed.append((cid, turns, summary, listing))
     return parsed
 
 
@@ -220,8 +266,8 @@ def import_conversations(
         yield from import_in_batches(conversations[0], owner)
     else:
         yield from retrying(Transaction.write(replace_conversations, conversations, owner))
-    yield from refresh_statistics(sum(len(turns) for _cid, turns, _summary in conversations))
-    return [cid for cid, _turns, _summary in conversations]
+    yield from refresh_statistics(sum(len(parsed[1]) for parsed in conversations))
+    return [parsed[0] for parsed in conversations]
 
 
 def import_in_batches(conversation: ParsedImport, owner: str | None = None) -> Operation[None]:
@@ -239,12 +285,12 @@ def import_in_batches(conversation: ParsedImport, owner: str | None = None) -> O
     compared row by row), else starts over.  Either way it completes without
     duplicates (turn rows have derived ids).
     """
-    cid, turns, summary = conversation
+    cid, turns, summary, listing = conversation
     size = IMPORT_BATCH_TURNS
     done = yield from Transaction.read(imported_batches, cid, turns, summary, owner)
     if done == 0:
         first = turns[:size]
-        yield from retrying(Transaction.write(replace_conversation, cid, first, summary, owner))
+        yield from retrying(Transaction.write(_replace_one, (cid, first, summary, listing), owner))
         done = 1
     else:
         logger.info("resuming the import of conversation %r after %d turns", cid, done * size)
@@ -360,8 +406,15 @@ def replace_conversations(
 ) -> None:
     """Transaction: :func:`~firefly_orm.conversation._ops.replace_conversation` for each
     one (new ones belong to ``owner``; with an ``owner``, existing ones must be theirs)."""
-    for cid, turns, summary in conversations:
-        replace_conversation(uow, cid, turns, summary, owner)
+    for parsed in conversations:
+        _replace_one(uow, parsed, owner)
+
+
+def _replace_one(uow: UnitOfWork, parsed: ParsedImport, owner: str | None) -> None:
+    """Transaction: replace one conversation with an import, listing fields included."""
+    cid, turns, summary, listing = parsed
+    replace_conversation(uow, cid, turns, summary, owner)
+    _restore_listing(uow, cid, listing)
 
 
 def copy_conversation(
@@ -377,7 +430,7 @@ def copy_conversation(
     row = owner_row(uow, source)
     if row is None:
         raise ConversationNotFoundError(source)
-    _cid, turns, summary = parse_import(read_export(uow, source), target, estimate)
+    _cid, turns, summary, _listing = parse_import(read_export(uow, source), target, estimate)
     replace_conversation(uow, target, turns, summary, row.user_id)
     # The copied turns say so (usage totals count the original turns only).
     namespace = conversation_namespace(target)
