@@ -96,6 +96,24 @@ def _turn(turn: ConversationTurn) -> dict[str, Any]:
     }
 
 
+def _listed(manager: MemoryManager, conversation_id: str) -> dict[str, Any]:
+    """A conversation's id and the listing fields it has (none for one gone meanwhile)."""
+    listed: dict[str, Any] = {"conversation_id": conversation_id}
+    try:
+        info = manager.conversation_info(conversation_id)
+    except ConversationNotFoundError:
+        return listed
+    if info.title is not None:
+        listed["title"] = info.title
+    if info.tags:
+        listed["tags"] = list(info.tags)
+    if info.updated_at is not None:
+        listed["updated_at"] = info.updated_at.isoformat()
+    if info.archived:
+        listed["archived"] = True
+    return listed
+
+
 class _MemoryServer(MCPServer[Any]):
     """An ``MCPServer`` whose resource list is the current user's conversations."""
 
@@ -257,12 +275,19 @@ def _add_tools(server: MCPServer[Any], users: _Users) -> None:
         return {"forgotten": _answer(lambda: mgr.forget(id_or_key))}
 
     @server.tool()
-    def list_conversations(limit: int = 50, offset: int = 0) -> list[str]:
-        """Ids of the user's conversations, newest first."""
+    def list_conversations(
+        limit: int = 50, offset: int = 0, details: bool = False
+    ) -> list[str] | list[dict[str, Any]]:
+        """Ids of the user's conversations, newest first.  With ``details``, one object
+        each: ``conversation_id`` plus its ``title``, ``tags`` and ``updated_at`` (ISO
+        8601) when it has them, and ``archived`` when it is archived."""
         mgr = users.current()
         user_id = mgr.user_id
         assert user_id is not None
-        return _answer(lambda: mgr.user_conversations(user_id, limit=limit, offset=offset))
+        ids = _answer(lambda: mgr.user_conversations(user_id, limit=limit, offset=offset))
+        if not details:
+            return ids
+        return [_listed(mgr, cid) for cid in ids]
 
     @server.tool()
     def conversation_history(conversation_id: str) -> list[dict[str, Any]]:

@@ -30,6 +30,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextResourceContents
 
+from firefly_orm.conversation import ConversationMemory
+from firefly_orm.sql import SQLAlchemyStore
+
 pytestmark = pytest.mark.timeout(120)
 
 TOOLS = {
@@ -95,6 +98,16 @@ async def refused(session: ClientSession, tool: str, **arguments: Any) -> str:
     return " ".join(getattr(part, "text", "") for part in result.content)
 
 
+def _set_listing(database: list[str], conversation_id: str, **change: Any) -> None:
+    """Set a conversation's title/tags in the database a server serves (from outside it)."""
+    options = dict(zip(database[::2], database[1::2], strict=True))
+    store = SQLAlchemyStore(url=options["--url"], schema_name=options.get("--schema"))
+    try:
+        ConversationMemory(store=store).update_conversation(conversation_id, **change)
+    finally:
+        store.close()
+
+
 async def test_a_user_s_memory_over_stdio_and_nobody_else_s(database: list[str]) -> None:
     async with served(database, "alice") as alice:
         tools = {tool.name for tool in (await alice.list_tools()).tools}
@@ -114,6 +127,18 @@ async def test_a_user_s_memory_over_stdio_and_nobody_else_s(database: list[str])
         assert [(t["user"], t["assistant"]) for t in history] == [("Hi", "Hello"), ("Book", "Done")]
         assert turn["turn_id"] == history[0]["turn_id"]
         assert await call(alice, "list_conversations") == ["trip"]
+        (plain,) = await call(alice, "list_conversations", details=True)
+        assert (
+            set(plain) == {"conversation_id", "updated_at"} and plain["conversation_id"] == "trip"
+        )
+        _set_listing(database, "trip", title="Booking", tags=["travel"])
+        (listed,) = await call(alice, "list_conversations", details=True)
+        assert (listed["title"], listed["tags"], "archived" in listed) == (
+            "Booking",
+            ["travel"],
+            False,
+        )
+        assert listed["updated_at"] > plain["updated_at"]
         await call(alice, "set_fact", key="mood", value={"level": 3})
         assert await call(alice, "get_fact", key="mood") == {
             "key": "mood",
