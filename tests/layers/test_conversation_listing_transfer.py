@@ -18,6 +18,7 @@ from cli_runner import run_cli
 from store_backends import OpenedBackend, backend_params
 
 from firefly_orm.conversation import ConversationMemory
+from firefly_orm.conversation import _transfer as transfer
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.sql import SQLiteStore
 
@@ -106,3 +107,15 @@ def test_cli_export_import_carries_title_tags_archived(tmp_path: Path) -> None:
         assert mem.parent_of("b") is None  # the link is not restored
     finally:
         target.close()
+
+
+def test_a_batched_import_restores_them_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An import written in batches (more than IMPORT_BATCH_TURNS turns) sets them with
+    its first batch, and they stay through the later ones."""
+    monkeypatch.setattr(transfer, "IMPORT_BATCH_TURNS", 2)
+    mem = ConversationMemory(max_tokens=None)
+    turns = [{"user_prompt": f"q{n}", "assistant_response": "a"} for n in range(5)]
+    data = {"conversation_id": "big", "turns": turns, "title": "Big", "tags": ["x"]}
+    assert mem.import_conversation(data) == "big"
+    assert len(mem.get_turns("big")) == 5
+    assert _listing(mem, "big") == ("Big", ["x"], False)
