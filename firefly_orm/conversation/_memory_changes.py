@@ -173,7 +173,8 @@ class ConversationChanges(ConversationSearch):
         :meth:`import_conversation` turns back into ``ModelMessage`` objects;
         a turn changed since it was added has ``"updated_at"``; a branch has
         ``"branch_of"`` (``conversation_id``, ``at_turn``, ``created_at``: what it
-        was branched from; an import does not restore the link).  Rewound and
+        was branched from; an import does not restore the link); ``"title"``,
+        ``"tags"`` and ``"archived"`` appear when set.  Rewound and
         evicted turns (the archive) are not exported.
         Unknown id -> the same shape with no turns (bound to a user:
         ``ConversationNotFoundError``, as for another user's conversation).
@@ -193,7 +194,9 @@ class ConversationChanges(ConversationSearch):
         turn fields default; ``turn_id`` defaults to the position, and ids that
         are not strictly increasing non-negative integers are renumbered
         0, 1, ... (a warning is logged).  A ``token_estimate <= 0`` is
-        re-estimated.  No eviction happens on import; the next :meth:`add_turn`
+        re-estimated.  ``title``, ``tags`` and ``archived`` are restored when
+        the import has them (else the conversation keeps its own).  No eviction
+        happens on import; the next :meth:`add_turn`
         trims the conversation to the budget.  A large import refreshes the
         store's planner statistics once committed (as :meth:`import_conversations`).
         Bound to a user, a new conversation becomes the user's and an existing
