@@ -40,8 +40,8 @@ from the namespace, owner and key, so a put is one upsert.
   ``score`` ``None``.  ``filter`` (equality, nested objects, dotted keys, ``$eq``,
   ``$ne``, ``$gt``, ``$gte``, ``$lt``, ``$lte``), then ``offset`` and ``limit``, are
   applied in this process to the matches.
-* **Search by meaning** (``index=``, LangGraph's ``IndexConfig``; see
-  :mod:`firefly_orm.integrations._langgraph_index` for the embedders taken):
+* **Search by meaning** (``index=``, LangGraph's ``IndexConfig``; the
+  embedders taken are listed under :class:`FireflyStore`):
   the texts of a batch's puts are embedded in one call before its unit of
   work opens; each vector is stored with its item in that unit of work
   (our vector layer, :class:`~firefly_orm.protocols.VectorRepository`) and
