@@ -19,6 +19,7 @@ import pytest
 from langgraph.store.base import PutOp
 from vector_stores import vector_store
 
+from firefly_orm import InMemoryStore
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.integrations.langgraph import DEFAULT_NAMESPACE, FireflyStore
 from firefly_orm.long_term._embedding import vector_repository
@@ -134,3 +135,27 @@ def test_nothing_written_on_a_bad_vector_or_a_store_without_vectors(tmp_path: Pa
     finally:
         plain.close()
         wrong.close()
+
+
+async def test_an_async_embed_function_from_async_code() -> None:
+    """LangGraph wraps an async function for both paths; sync calls run it on our loop."""
+    seen: list[int] = []
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        seen.append(len(texts))
+        return [concept_vector(t, DIMS) for t in texts]
+
+    lg = FireflyStore(InMemoryStore(), index={"dims": DIMS, "embed": embed})
+    await lg.abatch([PutOp(("n",), "diet", {"t": DIET}), PutOp(("n",), "pet", {"t": PET})])
+    assert [i.key for i in (await lg.asearch(("n",), query=QUESTION))][:1] == ["diet"]
+    assert seen == [2, 1]  # one call for both puts, one for the query
+
+
+def test_an_async_embed_function_from_sync_code() -> None:
+    async def embed(texts: list[str]) -> list[list[float]]:
+        return [concept_vector(t, DIMS) for t in texts]
+
+    lg = FireflyStore(InMemoryStore(), index={"dims": DIMS, "embed": embed})
+    lg.put(("n",), "diet", {"t": DIET})
+    lg.put(("n",), "pet", {"t": PET})
+    assert [i.key for i in lg.search(("n",), query=QUESTION)] == ["diet", "pet"]
