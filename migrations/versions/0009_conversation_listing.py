@@ -16,11 +16,16 @@ Two partial indexes over the heads only (no other row pays for them):
   serves it by creation time.
 
 ``<archived>`` and ``<updated_at>`` are expressions over the JSON content,
-spelled per dialect exactly as the query spells them (SQLite matches an index
-expression by its text; its JSON functions are guarded by ``json_valid`` so
-that no row write can fail on them).  Neither index is in the SQLAlchemy model
-(expression indexes); :func:`firefly_orm.migrate.own_include_name` leaves them
-out of comparisons.  Nothing else changes; downgrade drops both.
+spelled exactly as the query spells them.  That is PostgreSQL only: SQLite
+does not mark its JSON functions innocuous, so a JSON expression in an index
+makes the whole database unreadable ("malformed database schema ... unsafe
+use of json_extract()") to any connection with ``PRAGMA trusted_schema = OFF``
+(hardened apps, and our own reader of upstream files).  On SQLite the schema
+gets only ``ix_memory_entries_conv_created (user_id, created_at, entry_id)``
+over the heads, plain columns; the archived flag is checked on the rows the
+index gives, and the newest-changed order sorts the user's heads.  Neither
+index is in the SQLAlchemy model; :func:`firefly_orm.migrate.own_include_name`
+leaves them out of comparisons.  Nothing else changes; downgrade drops them.
 """
 
 from collections.abc import Sequence
@@ -45,18 +50,22 @@ EXPRESSIONS = {
         "COALESCE(content ->> 'archived', 'false')",
         "COALESCE(content ->> 'updated_at', '')",
     ),
-    "sqlite": (
-        "COALESCE(CASE WHEN json_valid(content) THEN json_extract(content, '$.archived') END, 0)",
-        "COALESCE(CASE WHEN json_valid(content) THEN json_extract(content, '$.updated_at') END, "
-        "'')",
-    ),
 }
 
 
 def upgrade() -> None:
     schema = revision_schema()
     dialect = op.get_context().dialect.name
-    archived, updated = EXPRESSIONS["postgresql" if dialect == "postgresql" else "sqlite"]
+    if dialect != "postgresql":
+        op.create_index(
+            CREATED,
+            TABLE,
+            ["user_id", "created_at", "entry_id"],
+            schema=schema,
+            sqlite_where=sa.text(HEADS),
+        )
+        return
+    archived, updated = EXPRESSIONS["postgresql"]
     orders: tuple[tuple[str, str | sa.TextClause], ...] = (
         (UPDATED, sa.text(updated)),
         (CREATED, "created_at"),
@@ -75,5 +84,6 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     schema = revision_schema()
-    for name in (CREATED, UPDATED):
+    postgresql = op.get_context().dialect.name == "postgresql"
+    for name in (CREATED, UPDATED) if postgresql else (CREATED,):
         op.drop_index(name, table_name=TABLE, schema=schema)
