@@ -8,33 +8,14 @@ session id, pop and append; every item ends up either stored or popped, exactly 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 
 import pytest
+from races import race
 from store_backends import OpenedBackend, backend_params
 
 from firefly_orm import ConversationMemory
 from firefly_orm.integrations.openai_agents import FireflySession
-
-
-def _race(targets: list[Callable[[], None]]) -> None:
-    barrier = threading.Barrier(len(targets))
-    errors: list[BaseException] = []
-
-    def run(target: Callable[[], None]) -> None:
-        try:
-            barrier.wait()
-            target()
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(t,)) for t in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
 
 
 @pytest.mark.parametrize("layer_backend", backend_params(["sqlite", "postgres"]), indirect=True)
@@ -73,7 +54,7 @@ def test_pop_item_racing_add_items(layer_backend: OpenedBackend) -> None:
 
         return lambda: asyncio.run(pop())
 
-    _race([adder(0), adder(1), popper(), popper()])
+    race([adder(0), adder(1), popper(), popper()])
 
     stored = [str(dict(item)["content"]) for item in asyncio.run(first.get_items())]
     every = [str(item["content"]) for item in base]

@@ -9,12 +9,12 @@ head stays consistent with its turns (``verify`` finds nothing).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from modes import call
+from races import race
 from store_backends import OpenedBackend, backend_params, layer_mode_params
 
 from firefly_orm.conversation import (
@@ -224,26 +224,6 @@ def test_verify_and_repair_mend_branch_links() -> None:
 # --------------------------------------------------------------------------- races
 
 
-def _race(targets: list[Callable[[], None]]) -> None:
-    """Run ``targets`` in threads released together; re-raise what any of them raised."""
-    barrier = threading.Barrier(len(targets))
-    errors: list[BaseException] = []
-
-    def run(target: Callable[[], None]) -> None:
-        try:
-            barrier.wait()
-            target()
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(t,)) for t in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert errors == []
-
-
 @pytest.mark.parametrize("layer_backend", RACE_BACKENDS, indirect=True)
 def test_appends_racing_branch_rewind_and_pop(layer_backend: OpenedBackend) -> None:
     mem = ConversationMemory(store=layer_backend.store, max_tokens=None)
@@ -279,7 +259,7 @@ def test_appends_racing_branch_rewind_and_pop(layer_backend: OpenedBackend) -> N
             if turn is not None:
                 popped.append(turn)
 
-    _race([appender(i) for i in range(writers)] + [brancher, rewinder, popper])
+    race([appender(i) for i in range(writers)] + [brancher, rewinder, popper])
 
     retained = mem.get_turns("c")
     archived = mem.get_rewound_turns("c")
