@@ -16,7 +16,11 @@ A conversation (see :mod:`firefly_orm.conversation._rows` for the row codecs):
 * namespace ``conversation-archive:<id>`` (:func:`archive_namespace`): evicted
   turns kept with ``keep_evicted=True``, and turns dropped by a rewind (marked
   with :data:`REWOUND_FIELD`) until they are purged;
-* namespace :data:`INDEX_NAMESPACE`: one row per conversation (key = the id).
+* namespace :data:`INDEX_NAMESPACE`: one row per conversation (key = the id);
+* scoped state (conversation/_state.py): a conversation's own keys are rows
+  ``state:<key>`` (:data:`STATE_KEY_PREFIX`) in its namespace, a user's in
+  ``conversation-user-state:<user_id>`` (:func:`user_state_namespace`), the
+  app-wide ones in :data:`APP_STATE_NAMESPACE`.
 
 Working memory lives in ``working:<scope>`` and ``working-user:...`` namespaces,
 artifacts in :data:`ARTIFACTS_NAMESPACE` and ``artifacts:...``;
@@ -34,6 +38,7 @@ from typing import Any
 
 __all__ = [
     "ARCHIVE_NAMESPACE_PREFIX",
+    "APP_STATE_NAMESPACE",
     "ARTIFACTS_NAMESPACE",
     "BRANCH_KEY_PREFIX",
     "BRANCH_PARENT_KEY",
@@ -61,10 +66,12 @@ __all__ = [
     "NO_MESSAGE_CAP",
     "NO_TOKEN_CAP",
     "REWOUND_FIELD",
+    "STATE_KEY_PREFIX",
     "SUMMARY_TURN_ID",
     "TURN_ID_DIGITS",
     "TURN_ID_FIELD",
     "TURN_KEY_PREFIX",
+    "USER_STATE_NAMESPACE_PREFIX",
     "USER_WORKING_NAMESPACE_PREFIX",
     "WORKING_NAMESPACE_PREFIX",
     "archive_namespace",
@@ -74,6 +81,7 @@ __all__ = [
     "layer_of_namespace",
     "token_caps",
     "turn_key",
+    "user_state_namespace",
     "within_caps",
 ]
 
@@ -83,6 +91,13 @@ CONVERSATION_NAMESPACE_PREFIX = "conversation:"
 ARCHIVE_NAMESPACE_PREFIX = "conversation-archive:"
 #: Namespace holding one index row per conversation.
 INDEX_NAMESPACE = "conversation-index"
+#: Key prefix of a state row (``state:<key>``): a conversation's own state in its
+#: namespace, the app's in :data:`APP_STATE_NAMESPACE`, a user's in theirs.
+STATE_KEY_PREFIX = "state:"
+#: Namespace of the app-wide conversation state (``app:`` keys), owned by nobody.
+APP_STATE_NAMESPACE = "conversation-app-state"
+#: Namespace prefix of a user's conversation state (``user:`` keys), rows owned by the user.
+USER_STATE_NAMESPACE_PREFIX = "conversation-user-state:"
 #: Namespace prefix of a shared working-memory scope (``working:<scope_id>``).
 WORKING_NAMESPACE_PREFIX = "working:"
 #: Namespace prefix of a user's own working-memory scope.
@@ -156,6 +171,11 @@ def archive_namespace(conversation_id: str) -> str:
     return f"{ARCHIVE_NAMESPACE_PREFIX}{conversation_id}"
 
 
+def user_state_namespace(user_id: str) -> str:
+    """Namespace of a user's conversation state (the ``user:`` keys)."""
+    return f"{USER_STATE_NAMESPACE_PREFIX}{user_id}"
+
+
 def head_time(moment: Any) -> str:
     """A UTC ``datetime`` as the head stores it: fixed width, so text order is time order."""
     return str(moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
@@ -169,8 +189,8 @@ def branch_key(branch_id: str) -> str:
 def layer_of_namespace(namespace: str) -> str | None:
     """The layer whose rows ``namespace`` holds (``"conversation"``, ``"working"``,
     ``"artifacts"``), or ``None`` for a namespace of no layer's."""
-    if namespace == INDEX_NAMESPACE or namespace.startswith(
-        (CONVERSATION_NAMESPACE_PREFIX, ARCHIVE_NAMESPACE_PREFIX)
+    if namespace in (INDEX_NAMESPACE, APP_STATE_NAMESPACE) or namespace.startswith(
+        (CONVERSATION_NAMESPACE_PREFIX, ARCHIVE_NAMESPACE_PREFIX, USER_STATE_NAMESPACE_PREFIX)
     ):
         return "conversation"
     if namespace.startswith((WORKING_NAMESPACE_PREFIX, USER_WORKING_NAMESPACE_PREFIX)):
