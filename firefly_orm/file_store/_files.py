@@ -5,8 +5,9 @@
   ``<prefix>-<hash>.log.jsonl``).
 * :func:`write_new_file`: create or replace a file atomically and durably
   (temporary file, fsync, :func:`os.replace`, fsync of the directory).
-* :func:`open_to_read`, :func:`read_at`, :func:`write_all`, :func:`fsync_dir`:
-  the reads and writes the format modules build on (links are not followed).
+* :func:`open_to_read`, :func:`read_at`, :func:`write_all`, :func:`fsync_dir`,
+  :func:`remove_file`: the reads, writes and removals the format modules build
+  on (links are not followed).
 * :func:`orphan_temps`: temporary files whose writer is gone.
 * :data:`counters`: what the namespace files cost this process (the
   deterministic proxies the cost tests read).
@@ -43,6 +44,7 @@ __all__ = [
     "open_to_read",
     "orphan_temps",
     "read_at",
+    "remove_file",
     "write_all",
     "write_new_file",
 ]
@@ -209,6 +211,21 @@ def fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def remove_file(path: Path, what: str) -> None:
+    """Remove ``path`` durably (its directory fsynced); no error when it is already gone.
+
+    Raises:
+        StoreError: ``cannot remove {what} {path}: ...`` (any other OS error).
+    """
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot remove {what} {path}: {exc}") from exc
+    fsync_dir(path.parent)
 
 
 def orphan_temps(directory: Path) -> list[Path]:

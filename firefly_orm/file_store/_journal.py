@@ -39,6 +39,7 @@ from firefly_orm.file_store._files import (
     fsync_dir,
     namespace_file_name,
     open_to_read,
+    remove_file,
     write_new_file,
 )
 
@@ -206,10 +207,4 @@ def remove(path: Path) -> None:
     Raises:
         StoreError: It could not be removed.
     """
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StoreError(f"cannot remove the commit journal {path}: {exc}") from exc
-    fsync_dir(path.parent)
+    remove_file(path, "the commit journal")

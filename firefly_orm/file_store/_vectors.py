@@ -41,6 +41,7 @@ from typing import Any, Protocol, Unpack
 from firefly_orm._search import SearchHit
 from firefly_orm.errors import StoreCorruptedError, StoreError
 from firefly_orm.file_store._commit import load_state
+from firefly_orm.file_store._files import fsync_dir, remove_file
 from firefly_orm.protocols import StagedChanges
 from firefly_orm.uow import check_preconditions
 from firefly_orm.vector._exact import check_vector_changes, exact_hits, stored_vector
@@ -131,14 +132,6 @@ def _read(path: Path) -> _Vectors:
     return state
 
 
-def _fsync_directory(path: Path) -> None:
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
     """Append ``records`` (fsynced), or rewrite the file whole when it grew too long."""
     state = _read(path)
@@ -157,7 +150,7 @@ def _write(path: Path, records: Sequence[Mapping[str, Any]]) -> None:
             os.fsync(file.fileno())
             state.end += len(lines)
             state.inode = os.fstat(file.fileno()).st_ino
-        _fsync_directory(path)
+        fsync_dir(path.parent)
     except OSError as exc:
         _cache.pop(str(path), None)
         raise StoreError(f"cannot write the vectors file {path}: {exc}") from exc
@@ -176,20 +169,14 @@ def _rewrite(path: Path, state: _Vectors) -> None:
         file.flush()
         os.fsync(file.fileno())
     os.replace(temporary, path)
-    _fsync_directory(path)
+    fsync_dir(path.parent)
     _cache.pop(str(path), None)
 
 
 def remove_vectors(path: Path) -> None:
     """Delete the vectors file ``path`` (no error when there is none)."""
     _cache.pop(str(path), None)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise StoreError(f"cannot remove the vectors file {path}: {exc}") from exc
-    _fsync_directory(path)
+    remove_file(path, "the vectors file")
 
 
 def forget(path: Path, ids: Iterable[str]) -> None:
