@@ -15,13 +15,19 @@ stderr when it is a terminal (or with ``--progress``).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from firefly_orm.cli import _target
-from firefly_orm.cli._target import EXIT_OK, EXIT_USAGE, CliError, Progress, _resolve_target
+from firefly_orm.cli._target import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Progress,
+    _model_or_factory,
+    _resolve_target,
+)
 
 if TYPE_CHECKING:
     from firefly_orm.long_term import ReembedProgress
@@ -29,32 +35,21 @@ if TYPE_CHECKING:
 __all__ = ["add_reembed"]
 
 
-def _embedder(args: argparse.Namespace) -> Any:
-    """The embedder the arguments name (refused before the database is opened)."""
-    if bool(args.model) == bool(args.embedder_factory):
-        raise CliError("give either --model or --embedder-factory", EXIT_USAGE)
-    if args.model:
-        return args.model
-    module_name, _, attribute = str(args.embedder_factory).partition(":")
-    if not module_name or not attribute:
-        raise CliError("--embedder-factory: expected MODULE:NAME", EXIT_USAGE)
-    try:
-        found: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise CliError(f"--embedder-factory {args.embedder_factory}: {exc}", EXIT_USAGE) from None
+def _embedder_kinds() -> tuple[type[Any], ...]:
     from pydantic_ai.embeddings import Embedder, EmbeddingModel
 
-    if not isinstance(found, Embedder | EmbeddingModel) and callable(found):
-        found = found()
-    if not isinstance(found, Embedder | EmbeddingModel):
-        raise CliError(
-            f"--embedder-factory {args.embedder_factory}: not an EmbeddingModel or Embedder "
-            f"(got {type(found).__name__})",
-            EXIT_USAGE,
-        )
-    return found
+    return (Embedder, EmbeddingModel)
+
+
+def _embedder(args: argparse.Namespace) -> Any:
+    """The embedder the arguments name (refused before the database is opened)."""
+    return _model_or_factory(
+        args.model,
+        args.embedder_factory,
+        "--embedder-factory",
+        _embedder_kinds,
+        "an EmbeddingModel or Embedder",
+    )
 
 
 def _progress(namespace: str, enabled: bool) -> Callable[[ReembedProgress], None]:

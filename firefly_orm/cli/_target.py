@@ -8,9 +8,10 @@ through this module (``_target._store``): the one place a test replaces it.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -239,6 +240,45 @@ def _migration_engine(target: Target, args: argparse.Namespace) -> Iterator[Any]
         yield engine
     finally:
         engine.dispose()
+
+
+def _model_or_factory(
+    model: str | None,
+    factory: str | None,
+    factory_option: str,
+    kinds: Callable[[], tuple[type[Any], ...]],
+    kind_name: str,
+) -> Any:
+    """``--model``'s name, or the object ``factory_option MODULE:NAME`` imports.
+
+    The object may be one of ``kinds()`` or a callable returning one (called
+    once); ``kinds`` is called only for a factory, so ``--model`` imports no
+    model library here.  Refused with :data:`EXIT_USAGE` before the database is
+    opened: neither or both given, a spec that is not ``MODULE:NAME``, a failed
+    import, an object that is not (and does not make) ``kind_name``.
+    """
+    if bool(model) == bool(factory):
+        raise CliError(f"give either --model or {factory_option}", EXIT_USAGE)
+    if model:
+        return model
+    module_name, _, attribute = str(factory).partition(":")
+    if not module_name or not attribute:
+        raise CliError(f"{factory_option}: expected MODULE:NAME", EXIT_USAGE)
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise CliError(f"{factory_option} {factory}: {exc}", EXIT_USAGE) from None
+    wanted = kinds()
+    if not isinstance(found, wanted) and callable(found):
+        found = found()
+    if not isinstance(found, wanted):
+        raise CliError(
+            f"{factory_option} {factory}: not {kind_name} (got {type(found).__name__})",
+            EXIT_USAGE,
+        )
+    return found
 
 
 def _warn(message: str) -> None:
