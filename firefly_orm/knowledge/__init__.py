@@ -23,7 +23,9 @@ MongoDB (``<entries>.kg_entities`` ...):
   it stores a turn: the model is called outside any transaction; a failed or
   malformed answer leaves the turn stored and is queued for
   :meth:`KnowledgeExtractor.process_pending` to retry, a bounded number of
-  times (:meth:`KnowledgeExtractor.stats`);
+  times (:meth:`KnowledgeExtractor.stats`), from a cron job
+  (``firefly-orm knowledge process-pending``) or a task of the app's event
+  loop (:meth:`KnowledgeExtractor.start_background`, :class:`PendingWorker`);
 * **agent tools**: :func:`knowledge_toolset` (pydantic-ai ``facts_about`` and
   ``related``, bound to one user); the MCP server has the same tools
   (``build_server(..., graph=...)``).
@@ -72,6 +74,7 @@ from firefly_orm.knowledge._tools import (
     knowledge_toolset,
     related_view,
 )
+from firefly_orm.knowledge._worker import PendingWorker
 
 __all__ = [
     "DEFAULT_INSTRUCTIONS",
@@ -87,6 +90,7 @@ __all__ = [
     "KnownFact",
     "Outcome",
     "PendingReport",
+    "PendingWorker",
     "RelatedEntity",
     "Triple",
     "fact_view",

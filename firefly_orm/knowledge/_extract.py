@@ -29,6 +29,7 @@ from firefly_orm.errors import EntryValidationError, MissingExtraError
 from firefly_orm.knowledge._backend import GraphRows, PendingRow, new_id
 from firefly_orm.knowledge._graph import KnowledgeGraph
 from firefly_orm.knowledge._model import Extraction, FactChange
+from firefly_orm.knowledge._worker import PendingReport, PendingWorker
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -59,21 +60,6 @@ class ExtractionResult:
     changes: list[FactChange] = field(default_factory=list)
     pending_id: str | None = None
     error: str | None = None
-
-
-@dataclass(frozen=True)
-class PendingReport:
-    """What one :meth:`KnowledgeExtractor.process_pending` pass did.
-
-    Attributes:
-        recorded: Extractions the model answered this time, now recorded.
-        retried_later: Extractions that failed again and stay queued.
-        failed: Extractions that used their last attempt (marked ``failed``).
-    """
-
-    recorded: int = 0
-    retried_later: int = 0
-    failed: int = 0
 
 
 class KnowledgeExtractor(MemoryLayer):
@@ -195,6 +181,19 @@ class KnowledgeExtractor(MemoryLayer):
     def _stats(self) -> Operation[dict[str, int]]:
         """Queued extractions by status: ``{"pending": n, "failed": m}``."""
         return (yield from Transaction.read(self._on, _statuses))
+
+    def background(self, *, interval: float = 30.0, limit: int = 50) -> PendingWorker:
+        """A :class:`~firefly_orm.knowledge.PendingWorker` that runs :meth:`process_pending`
+        (``limit`` per pass) every ``interval`` seconds, not started: ``async with
+        extractor.background(interval=30): ...`` runs it for the block."""
+        return PendingWorker(self, interval=interval, limit=limit)
+
+    def start_background(self, *, interval: float = 30.0, limit: int = 50) -> PendingWorker:
+        """:meth:`background`, started on the running event loop; ``await worker.stop()``
+        ends it.  Raises ``RuntimeError`` outside a running loop."""
+        worker = self.background(interval=interval, limit=limit)
+        worker.start()
+        return worker
 
     extract_from_turn = sync_method(_extract_from_turn)
     process_pending = sync_method(_process_pending)
