@@ -63,6 +63,7 @@ from alembic.util import CommandError
 from firefly_orm import migrate
 from firefly_orm._interop._export_file import EXPORT_FORMAT_VERSION as EXPORT_FORMAT_VERSION
 from firefly_orm.cli._artifacts import _cmd_artifacts_export, _cmd_artifacts_import
+from firefly_orm.cli._knowledge import add_knowledge
 from firefly_orm.cli._maintenance import CONVERSATION_PREFIX as CONVERSATION_PREFIX
 from firefly_orm.cli._maintenance import _cmd_cleanup, _cmd_stats
 from firefly_orm.cli._maintenance import collect_stats as collect_stats
@@ -280,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_reembed(sub, common)
     add_usage(sub, common)
     add_mcp(sub, common)
+    add_knowledge(sub, common)
     add("demo", "run the demo (firefly_orm.demo; other arguments go to it)", _cmd_demo)
     return parser
 
