@@ -37,6 +37,7 @@ from typing import Any, TypedDict, TypeVar
 
 from firefly_orm._layout import ITEM_DEFAULT_KIND, ITEM_KIND_FIELD, ITEM_TAGS_FIELD
 from firefly_orm.entry import MemoryEntry, validate_namespace, validate_user_id
+from firefly_orm.entry._rules import is_number
 from firefly_orm.errors import EntryValidationError, StoreError
 
 __all__ = [
@@ -250,11 +251,7 @@ class VectorRequest:
             )
         if user_id is not None:
             validate_user_id(user_id)
-        if min_importance is not None and (
-            isinstance(min_importance, bool)
-            or not isinstance(min_importance, int | float)
-            or math.isnan(min_importance)
-        ):
+        if min_importance is not None and not is_number(min_importance):
             raise EntryValidationError(
                 "min_importance", f"must be a number or None, got {min_importance!r}"
             )
