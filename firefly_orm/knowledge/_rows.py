@@ -92,8 +92,26 @@ def _edge_step(walk: Any) -> tuple[Any, Any]:
     return joined, far
 
 
+def _checked(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
+    """``column || ''``: the same value (NULL stays NULL), in a form no index serves.
+
+    A hop's facts must be found by the node (the subject and object indexes,
+    OR-ed); its other conditions are only checked on the rows found.  SQLite
+    has no statistics unless someone runs ``ANALYZE``, and rates a lookup by
+    ``user_id`` as cheap as one by the node, so given ``user_id = ?`` it read
+    every fact of the user at each hop (all of them when one user owns the
+    graph: 1 s for a 2-hop walk at 100k facts).
+    """
+    return column.concat("")
+
+
 def _edges(user_id: str, as_of: datetime | None) -> list[sa.ColumnElement[bool]]:
-    return [FACTS.c.user_id == user_id, FACTS.c.object_id.is_not(None), _valid_at(as_of)]
+    """The facts a hop may follow: the user's, between two entities, valid at the time."""
+    return [
+        _checked(FACTS.c.user_id) == user_id,
+        _checked(FACTS.c.object_id).is_not(None),
+        _valid_at(as_of),
+    ]
 
 
 class SqlRows:
@@ -202,7 +220,7 @@ class SqlRows:
 
     def facts_touching(self, user_id: str, entity_id: str, as_of: datetime | None) -> list[Fact]:
         touches = sa.or_(FACTS.c.subject_id == entity_id, FACTS.c.object_id == entity_id)
-        return self._facts(FACTS.c.user_id == user_id, touches, _valid_at(as_of))
+        return self._facts(_checked(FACTS.c.user_id) == user_id, touches, _valid_at(as_of))
 
     def neighbors(
         self, user_id: str, start_id: str, depth: int, as_of: datetime | None
