@@ -51,13 +51,11 @@ from firefly_orm.conversation._rows import (
     MAX_TURN_ID,
     TURN_KEY_PREFIX,
     archive_namespace,
+    archived_turn_entry,
     conversation_namespace,
-    copied_from,
     head_entry,
     head_from_entry,
     index_entry,
-    stored_message_tokens,
-    stored_raw,
     turn_entry,
     turn_from_entry,
     turn_message_count,
@@ -77,9 +75,11 @@ __all__ = [
     "SummaryNeeded",
     "append_general",
     "eviction_caps",
+    "move_head",
     "no_eviction_needed",
     "prepare",
     "save_head",
+    "save_totals",
     "summarize",
 ]
 
@@ -398,15 +398,7 @@ def append_general(
             archive = archive_namespace(conversation_id)
             for stored in evicted:
                 turn = turn_from_entry(stored, with_raw=False)
-                row = turn_entry(
-                    archive,
-                    turn,
-                    stored_raw(stored),
-                    stored_message_tokens(stored),
-                    user_id=stored.user_id,
-                    copy_of=copied_from(stored),  # a copied turn stays counted once
-                )
-                uow.entries.save(archive, row)
+                uow.entries.save(archive, archived_turn_entry(archive, stored, turn))
         uow.entries.delete(namespace, [stored.entry_id for stored in evicted])
     if key is not None and new_turn.fingerprint is not None:
         marker = marker_entry(namespace, key, plan.turn, new_turn.fingerprint, owner)
@@ -492,3 +484,55 @@ def save_head(
     )
     if stored_head is None:
         uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id, user_id))
+
+
+def move_head(
+    uow: UnitOfWork,
+    conversation_id: str,
+    stored_head: MemoryEntry,
+    *,
+    tokens: int,
+    messages: int,
+    turns: int,
+) -> None:
+    """Move the head's totals by these differences (never below zero), at the version read.
+
+    An unknown message total (a head written before they were kept) stays unknown.
+    """
+    head = head_from_entry(stored_head)
+    save_totals(
+        uow,
+        conversation_id,
+        stored_head,
+        head,
+        total_tokens=max(head.total_tokens + tokens, 0),
+        turn_count=max(head.turn_count + turns, 0),
+        total_messages=(
+            None if head.total_messages is None else max(head.total_messages + messages, 0)
+        ),
+    )
+
+
+def save_totals(
+    uow: UnitOfWork,
+    conversation_id: str,
+    stored_head: MemoryEntry,
+    head: HeadState,
+    *,
+    total_tokens: int,
+    turn_count: int,
+    total_messages: int | None,
+) -> None:
+    """Write the head back at the version read with these totals (``total_messages=None``:
+    as it was), its next turn id and summary unchanged."""
+    save_head(
+        uow,
+        conversation_id,
+        stored_head,
+        head,
+        next_turn_id=head.next_turn_id,
+        total_tokens=total_tokens,
+        turn_count=turn_count,
+        summary=head.summary,
+        total_messages=total_messages,
+    )

@@ -50,13 +50,14 @@ from firefly_orm.conversation._rows import (
     HEAD_KEY,
     TURN_KEY_PREFIX,
     conversation_namespace,
+    conversation_row,
     head_from_entry,
     stored_message_tokens,
     stored_raw,
     turn_entry,
     turn_from_entry,
 )
-from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id, utcnow
+from firefly_orm.entry import MemoryEntry, derived_entry_id, utcnow
 from firefly_orm.errors import (
     ConversationNotFoundError,
     EntryValidationError,
@@ -261,7 +262,7 @@ def link_rows(link: BranchLink, owner: str | None) -> tuple[MemoryEntry, MemoryE
     parent_namespace = conversation_namespace(link.parent_id)
     return (
         parent_link_entry(link, owner),
-        _row(
+        conversation_row(
             parent_namespace,
             branch_key(link.conversation_id),
             {
@@ -269,14 +270,14 @@ def link_rows(link: BranchLink, owner: str | None) -> tuple[MemoryEntry, MemoryE
                 "at_turn": link.at_turn,
                 "created_at": link.created_at.isoformat(),
             },
-            owner,
+            user_id=owner,
         ),
     )
 
 
 def parent_link_entry(link: BranchLink, owner: str | None) -> MemoryEntry:
     """The row, in the branch's namespace, naming its parent."""
-    return _row(
+    return conversation_row(
         conversation_namespace(link.conversation_id),
         BRANCH_PARENT_KEY,
         {
@@ -284,7 +285,7 @@ def parent_link_entry(link: BranchLink, owner: str | None) -> MemoryEntry:
             "at_turn": link.at_turn,
             "created_at": link.created_at.isoformat(),
         },
-        owner,
+        user_id=owner,
     )
 
 
@@ -311,20 +312,6 @@ def touch_head(uow: UnitOfWork, stored_head: MemoryEntry, head: HeadState) -> No
     its head (a writer that changed it meanwhile makes this raise
     :class:`~firefly_orm.errors.ConcurrencyError`)."""
     uow.entries.save(stored_head.namespace, stored_head.copy_entry(), expected_version=head.version)
-
-
-def _row(namespace: str, key: str, content: dict[str, Any], owner: str | None) -> MemoryEntry:
-    return MemoryEntry.from_dict(
-        dict(
-            entry_id=derived_entry_id(namespace, key),
-            namespace=namespace,
-            scope=MemoryScope.CONVERSATION,
-            key=key,
-            content=content,
-            metadata={},
-            user_id=owner,
-        )
-    )
 
 
 def _link(row: MemoryEntry, child: str | None, parent: str | None) -> BranchLink:

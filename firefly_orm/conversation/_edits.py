@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
+from firefly_orm.conversation._append import move_head
 from firefly_orm.conversation._codec import decode_raw_messages
 from firefly_orm.conversation._messages import Estimator, estimate_turn
 from firefly_orm.conversation._model import ConversationTurn
@@ -22,8 +23,6 @@ from firefly_orm.conversation._rows import (
     archive_namespace,
     conversation_namespace,
     copied_from,
-    head_entry,
-    head_from_entry,
     stored_raw,
     turn_entry,
     turn_from_entry,
@@ -98,24 +97,13 @@ def edit_turn(
     encoded = stored_raw(row) if edit.raw is KEEP else edit.raw
     prompt = old.user_prompt if edit.user_prompt is None else edit.user_prompt
     answer = old.assistant_response if edit.assistant_response is None else edit.assistant_response
-    tokens, per_message = estimate_turn(estimator, prompt, answer, encoded)
-    new = old.model_copy(
-        update={
-            "user_prompt": prompt,
-            "assistant_response": answer,
-            "metadata": old.metadata if edit.metadata is None else edit.metadata,
-            "token_estimate": tokens,
-            "message_count": turn_message_count({"raw_messages": encoded}),
-            "updated_at": utcnow(),
-        }
+    new, saved = rewrite_turn(
+        uow, namespace, row, old, estimator, prompt, answer, encoded, metadata=edit.metadata
     )
-    copy_of = copied_from(row)  # an edited copy stays counted in its source only
-    saved = turn_entry(namespace, new, encoded, per_message, user_id=row.user_id, copy_of=copy_of)
-    uow.entries.save(namespace, saved)
     if edit.vector is not None and namespace == live and saved.search_text == edit.vector_text:
         save_turn_vector(uow, conversation_id, turn_id, edit.vector)
     if namespace == live and stored_head is not None:
-        _move_head(
+        move_head(
             uow,
             conversation_id,
             stored_head,
@@ -124,6 +112,40 @@ def edit_turn(
             turns=0,
         )
     return new.model_copy(update={"raw_messages": decode_raw_messages(encoded)})
+
+
+def rewrite_turn(
+    uow: UnitOfWork,
+    namespace: str,
+    row: MemoryEntry,
+    old: ConversationTurn,
+    estimator: Estimator,
+    prompt: str,
+    answer: str,
+    encoded: Any,
+    *,
+    metadata: dict[str, Any] | None = None,
+) -> tuple[ConversationTurn, MemoryEntry]:
+    """Save ``row``'s turn ``old`` again with this text and these raw messages (portable
+    form; ``metadata=None`` keeps the turn's), its token estimate redone: the new turn
+    (without raw messages) and its row.  An edited copy stays counted in its source only.
+    """
+    tokens, per_message = estimate_turn(estimator, prompt, answer, encoded)
+    new = old.model_copy(
+        update={
+            "user_prompt": prompt,
+            "assistant_response": answer,
+            "metadata": old.metadata if metadata is None else metadata,
+            "token_estimate": tokens,
+            "message_count": turn_message_count({"raw_messages": encoded}),
+            "updated_at": utcnow(),
+        }
+    )
+    saved = turn_entry(
+        namespace, new, encoded, per_message, user_id=row.user_id, copy_of=copied_from(row)
+    )
+    uow.entries.save(namespace, saved)
+    return new, saved
 
 
 def remove_turn(uow: UnitOfWork, conversation_id: str, turn_id: int) -> bool:
@@ -137,7 +159,7 @@ def remove_turn(uow: UnitOfWork, conversation_id: str, turn_id: int) -> bool:
     old = turn_from_entry(row, with_raw=False)
     uow.entries.delete(namespace, row.entry_id)
     if namespace == live and stored_head is not None:
-        _move_head(
+        move_head(
             uow,
             conversation_id,
             stored_head,
@@ -146,32 +168,6 @@ def remove_turn(uow: UnitOfWork, conversation_id: str, turn_id: int) -> bool:
             turns=-1,
         )
     return True
-
-
-def _move_head(
-    uow: UnitOfWork,
-    conversation_id: str,
-    stored_head: MemoryEntry,
-    *,
-    tokens: int,
-    messages: int,
-    turns: int,
-) -> None:
-    head = head_from_entry(stored_head)
-    new_head = head_entry(
-        conversation_id,
-        stored_head,
-        next_turn_id=head.next_turn_id,
-        total_tokens=max(head.total_tokens + tokens, 0),
-        turn_count=max(head.turn_count + turns, 0),
-        summary=head.summary,
-        total_messages=(
-            None if head.total_messages is None else max(head.total_messages + messages, 0)
-        ),
-    )
-    uow.entries.save(
-        conversation_namespace(conversation_id), new_head, expected_version=head.version
-    )
 
 
 def erase_user_entries(uow: UnitOfWork, user_id: str) -> None:

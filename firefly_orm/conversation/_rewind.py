@@ -28,23 +28,21 @@ from typing import Any, TypeAlias
 
 from firefly_orm._layout import REWOUND_FIELD
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
-from firefly_orm.conversation._append import save_head
+from firefly_orm.conversation._append import move_head, save_totals
 from firefly_orm.conversation._branch import summary_within
 from firefly_orm.conversation._codec import encode_raw_messages
-from firefly_orm.conversation._messages import Estimator, estimate_turn
+from firefly_orm.conversation._edits import rewrite_turn
+from firefly_orm.conversation._messages import Estimator
 from firefly_orm.conversation._model import ConversationTurn
 from firefly_orm.conversation._rows import (
     HEAD_KEY,
     TURN_KEY_PREFIX,
     archive_namespace,
+    archived_turn_entry,
     conversation_namespace,
     copied_from,
     head_from_entry,
-    stored_message_tokens,
-    stored_raw,
-    turn_entry,
     turn_from_entry,
-    turn_message_count,
 )
 from firefly_orm.entry import utcnow
 from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
@@ -121,27 +119,18 @@ def rewind_conversation(uow: UnitOfWork, conversation_id: str, to_turn: int) -> 
     archive = archive_namespace(conversation_id)
     moment = utcnow().isoformat()
     for row, turn in dropped:
-        archived = turn_entry(
-            archive,
-            turn,
-            stored_raw(row),
-            stored_message_tokens(row),
-            user_id=row.user_id,
-            copy_of=copied_from(row),
-        )
+        archived = archived_turn_entry(archive, row, turn)
         archived.content = {**archived.content, REWOUND_FIELD: moment}
         uow.entries.save(archive, archived)
     uow.entries.delete(namespace, [row.entry_id for row, _turn in dropped])
     kept = [turn for _row, turn in turns if turn.turn_id <= to_turn]
-    save_head(
+    save_totals(
         uow,
         conversation_id,
         stored_head,
         head,
-        next_turn_id=head.next_turn_id,
         total_tokens=sum(turn.token_estimate for turn in kept),
         turn_count=len(kept),
-        summary=head.summary,
         total_messages=sum(turn.message_count for turn in kept),
     )
     return [turn.turn_id for _row, turn in dropped]
@@ -165,7 +154,6 @@ def pop_newest(
     row = newest[0]
     turn = turn_from_entry(row)
     remainder = keep(turn) if keep is not None else None
-    head = head_from_entry(stored_head)
     old = turn.model_copy(update={"raw_messages": []})
     if remainder is None:
         uow.entries.delete(namespace, row.entry_id)
@@ -173,37 +161,10 @@ def pop_newest(
     else:
         prompt, answer, raw = remainder
         encoded = encode_raw_messages(raw)
-        estimate, per_message = estimate_turn(estimator, prompt, answer, encoded)
-        new = old.model_copy(
-            update={
-                "user_prompt": prompt,
-                "assistant_response": answer,
-                "token_estimate": estimate,
-                "message_count": turn_message_count({"raw_messages": encoded}),
-                "updated_at": utcnow(),
-            }
-        )
-        uow.entries.save(
-            namespace,
-            turn_entry(
-                namespace, new, encoded, per_message, user_id=row.user_id, copy_of=copied_from(row)
-            ),
-        )
+        new, _row = rewrite_turn(uow, namespace, row, old, estimator, prompt, answer, encoded)
         tokens = new.token_estimate - old.token_estimate
         messages, turns = new.message_count - old.message_count, 0
-    save_head(
-        uow,
-        conversation_id,
-        stored_head,
-        head,
-        next_turn_id=head.next_turn_id,
-        total_tokens=max(head.total_tokens + tokens, 0),
-        turn_count=max(head.turn_count + turns, 0),
-        summary=head.summary,
-        total_messages=(
-            None if head.total_messages is None else max(head.total_messages + messages, 0)
-        ),
-    )
+    move_head(uow, conversation_id, stored_head, tokens=tokens, messages=messages, turns=turns)
     return turn
 
 

@@ -83,7 +83,9 @@ __all__ = [
     "TURN_ID_DIGITS",
     "TURN_KEY_PREFIX",
     "archive_namespace",
+    "archived_turn_entry",
     "conversation_namespace",
+    "conversation_row",
     "copied_from",
     "empty_head_entry",
     "head_entry",
@@ -169,7 +171,7 @@ def head_entry(
         content.pop(HEAD_TOTAL_MESSAGES, None)
     if previous is not None:
         return _with_content(previous, content)
-    return _row(
+    return conversation_row(
         namespace,
         HEAD_KEY,
         content,
@@ -203,7 +205,7 @@ def empty_head_entry(conversation_id: str, user_id: str | None = None) -> Memory
 
 def index_entry(conversation_id: str, user_id: str | None = None) -> MemoryEntry:
     """The index row of a conversation (tagged with its owner, if any)."""
-    return _row(
+    return conversation_row(
         INDEX_NAMESPACE, conversation_id, {"conversation_id": conversation_id}, user_id=user_id
     )
 
@@ -253,7 +255,7 @@ def turn_entry(
                 "results": results,
             }
     searchable = namespace.startswith(CONVERSATION_NAMESPACE_PREFIX)
-    return _row(
+    return conversation_row(
         namespace,
         turn_key(turn.turn_id),
         content,
@@ -262,6 +264,22 @@ def turn_entry(
         search_text=(
             turn_search_text(turn.user_prompt, turn.assistant_response) if searchable else None
         ),
+    )
+
+
+def archived_turn_entry(namespace: str, stored: MemoryEntry, turn: ConversationTurn) -> MemoryEntry:
+    """The row ``stored`` (its turn decoded as ``turn``) moved to ``namespace`` (an archive).
+
+    Its raw messages and per-message estimates as stored, its owner, and the source
+    of a copied turn (which stays counted once).
+    """
+    return turn_entry(
+        namespace,
+        turn,
+        stored_raw(stored),
+        stored_message_tokens(stored),
+        user_id=stored.user_id,
+        copy_of=copied_from(stored),
     )
 
 
@@ -349,7 +367,7 @@ def _with_content(entry: MemoryEntry, content: dict[str, Any]) -> MemoryEntry:
     return MemoryEntry._from_values(values)
 
 
-def _row(
+def conversation_row(
     namespace: str,
     key: str,
     content: Any,
