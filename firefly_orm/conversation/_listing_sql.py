@@ -4,10 +4,12 @@ Run through ``RunsStatements.run_statements`` inside a unit of work of a SQL
 store, like the knowledge graph's (:mod:`firefly_orm.knowledge._rows`).
 
 * :func:`list_heads`: one keyset page of a user's conversation heads, served by
-  ``ix_memory_entries_conv_updated`` / ``ix_memory_entries_conv_created``
-  (migration 0009).  The ``archived`` and ``updated_at`` expressions are
-  spelled exactly as the migration spells them: SQLite matches an index
-  expression by its text.
+  ``ix_memory_entries_head_updated`` / ``ix_memory_entries_head_created``
+  (migration 0010): partial indexes over the plain columns ``head_archived``
+  and ``head_updated_at``, which the store writes from the head's content in
+  the statement that writes the head.  Both dialects run the same statement;
+  the page reads ``limit + 1`` index entries from the cursor on (with
+  ``tags``, the entries it skips too).
 * :func:`usage_rows`: the turns' ``metadata.usage`` summed in the database,
   grouped by conversation, day or month, over the namespace index (one
   conversation) or the user index (a user's turns).
@@ -30,6 +32,7 @@ from firefly_orm._layout import (
     TURN_KEY_PREFIX,
 )
 from firefly_orm.entry import utcnow
+from firefly_orm.entry._model import HEAD_ARCHIVED_COLUMN, HEAD_UPDATED_COLUMN
 from firefly_orm.sql._ops import _dialect, _execute
 from firefly_orm.sql._statements import TABLE
 
@@ -38,22 +41,8 @@ __all__ = ["HEADS_WHERE", "USAGE_FIELDS", "Target", "list_heads", "listing_state
 Target = Session | Connection
 _C = TABLE.c
 
-#: The partial indexes' predicate: conversation heads only (migration 0009).
-HEADS_WHERE = "key = 'head' AND namespace LIKE 'conversation:%'"
-#: The index expressions, per dialect: (archived, updated_at), as migration 0009 has them.
-_EXPRESSIONS = {
-    "postgresql": (
-        "COALESCE(content ->> 'archived', 'false')",
-        "COALESCE(content ->> 'updated_at', '')",
-    ),
-    "sqlite": (
-        "COALESCE(CASE WHEN json_valid(content) THEN json_extract(content, '$.archived') END, 0)",
-        "COALESCE(CASE WHEN json_valid(content) THEN json_extract(content, '$.updated_at') END, "
-        "'')",
-    ),
-}
-#: What ``archived`` reads as in each dialect's expression.
-_ARCHIVED = {"postgresql": ("false", "true"), "sqlite": (0, 1)}
+#: The partial indexes' predicate: conversation heads only (migration 0010).
+HEADS_WHERE = f"{HEAD_UPDATED_COLUMN} IS NOT NULL"
 #: The usage counters summed (``metadata.usage.<name>`` of a turn, integers).
 USAGE_FIELDS = ("requests", "input_tokens", "output_tokens", "total_tokens", "tool_calls")
 
@@ -68,20 +57,20 @@ def listing_statement(
     tags: Sequence[str],
 ) -> Any:
     """The ``SELECT`` of one page of heads (parameters ``uid``, ``arch``, ``now``, ``lim``...)."""
-    archived_text, updated_text = _EXPRESSIONS[dialect]
-    archived: Any = sa.literal_column(archived_text)
-    updated = sa.literal_column(updated_text, sa.Text())
+    updated, archived = _C[HEAD_UPDATED_COLUMN], _C[HEAD_ARCHIVED_COLUMN]
     order: Any = updated if by_updated else _C.created_at
     stmt = sa.select(_C.entry_id, _C.namespace, _C.content, _C.created_at, _C.user_id).where(
         _C.user_id == sa.bindparam("uid"),
-        sa.text(HEADS_WHERE),
-        archived == sa.bindparam("arch"),
+        updated.isnot(None),
+        archived == sa.bindparam("arch", type_=archived.type),
         sa.or_(_C.expires_at.is_(None), _C.expires_at > sa.bindparam("now")),
     )
     if after is not None:
         # (order, id) beyond the cursor, spelled so that both databases seek the
-        # index to it (SQLite takes no row-value range on an expression column).
-        value = sa.bindparam("after_value", type_=sa.Text() if by_updated else _C.created_at.type)
+        # index to it (a range on the order column, then the id to break ties).
+        value = sa.bindparam(
+            "after_value", type_=updated.type if by_updated else _C.created_at.type
+        )
         last: Any = sa.bindparam("after_id")
         if descending:
             beyond = sa.and_(order <= value, sa.or_(order < value, _C.entry_id < last))
@@ -89,7 +78,7 @@ def listing_statement(
             beyond = sa.and_(order >= value, sa.or_(order > value, _C.entry_id > last))
         stmt = stmt.where(beyond)
     if updated_after is not None:
-        stmt = stmt.where(updated > sa.bindparam("updated_after", type_=sa.Text()))
+        stmt = stmt.where(updated > sa.bindparam("updated_after", type_=updated.type))
     for number, _ in enumerate(tags):
         stmt = stmt.where(_has_tag(dialect, f"tag{number}"))
     columns = (order.desc(), _C.entry_id.desc()) if descending else (order, _C.entry_id)
@@ -129,7 +118,7 @@ def list_heads(
     )
     params: dict[str, Any] = {
         "uid": user_id,
-        "arch": _ARCHIVED[dialect][int(archived)],
+        "arch": archived,
         "now": utcnow(),
         "lim": limit,
     }

@@ -46,6 +46,8 @@ from firefly_orm.errors import EntryValidationError
 
 __all__ = [
     "FIELD_NAMES",
+    "HEAD_ARCHIVED_COLUMN",
+    "HEAD_UPDATED_COLUMN",
     "TABLE_NAME",
     "JSONValue",
     "MemoryEntry",
@@ -56,6 +58,11 @@ __all__ = [
 ]
 
 TABLE_NAME = "memory_entries"
+#: Columns of the table that are no fields of :class:`MemoryEntry`: a conversation
+#: head's ``updated_at`` ("" when it has none) and ``archived`` flag, written by
+#: the SQL store (:func:`firefly_orm.sql._statements.entry_values`), NULL elsewhere.
+HEAD_UPDATED_COLUMN = "head_updated_at"
+HEAD_ARCHIVED_COLUMN = "head_archived"
 
 #: The library's own MetaData (with a naming convention so Alembic names match).
 metadata = sa.MetaData(
@@ -177,7 +184,7 @@ class MemoryEntry(_Base, table=True):
     """
 
     __tablename__ = TABLE_NAME
-    __table_args__ = (
+    __table_args__: ClassVar[tuple[Any, ...]] = (
         sa.CheckConstraint("importance >= 0.0 AND importance <= 1.0", name="importance_range"),
         sa.CheckConstraint(
             "scope IN (" + ", ".join(f"'{v}'" for v in _SCOPE_VALUES) + ")", name="scope_values"
@@ -204,7 +211,30 @@ class MemoryEntry(_Base, table=True):
             "expires_at",
             **_where_set("expires_at"),
         ),
+        # A user's conversation list (migration 0010): columns the SQL store sets on
+        # a conversation head (``conversation:<id>``, key ``head``) from its content
+        # on every write, NULL on any other row; not fields of the entry.
+        sa.Column(HEAD_UPDATED_COLUMN, sa.Text(), nullable=True),
+        sa.Column(HEAD_ARCHIVED_COLUMN, sa.Boolean(create_constraint=False), nullable=True),
+        sa.Index(
+            "ix_memory_entries_head_updated",
+            "user_id",
+            HEAD_ARCHIVED_COLUMN,
+            HEAD_UPDATED_COLUMN,
+            "entry_id",
+            **_where_set(HEAD_UPDATED_COLUMN),
+        ),
+        sa.Index(
+            "ix_memory_entries_head_created",
+            "user_id",
+            HEAD_ARCHIVED_COLUMN,
+            "created_at",
+            "entry_id",
+            **_where_set(HEAD_UPDATED_COLUMN),
+        ),
     )
+    # The listing columns are the table's, not mapped attributes of the entry.
+    __mapper_args__ = {"exclude_properties": [HEAD_UPDATED_COLUMN, HEAD_ARCHIVED_COLUMN]}
 
     entry_id: str = Field(default_factory=new_entry_id, primary_key=True, sa_type=sa.String(64))
     namespace: str = Field(default="", sa_type=sa.String(), nullable=False)

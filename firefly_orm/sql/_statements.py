@@ -30,8 +30,11 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Join
 
 from firefly_orm._layout import (
+    CONVERSATION_NAMESPACE_PREFIX,
+    HEAD_ARCHIVED,
     HEAD_CONVERSATION_ID,
     HEAD_COUNTERS,
+    HEAD_KEY,
     HEAD_LAST_TURN_AT,
     HEAD_NEXT_TURN_ID,
     HEAD_SUMMARY,
@@ -53,7 +56,7 @@ from firefly_orm.entry import (
     MemoryScope,
     key_prefix_upper_bound,
 )
-from firefly_orm.entry._model import field_values
+from firefly_orm.entry._model import HEAD_ARCHIVED_COLUMN, HEAD_UPDATED_COLUMN, field_values
 
 __all__ = [
     "BY_KEY",
@@ -73,6 +76,7 @@ __all__ = [
     "append_turn_statement",
     "bump_head_statement",
     "entry_values",
+    "head_columns",
     "insert_values",
     "insert_new",
     "list_contents_statement",
@@ -128,9 +132,22 @@ def row_to_entry(row: Any) -> MemoryEntry:
     )
 
 
+def head_columns(namespace: str, key: str | None, content: Any) -> tuple[str | None, bool | None]:
+    """The listing columns of a row: a conversation head's ``updated_at`` (``""``
+    when its content has none) and ``archived`` flag, ``(None, None)`` for any
+    other row (migration 0010; the conversation list's keyset index)."""
+    if key != HEAD_KEY or not namespace.startswith(CONVERSATION_NAMESPACE_PREFIX):
+        return None, None
+    if not isinstance(content, dict):
+        return "", False
+    updated = content.get(HEAD_UPDATED_AT)
+    return (updated if isinstance(updated, str) else ""), content.get(HEAD_ARCHIVED) is True
+
+
 def entry_values(namespace: str, entry: MemoryEntry) -> dict[str, Any]:
     """The column values that store ``entry`` in ``namespace`` (version at least 1)."""
     fields = field_values(entry)  # not the mapped attributes: on every write
+    updated, archived = head_columns(namespace, fields["key"], fields["content"])
     return {
         "entry_id": fields["entry_id"],
         "namespace": namespace,
@@ -145,11 +162,19 @@ def entry_values(namespace: str, entry: MemoryEntry) -> dict[str, Any]:
         "user_id": fields["user_id"],
         "search_text": fields["search_text"],
         "search_language": fields["search_language"],
+        HEAD_UPDATED_COLUMN: updated,
+        HEAD_ARCHIVED_COLUMN: archived,
     }
 
 
-#: Columns most entries leave NULL (no owner, not searchable).
-_USUALLY_NULL = ("user_id", "search_text", "search_language")
+#: Columns most entries leave NULL (no owner, not searchable, not a conversation head).
+_USUALLY_NULL = (
+    "user_id",
+    "search_text",
+    "search_language",
+    HEAD_UPDATED_COLUMN,
+    HEAD_ARCHIVED_COLUMN,
+)
 
 
 def insert_values(namespace: str, entry: MemoryEntry) -> dict[str, Any]:
@@ -212,7 +237,7 @@ def upsert(dialect: str) -> Any:
     insert = _insert(dialect)
     update: dict[str, Any] = {
         col.key: insert.excluded[col.key]
-        for col in COLUMNS
+        for col in (*COLUMNS, _C[HEAD_UPDATED_COLUMN], _C[HEAD_ARCHIVED_COLUMN])
         if col.key not in ("entry_id", "version")
     }
     update["version"] = _C.version + 1
@@ -468,7 +493,8 @@ def append_turn_statement(by_owner: bool) -> Any:
     taken = TABLE.alias("taken")
     free = ~sa.exists().where(taken.c.entry_id == _derived_id_sql(_turn_key_sql(next_turn_id)))
     summary = content.op("->", return_type=jsonb)(_sql_text(HEAD_SUMMARY))
-    stamp = sa.func.to_jsonb(_P("stamp", type_=sa.Text()))
+    stamp_text = _P("stamp", type_=sa.Text())
+    stamp = sa.func.to_jsonb(stamp_text)
     # Built over the stored content (||), so the listing fields (title, tags...) stay.
     new_content = content.op("||", return_type=jsonb)(
         sa.func.jsonb_build_object(
@@ -495,7 +521,13 @@ def append_turn_statement(by_owner: bool) -> Any:
     )
     update = _head_update(sa.case((plain, within), else_=sa.false()), free, by_owner)
     head = (
-        update.values(content=new_content, version=_C.version + 1)
+        update.values(
+            {
+                _C.content: new_content,
+                _C.version: _C.version + 1,
+                _C[HEAD_UPDATED_COLUMN]: stamp_text,
+            }
+        )
         .returning(
             _C.content,
             _C.version,
@@ -614,5 +646,9 @@ def bump_head_statement(by_owner: bool) -> Any:
     guard = sa.case((sa.func.json_valid(_C.content) == 1, sa.and_(plain, within)), else_=sa.false())
     update = _head_update(guard, free, by_owner)
     return update.values(
-        content=sa.type_coerce(new_content, sa.Text()), version=_C.version + 1
+        {
+            _C.content: sa.type_coerce(new_content, sa.Text()),
+            _C.version: _C.version + 1,
+            _C[HEAD_UPDATED_COLUMN]: _P("stamp", type_=sa.Text()),
+        }
     ).returning(_C.content, _C.version, _C.user_id)
