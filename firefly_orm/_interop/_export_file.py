@@ -20,7 +20,8 @@ and ``language`` the text-search configuration the items are indexed with
 it exports (version 1 when there is no ``long_term`` section, 3 only with graphs), so files
 without long-term items stay readable by earlier releases; ``import`` reads
 both.  A conversation object's optional ``title``, ``tags`` and ``archived``
-(written only when set) need no new version: the bundle's version names its
+(written only when set) and its ``state`` (its own scoped-state keys, written only
+when it has some) need no new version: the bundle's version names its
 sections, and a lone conversation or a list has none.  Reading checks the
 whole document's shape before anything is imported; the items themselves are
 checked by
@@ -62,10 +63,12 @@ KNOWLEDGE_FORMAT_VERSION = 3
 
 #: Keys of one exported conversation (what ``export_conversation`` writes): ``branch_of``
 #: (a branch's parent, not restored), ``title``, ``tags`` and ``archived`` (the listing
-#: fields, written only when set) are optional additions in every format version.
+#: fields, written only when set) and ``state`` (the conversation's own scoped state,
+#: written only when it has keys) are optional additions in every format version.
 CONVERSATION_KEYS = frozenset(
     {"conversation_id", "turns", "summary", "total_tokens", "branch_of"}
     | {"title", "tags", "archived"}
+    | {"state"}
 )
 #: Keys of an export bundle, per format version.
 _BUNDLE_KEYS_BY_VERSION = {

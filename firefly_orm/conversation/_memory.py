@@ -53,6 +53,8 @@ from firefly_orm.conversation._policies import (
     check_observer,
     make_limits,
 )
+from firefly_orm.conversation._state import check_state_delta, with_state
+from firefly_orm.conversation._state_layer import ConversationState
 from firefly_orm.entry import validate_user_id
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.store import InMemoryStore, MemoryStore
@@ -84,6 +86,7 @@ class ConversationMemory(
     ConversationBatches,
     ConversationBranches,
     ConversationListing,
+    ConversationState,
 ):
     """Token-budgeted conversations, persisted through a store.
 
@@ -166,7 +169,11 @@ class ConversationMemory(
     ``branch`` + :meth:`add_turn`; :meth:`branches` / :meth:`parent_of` walk
     the tree), :meth:`rewind` drops the later turns (kept until
     :meth:`purge_rewound`) and :meth:`pop_turn` the newest, each in one unit of
-    work that a concurrent append never interleaves with.
+    work that a concurrent append never interleaves with.  :meth:`get_state` /
+    :meth:`update_state` keep a conversation's state in Google ADK's scopes
+    (``app:``, ``user:``, the conversation's own keys; ``temp:`` never stored),
+    and ``add_turn(..., state_delta=...)`` stores a change with the turn, all
+    or nothing.
     """
 
     def __init__(
@@ -321,6 +328,7 @@ class ConversationMemory(
         metadata: Mapping[str, Any] | None = None,
         user_id: str | None = None,
         idempotency_key: str | None = None,
+        state_delta: Mapping[str, Any] | None = None,
     ) -> Operation[ConversationTurn]:
         """Add a turn (creating the conversation if needed), evicting as needed.
 
@@ -339,6 +347,11 @@ class ConversationMemory(
         day); the same key with a different prompt, answer or raw messages
         raises ``EntryValidationError``.  Observers are told only once.
 
+        ``state_delta``: a state change stored in the turn's unit of work (see
+        :meth:`update_state` for the scopes; ``temp:`` keys are dropped), so
+        the turn and the state change commit together or not at all.  An
+        idempotent retry applies it again.
+
         From async code (``async_add_turn``) an async summarizer is awaited and a
         sync one runs in a worker thread, so the event loop is not blocked.
 
@@ -346,7 +359,8 @@ class ConversationMemory(
             The stored turn, with its ``turn_id`` and ``token_estimate``.
 
         Raises:
-            EntryValidationError: A bad id, prompt, response or metadata.
+            EntryValidationError: A bad id, prompt, response, metadata or
+                state delta (nothing is written).
             ConversationNotFoundError: The conversation is another user's.
             TypeError: ``raw_messages`` cannot be stored (nothing is written).
             ConcurrencyError: Too much contention on this conversation.
@@ -357,6 +371,7 @@ class ConversationMemory(
         checked_metadata = check_metadata(metadata)
         owner = self._acting_user(user_id)
         key = check_idempotency_key(idempotency_key)
+        state = check_state_delta(state_delta)
         encoded = encode_raw_messages(raw_messages)
         tokens, per_message = estimate_turn(self._estimator, prompt, response, encoded)
         turn = ConversationTurn(
@@ -368,19 +383,24 @@ class ConversationMemory(
         )
         (vector,) = yield from self._embed_turns([turn])  # before the unit of work opens
         appended = yield from released_before_callouts(  # no summarizer inside your transaction
-            ops.add_turn(
-                conversation_id,
-                ops.EncodedTurn(
-                    turn,
-                    encoded,
-                    per_message,
-                    owner,
-                    key,
-                    None if key is None else fingerprint(prompt, response, encoded),
-                    vector=vector,
+            with_state(
+                ops.add_turn(
+                    conversation_id,
+                    ops.EncodedTurn(
+                        turn,
+                        encoded,
+                        per_message,
+                        owner,
+                        key,
+                        None if key is None else fingerprint(prompt, response, encoded),
+                        vector=vector,
+                    ),
+                    self._policy,
+                    self._summarizer,
                 ),
-                self._policy,
-                self._summarizer,
+                conversation_id,
+                state,
+                owner,
             ),
             SessionHold.of(self._store, warn=False),
         )
@@ -481,6 +501,8 @@ class ConversationMemory(
     generate_title = sync_method(ConversationListing._generate_title)
     list_conversations = sync_method(ConversationListing._list_conversations)
     usage_totals = sync_method(ConversationListing._usage_totals)
+    get_state = sync_method(ConversationState._get_state)
+    update_state = sync_method(ConversationState._update_state)
 
     async_new_conversation = async_method(_new_conversation)
     async_add_turn = async_method(_add_turn)
@@ -515,6 +537,8 @@ class ConversationMemory(
     async_generate_title = async_method(ConversationListing._generate_title)
     async_list_conversations = async_method(ConversationListing._list_conversations)
     async_usage_totals = async_method(ConversationListing._usage_totals)
+    async_get_state = async_method(ConversationState._get_state)
+    async_update_state = async_method(ConversationState._update_state)
     async_search_conversations = async_method(ConversationSearch._search_conversations)
     async_branch = async_method(ConversationBranches._branch)
     async_branches = async_method(ConversationBranches._branches)

@@ -33,6 +33,7 @@ from firefly_orm.conversation._model import (
 )
 from firefly_orm.conversation._plan import Limits
 from firefly_orm.conversation._policies import Observer, SummarizeEvent, TrimEvent, notify
+from firefly_orm.conversation._state import StateDelta, check_state_delta, with_state
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.tokens import TokenEstimator
 
@@ -57,6 +58,7 @@ class ConversationBatches(ConversationSearch):
         turns: Sequence[ConversationTurn],
         *,
         user_id: str | None = None,
+        state_delta: Mapping[str, Any] | None = None,
     ) -> Operation[list[ConversationTurn]]:
         """Add ``turns`` in order, all or nothing (one unit of work), evicting as needed.
 
@@ -69,17 +71,20 @@ class ConversationBatches(ConversationSearch):
         committed together, so a failure leaves the conversation as it was.
         ``user_id`` as for :meth:`add_turn`.  With an ``embedder``, the turns
         are embedded (in batches) before the unit of work opens and their
-        vectors stored with them.
+        vectors stored with them.  ``state_delta``: a state change stored in
+        the batch's unit of work, as with :meth:`add_turn` (an empty batch writes
+        nothing, state included).
 
         Returns:
             The stored turns (those the batch itself evicted included).
 
         Raises:
-            EntryValidationError: A bad id or turn (nothing written).
+            EntryValidationError: A bad id, turn or state delta (nothing written).
             ConversationNotFoundError: The conversation is another user's.
             TypeError: A turn's ``raw_messages`` cannot be stored.
         """
         conversation_id = check_conversation_id(conversation_id)
+        state = check_state_delta(state_delta)
         if isinstance(turns, str | bytes | Mapping) or not isinstance(turns, Sequence):
             raise TypeError("turns must be a sequence of ConversationTurn")
         owner = self._acting_user(user_id)
@@ -108,7 +113,11 @@ class ConversationBatches(ConversationSearch):
             encoded_turns = [
                 replace(t, vector=v) for t, v in zip(encoded_turns, vectors, strict=True)
             ]
-        return (yield from self._append(conversation_id, FixedTurns(tuple(encoded_turns))))
+        return (
+            yield from self._append(
+                conversation_id, FixedTurns(tuple(encoded_turns)), state=state, user_id=owner
+            )
+        )
 
     def _add(
         self, conversation_id: str, message: Any, *, user_id: str | None = None
@@ -164,11 +173,22 @@ class ConversationBatches(ConversationSearch):
         return (yield from self._append(conversation_id, batch))
 
     def _append(
-        self, conversation_id: str, build: TurnsBuilder
+        self,
+        conversation_id: str,
+        build: TurnsBuilder,
+        *,
+        state: StateDelta | None = None,
+        user_id: str | None = None,
     ) -> Operation[list[ConversationTurn]]:
-        """Run the batch (no summarizer inside the caller's transaction), then report it."""
+        """Run the batch (no summarizer inside the caller's transaction), then report it.
+
+        ``state``: applied in the batch's unit of work, for ``user_id``.
+        """
+        op = add_turns(conversation_id, build, self._policy, self._summarizer)
+        if state is not None:
+            op = with_state(op, conversation_id, state, user_id)
         done = yield from released_before_callouts(
-            add_turns(conversation_id, build, self._policy, self._summarizer),
+            op,
             SessionHold.of(self._store, warn=False),
         )
         for appended in done:

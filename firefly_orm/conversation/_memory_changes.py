@@ -143,8 +143,8 @@ class ConversationChanges(ConversationSearch):
         """Copy a conversation to a new id, in one unit of work; return the new id.
 
         The copy has the conversation's retained turns (ids, prompts, answers,
-        raw messages, metadata, times) and its summary, and the same owner; not
-        its archive.  Writes to either one never reach the other.
+        raw messages, metadata, times), its summary and its own state keys, and
+        the same owner; not its archive.  Writes to either one never reach the other.
         ``new_conversation_id``: the copy's id (default: a new one); a
         conversation there is replaced.
 

@@ -45,9 +45,14 @@ __all__ = [
 T = TypeVar("T")
 
 
-def guarded(op: Operation[T] | Step[T], check: Callable[[UnitOfWork], None]) -> Operation[T]:
+def guarded(
+    op: Operation[T] | Step[T],
+    check: Callable[[UnitOfWork], object],
+    *,
+    writes_only: bool = False,
+) -> Operation[T]:
     """``op`` (an operation or one step), with ``check(uow)`` run first in every
-    unit of work it opens.
+    unit of work it opens (``writes_only``: in every unit of work that commits).
 
     Each :class:`Transaction` and :class:`HoldingTransaction` step of ``op``
     (also those of the operations it composes, and every retry) runs
@@ -68,16 +73,16 @@ def guarded(op: Operation[T] | Step[T], check: Callable[[UnitOfWork], None]) -> 
                 return cast(T, stop.value)
             value, error = None, None
             try:
-                value = yield _guard(step, check)
+                value = yield _guard(step, check, writes_only)
             except Exception as exc:
                 error = exc
     finally:
         gen.close()
 
 
-def _guard(step: Step[Any], check: Callable[[UnitOfWork], None]) -> Step[Any]:
+def _guard(step: Step[Any], check: Callable[[UnitOfWork], object], writes_only: bool) -> Step[Any]:
     """``step`` with ``check`` run first in its unit of work (other steps: unchanged)."""
-    if isinstance(step, Transaction):
+    if isinstance(step, Transaction) and not (writes_only and not step.commit):
         inner = step.work
 
         def checked(uow: UnitOfWork) -> Any:

@@ -8,8 +8,12 @@ from heads written before it was kept) and the id the next turn gets
 conversation id and the summary, and the conversation has a row in the
 conversation index.  Its branch links (:mod:`~firefly_orm.conversation._branch`)
 are checked too: a parent that exists must have the row naming its branch, and
-each such row must name a branch that names it back.  Rewound turns sit in the
-archive, so ``next_turn_id`` stays above them.
+each such row must name a branch that names it back.  So are the rows of its own
+scoped state (:mod:`~firefly_orm.conversation._state`): each must be readable
+and tagged with the conversation's owner (``erase_user`` finds a user's rows by
+that tag), and state rows left with no conversation at all (a write that raced
+a ``clear`` on a store without row locks) are reported, and deleted by repair.
+Rewound turns sit in the archive, so ``next_turn_id`` stays above them.
 Every write keeps all of this in step within one unit of work.  A store whose
 units of work are not atomic (MongoDB on a standalone server, a custom store
 with only the five protocol methods) can be left with a stale head by a
@@ -62,6 +66,7 @@ from firefly_orm.conversation._rows import (
     index_entry,
     turn_message_count,
 )
+from firefly_orm.conversation._state import fix_state_rows, misfiled_state_rows
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.errors import NotFoundError, StoreCorruptedError
 from firefly_orm.protocols import UnitOfWork
@@ -82,8 +87,10 @@ logger = logging.getLogger("firefly_orm")
 _COUNTERS = ("turn_count", "total_tokens", "next_turn_id")
 _ALL_COUNTERS = (*_COUNTERS, "total_messages")
 #: The issues fixed without rewriting the head (its index row, its branch links).
-_NOT_THE_HEAD = frozenset({"indexed", "branch_of", "branches"})
+_NOT_THE_HEAD = frozenset({"indexed", "branch_of", "branches", "state"})
 _NO_LINK_ISSUES = LinkCheck(None, ())
+#: An owner no row has (user ids are non-empty): every state row is listed.
+_NOBODY = ""
 
 
 @dataclass(frozen=True)
@@ -97,8 +104,11 @@ class Inconsistency:
             (``expected`` is then the content it should have), ``"indexed"``
             when the conversation has no row in the conversation index,
             ``"branch_of"`` when its parent (``expected``) has no row naming
-            this branch, or ``"branches"`` for a row naming a branch
-            (``found``) that is gone or names another parent.
+            this branch, ``"branches"`` for a row naming a branch
+            (``found``) that is gone or names another parent, or ``"state"``
+            for a row of the conversation's state (``found``: its key) that is
+            not tagged with the owner (``expected``) or is unreadable or left
+            without a conversation (``expected`` ``None``: it is deleted).
         found: What is stored (``None`` when the value or the row is missing).
         expected: What the stored turns say it should be.
     """
@@ -125,6 +135,10 @@ class Examination:
     owner: str | None
     issues: tuple[Inconsistency, ...]
     links: LinkCheck = _NO_LINK_ISSUES
+    #: State rows to re-tag with ``owner`` (or delete, when unreadable).
+    state_rows: tuple[MemoryEntry, ...] = ()
+    #: Only state rows are left (no head, turn or index row): they are deleted.
+    orphaned: bool = False
 
 
 # =========================================================================== transactions
@@ -142,7 +156,7 @@ def examine(uow: UnitOfWork, conversation_id: str) -> Examination:
     turns = uow.entries.list_contents(namespace, key_prefix=TURN_KEY_PREFIX)
     index_row = uow.entries.get_by_key(INDEX_NAMESPACE, conversation_id)
     if stored is None and not turns and index_row is None:
-        raise NotFoundError(f"no conversation {conversation_id!r} in this store")
+        return _orphaned_state(uow, conversation_id)
     ids, estimates = _turn_ids_and_estimates(namespace, turns)
     newest_archived = uow.entries.list_contents(
         archive_namespace(conversation_id), key_prefix=TURN_KEY_PREFIX, limit=1, newest_first=True
@@ -193,7 +207,31 @@ def examine(uow: UnitOfWork, conversation_id: str) -> Examination:
     if owner is None and (stored is None or index_row is None) and turns:
         first = uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX, limit=1)
         owner = first[0].user_id if first else None
-    return Examination(stored, head, index_row is not None, owner, tuple(issues), links)
+    state_rows = misfiled_state_rows(uow, conversation_id, owner)
+    issues.extend(
+        Inconsistency("state", row.key, owner if _readable(row) else None) for row in state_rows
+    )
+    return Examination(
+        stored, head, index_row is not None, owner, tuple(issues), links, tuple(state_rows)
+    )
+
+
+def _readable(row: MemoryEntry) -> bool:
+    return isinstance(row.content, dict) and "value" in row.content
+
+
+def _orphaned_state(uow: UnitOfWork, conversation_id: str) -> Examination:
+    """The examination of a conversation with no head, turn nor index row: only state
+    rows (to delete) can be left.
+
+    Raises:
+        NotFoundError: Not even those.
+    """
+    rows = misfiled_state_rows(uow, conversation_id, owner=_NOBODY)
+    if not rows:
+        raise NotFoundError(f"no conversation {conversation_id!r} in this store")
+    issues = tuple(Inconsistency("state", row.key, None) for row in rows)
+    return Examination(None, {}, True, None, issues, state_rows=tuple(rows), orphaned=True)
 
 
 def repair_head(uow: UnitOfWork, conversation_id: str) -> list[Inconsistency]:
@@ -208,6 +246,11 @@ def repair_head(uow: UnitOfWork, conversation_id: str) -> list[Inconsistency]:
         What was changed (empty: nothing).
     """
     found = examine(uow, conversation_id)
+    if found.orphaned:
+        uow.entries.delete(
+            conversation_namespace(conversation_id), [row.entry_id for row in found.state_rows]
+        )
+        return list(found.issues)
     if any(issue.field not in _NOT_THE_HEAD for issue in found.issues):
         new_head = head_entry(conversation_id, found.stored_head, **found.head, user_id=found.owner)
         expected_version = found.stored_head.version if found.stored_head is not None else 0
@@ -217,6 +260,7 @@ def repair_head(uow: UnitOfWork, conversation_id: str) -> list[Inconsistency]:
     if not found.indexed:
         uow.entries.save(INDEX_NAMESPACE, index_entry(conversation_id, found.owner))
     fix_links(uow, found.links, found.owner)
+    fix_state_rows(uow, found.state_rows, found.owner)
     return list(found.issues)
 
 

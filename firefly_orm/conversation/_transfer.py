@@ -3,7 +3,7 @@
 Shape: ``{"conversation_id", "turns": [{"turn_id", "user_prompt",
 "assistant_response", "token_estimate", "metadata", "timestamp"
 [, "raw_messages"]}, ...], "summary", "total_tokens"[, "branch_of"]
-[, "title"][, "tags"][, "archived"]}``;
+[, "title"][, "tags"][, "archived"][, "state"]}``;
 ``raw_messages`` holds the portable JSON form of
 :mod:`firefly_orm.conversation._codec`.  A branch's export names its parent
 (``"branch_of": {"conversation_id", "at_turn", "created_at"}``); an import
@@ -12,7 +12,11 @@ store), so the link is not restored.  ``title``, ``tags`` and ``archived``
 (the head's listing fields) are written only when set (a title, a tag, archived),
 so an export of a conversation without them reads as before; an import restores
 those it carries and keeps the conversation's own for those it lacks (as it does
-the summary).  Like the archive of evicted turns, the
+the summary).  ``state`` is the conversation's own scoped state
+(:mod:`~firefly_orm.conversation._state`; its ``app:`` and ``user:`` keys
+belong to the store and the user, not to one conversation), written only
+when it has keys; an import that carries it replaces the conversation's own
+state with it, one that does not keeps it.  Like the archive of evicted turns, the
 turns a rewind dropped are not exported, and an import replaces them too.
 
 An import that writes at least :data:`ANALYZE_AFTER_ROWS` turns asks the
@@ -63,6 +67,11 @@ from firefly_orm.conversation._rows import (
     turn_entry,
     turn_from_entry,
 )
+from firefly_orm.conversation._state import (
+    check_state_delta,
+    conversation_state,
+    replace_conversation_state,
+)
 from firefly_orm.entry import utcnow
 from firefly_orm.errors import ConcurrencyError, ConversationNotFoundError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
@@ -89,9 +98,12 @@ logger = logging.getLogger("firefly_orm")
 #: with more is imported batch by batch (:func:`import_in_batches`).
 IMPORT_BATCH_TURNS = 500
 
-#: One validated conversation to import: its id, its turns, its summary and its
-#: listing fields (title, tags, archived; ``None``: the import carries none).
-ParsedImport: TypeAlias = tuple[str, list[EncodedTurn], str | None, MetadataChange | None]
+#: One validated conversation to import: its id, its turns, its summary, its
+#: listing fields (title, tags, archived; ``None``: the import carries none) and
+#: its own state (``None``: the import carries none).
+ParsedImport: TypeAlias = tuple[
+    str, list[EncodedTurn], str | None, MetadataChange | None, dict[str, Any] | None
+]
 
 
 def read_export(uow: UnitOfWork, conversation_id: str) -> dict[str, Any]:
@@ -137,6 +149,9 @@ def read_export(uow: UnitOfWork, conversation_id: str) -> dict[str, Any]:
             exported["tags"] = list(info.tags)
         if info.archived:
             exported["archived"] = True
+    state = conversation_state(uow, conversation_id)
+    if state:  # its own state keys, only when it has some
+        exported["state"] = state
     return exported
 
 
@@ -152,7 +167,8 @@ def parse_import(
     is re-estimated with ``estimate(user_prompt, assistant_response)``.
     ``title`` (a string or ``None``), ``tags`` (a list of strings) and
     ``archived`` (a bool), each optional, are checked as ``update_conversation``
-    checks them.
+    checks them; ``state`` (optional, an object of the conversation's own keys,
+    no ``app:``/``user:``/``temp:`` prefix) as ``update_state`` checks a delta.
     """
     if not isinstance(data, Mapping):
         raise EntryValidationError("data", f"must be a dict, got {type(data).__name__}")
@@ -180,7 +196,19 @@ def parse_import(
             EncodedTurn(t.turn.model_copy(update={"turn_id": n}), t.encoded_raw)
             for n, t in enumerate(turns)
         ]
-    return cid, turns, summary, _parse_listing(data)
+    return cid, turns, summary, _parse_listing(data), _parse_state(data.get("state"))
+
+
+def _parse_state(state: Any) -> dict[str, Any] | None:
+    """The conversation's own state an export carries (``None``: none), checked."""
+    if state is None:
+        return None
+    delta = check_state_delta(state, name="state")
+    if delta.app or delta.user or delta.temp:
+        raise EntryValidationError(
+            "state", "holds the conversation's own keys only (no app:, user: or temp: key)"
+        )
+    return delta.own
 
 
 def _parse_listing(data: Mapping[str, Any]) -> MetadataChange | None:
@@ -233,17 +261,18 @@ def parse_imports(
         where = f"conversations[{position}]"
         what = f"conversation {label!r}" if isinstance(label, str) else "conversation"
         try:
-            cid, turns, summary, listing = parse_import(item, conversation_id, estimate)
+            parsed_item = parse_import(item, conversation_id, estimate)
         except RecursionError:
             raise EntryValidationError(where, f"{what}: nested too deeply") from None
         except (EntryValidationError, TypeError, ValueError) as exc:
             raise EntryValidationError(where, f"{what}: {exc}") from None
+        cid = parsed_item[0]
         if cid in seen:
             raise EntryValidationError(
                 where, f"{what}: same conversation id as conversations[{seen[cid]}]"
             )
         seen[cid] = position
-        parsed.append((cid, turns, summary, listing))
+        parsed.append(parsed_item)
     return parsed
 
 
@@ -285,12 +314,12 @@ def import_in_batches(conversation: ParsedImport, owner: str | None = None) -> O
     compared row by row), else starts over.  Either way it completes without
     duplicates (turn rows have derived ids).
     """
-    cid, turns, summary, listing = conversation
+    cid, turns, summary, _listing, _state = conversation
     size = IMPORT_BATCH_TURNS
     done = yield from Transaction.read(imported_batches, cid, turns, summary, owner)
     if done == 0:
-        first = turns[:size]
-        yield from retrying(Transaction.write(_replace_one, (cid, first, summary, listing), owner))
+        first = (cid, turns[:size], *conversation[2:])
+        yield from retrying(Transaction.write(_replace_one, first, owner))
         done = 1
     else:
         logger.info("resuming the import of conversation %r after %d turns", cid, done * size)
@@ -411,18 +440,21 @@ def replace_conversations(
 
 
 def _replace_one(uow: UnitOfWork, parsed: ParsedImport, owner: str | None) -> None:
-    """Transaction: replace one conversation with an import, listing fields included."""
-    cid, turns, summary, listing = parsed
+    """Transaction: replace one conversation with an import, listing fields and state included."""
+    cid, turns, summary, listing, state = parsed
     replace_conversation(uow, cid, turns, summary, owner)
     _restore_listing(uow, cid, listing)
+    if state is not None:  # the rows carry the owner the conversation was left with
+        row = owner_row(uow, cid)
+        replace_conversation_state(uow, cid, state, None if row is None else row.user_id)
 
 
 def copy_conversation(
     uow: UnitOfWork, source: str, target: str, estimate: Callable[[str, str], int]
 ) -> None:
     """Transaction: ``target`` becomes a copy of ``source`` (its retained turns with
-    their ids, raw messages, metadata and times, and its summary), owned by
-    ``source``'s owner.  The archive is not copied.
+    their ids, raw messages, metadata and times, its summary and its own state),
+    owned by ``source``'s owner.  The archive is not copied.
 
     Raises:
         ConversationNotFoundError: ``source`` does not exist.
@@ -430,8 +462,9 @@ def copy_conversation(
     row = owner_row(uow, source)
     if row is None:
         raise ConversationNotFoundError(source)
-    _cid, turns, summary, _listing = parse_import(read_export(uow, source), target, estimate)
+    _cid, turns, summary, _listing, state = parse_import(read_export(uow, source), target, estimate)
     replace_conversation(uow, target, turns, summary, row.user_id)
+    replace_conversation_state(uow, target, state or {}, row.user_id)
     # The copied turns say so (usage totals count the original turns only).
     namespace = conversation_namespace(target)
     for copied in uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX):

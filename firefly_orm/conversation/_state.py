@@ -1,0 +1,351 @@
+"""Scoped conversation state: the key rules, the rows, and the transactions over them.
+
+A conversation's state is a JSON object split by scope the way Google ADK
+splits a session's state, by the prefix of each key:
+
+* ``app:<key>``: shared by every conversation of the store (the app), owned by
+  nobody: :data:`~firefly_orm._layout.APP_STATE_NAMESPACE`;
+* ``user:<key>``: shared by every conversation of the conversation's owner,
+  in the user's namespace (:func:`~firefly_orm._layout.user_state_namespace`),
+  each row tagged with the user (so ``erase_user`` removes it);
+* ``temp:<key>``: never stored; it lives in the view the call that gave it
+  returns, and nowhere else;
+* any other key: the conversation's own, a row in its namespace (so clearing
+  the conversation removes it), tagged with its owner.
+
+Each key is one row (key ``state:<key>``, content ``{"value": <JSON>}``), so
+writers of different keys never touch the same row and a concurrent update
+of another key is never lost, on every store, without a retry; writers of the
+same key: the last commit wins.  A key is removed by deleting its row.
+
+The transactions here run inside a unit of work that may also add turns:
+:func:`state_first` runs :func:`write_state` at the start of every committing
+unit of work of an operation (the turn's), so the state and the turn commit
+together or not at all.  The state is written first so that on PostgreSQL the
+one-statement append runs inside the transaction the state write began.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from firefly_orm._layout import (
+    APP_STATE_NAMESPACE,
+    STATE_KEY_PREFIX,
+    user_state_namespace,
+)
+from firefly_orm.bridges._steps import Operation, Step
+from firefly_orm.conversation._owner import claim, guarded, owner_row
+from firefly_orm.conversation._rows import HEAD_KEY, conversation_namespace
+from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id, validate_key
+from firefly_orm.entry._json import validate_json_value
+from firefly_orm.errors import EntryValidationError
+from firefly_orm.protocols import UnitOfWork
+
+__all__ = [
+    "APP_PREFIX",
+    "MAX_STATE_KEY_LENGTH",
+    "TEMP_PREFIX",
+    "USER_PREFIX",
+    "StateDelta",
+    "check_state_delta",
+    "conversation_state",
+    "fix_state_rows",
+    "merged_view",
+    "misfiled_state_rows",
+    "read_state",
+    "replace_conversation_state",
+    "state_first",
+    "with_state",
+    "write_state",
+]
+
+T = TypeVar("T")
+
+#: Prefix of the keys shared by every conversation of the store (ADK's ``State.APP_PREFIX``).
+APP_PREFIX = "app:"
+#: Prefix of the keys shared by every conversation of a user (ADK's ``State.USER_PREFIX``).
+USER_PREFIX = "user:"
+#: Prefix of the keys never stored (ADK's ``State.TEMP_PREFIX``).
+TEMP_PREFIX = "temp:"
+#: Longest accepted state key, prefix excluded (its row key must fit an index).
+MAX_STATE_KEY_LENGTH = 256
+#: The field of a state row's content holding the value.
+_VALUE = "value"
+
+
+@dataclass(frozen=True)
+class StateDelta:
+    """A checked state change, split by scope (keys without their prefix).
+
+    Attributes:
+        app: New values of ``app:`` keys.
+        user: New values of ``user:`` keys.
+        own: New values of the conversation's own keys.
+        temp: The ``temp:`` keys (never written).
+        remove_app / remove_user / remove_own: Keys to delete, per scope.
+    """
+
+    app: dict[str, Any] = field(default_factory=dict)
+    user: dict[str, Any] = field(default_factory=dict)
+    own: dict[str, Any] = field(default_factory=dict)
+    temp: dict[str, Any] = field(default_factory=dict)
+    remove_app: tuple[str, ...] = ()
+    remove_user: tuple[str, ...] = ()
+    remove_own: tuple[str, ...] = ()
+
+    @property
+    def writes(self) -> bool:
+        """Whether applying it writes anything (``temp:`` keys alone do not)."""
+        return bool(
+            self.app
+            or self.user
+            or self.own
+            or self.remove_app
+            or self.remove_user
+            or self.remove_own
+        )
+
+    @property
+    def needs_user(self) -> bool:
+        """Whether it changes ``user:`` keys (the conversation must have an owner)."""
+        return bool(self.user or self.remove_user)
+
+
+def _split_key(name: str, key: Any) -> tuple[str, str]:
+    """``(scope, bare key)`` of a state key (scope ``"app"``, ``"user"``, ``"temp"``, ``"own"``)."""
+    if not isinstance(key, str):
+        raise EntryValidationError(name, f"keys must be strings, got {type(key).__name__}")
+    scope, bare = "own", key
+    for prefix, which in ((APP_PREFIX, "app"), (USER_PREFIX, "user"), (TEMP_PREFIX, "temp")):
+        if key.startswith(prefix):
+            scope, bare = which, key.removeprefix(prefix)
+            break
+    if not bare:
+        raise EntryValidationError(name, f"key {key!r} names no key after its prefix")
+    if len(bare) > MAX_STATE_KEY_LENGTH:
+        raise EntryValidationError(
+            name, f"key {key[:40]!r}... is longer than {MAX_STATE_KEY_LENGTH} characters"
+        )
+    try:
+        validate_key(bare)
+    except EntryValidationError as exc:
+        raise EntryValidationError(name, f"key {key!r}: {exc}") from None
+    return scope, bare
+
+
+def check_state_delta(
+    delta: Mapping[str, Any] | None, remove: Iterable[str] = (), *, name: str = "state_delta"
+) -> StateDelta:
+    """``delta`` (and the keys to ``remove``) checked and split by scope; nothing written.
+
+    Values must be JSON values (the rules of an entry's content); each is
+    stored as a JSON copy.  A key may not be both set and removed.
+
+    Raises:
+        EntryValidationError: Not a mapping, a key that is not a string, empty
+            after its prefix, too long or unstorable, a value that is not JSON,
+            or a key both set and removed.
+    """
+    if delta is None:
+        delta = {}
+    if not isinstance(delta, Mapping):
+        raise EntryValidationError(name, f"must be a mapping, got {type(delta).__name__}")
+    if isinstance(remove, str | bytes) or not isinstance(remove, Iterable):
+        raise EntryValidationError("remove", "must be an iterable of keys")
+    scopes: dict[str, dict[str, Any]] = {"app": {}, "user": {}, "own": {}, "temp": {}}
+    for key, value in delta.items():
+        scope, bare = _split_key(name, key)
+        try:
+            validate_json_value(f"{name}[{key!r}]", value)
+        except RecursionError:
+            raise EntryValidationError(f"{name}[{key!r}]", "nested too deeply") from None
+        scopes[scope][bare] = json.loads(json.dumps(value, allow_nan=False))
+    removed: dict[str, list[str]] = {"app": [], "user": [], "own": [], "temp": []}
+    for key in remove:
+        scope, bare = _split_key("remove", key)
+        if key in delta:
+            raise EntryValidationError("remove", f"key {key!r} is both set and removed")
+        if scope != "temp" and bare not in removed[scope]:
+            removed[scope].append(bare)
+    return StateDelta(
+        app=scopes["app"],
+        user=scopes["user"],
+        own=scopes["own"],
+        temp=scopes["temp"],
+        remove_app=tuple(removed["app"]),
+        remove_user=tuple(removed["user"]),
+        remove_own=tuple(removed["own"]),
+    )
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def _state_row(namespace: str, key: str, value: Any, user_id: str | None) -> MemoryEntry:
+    row_key = f"{STATE_KEY_PREFIX}{key}"
+    return MemoryEntry(
+        entry_id=derived_entry_id(namespace, row_key),
+        namespace=namespace,
+        key=row_key,
+        content={_VALUE: value},
+        user_id=user_id,
+        scope=MemoryScope.CONVERSATION,
+    )
+
+
+def _apply(
+    uow: UnitOfWork,
+    namespace: str,
+    values: Mapping[str, Any],
+    removed: Iterable[str],
+    user_id: str | None,
+) -> None:
+    """Upsert one row per key of ``values``, delete the rows of ``removed``."""
+    for key, value in values.items():
+        uow.entries.save(namespace, _state_row(namespace, key, value, user_id))
+    ids = [derived_entry_id(namespace, f"{STATE_KEY_PREFIX}{key}") for key in removed]
+    if ids:
+        uow.entries.delete(namespace, ids)
+
+
+def _read(uow: UnitOfWork, namespace: str) -> dict[str, Any]:
+    """The state stored in ``namespace``: bare key -> value (unreadable rows left out)."""
+    state: dict[str, Any] = {}
+    for row in uow.entries.list(namespace, key_prefix=STATE_KEY_PREFIX):
+        content = row.content
+        if row.key is not None and isinstance(content, dict) and _VALUE in content:
+            state[row.key.removeprefix(STATE_KEY_PREFIX)] = content[_VALUE]
+    return state
+
+
+def merged_view(
+    app: Mapping[str, Any], user: Mapping[str, Any], own: Mapping[str, Any]
+) -> dict[str, Any]:
+    """One dict as ADK shows a session's state: own keys bare, ``app:`` and ``user:`` prefixed."""
+    merged = dict(own)
+    merged.update({APP_PREFIX + k: v for k, v in app.items()})
+    merged.update({USER_PREFIX + k: v for k, v in user.items()})
+    return merged
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+def write_state(
+    uow: UnitOfWork, conversation_id: str, delta: StateDelta, user_id: str | None
+) -> str | None:
+    """Transaction part: apply ``delta`` for ``conversation_id``; return the owner it used.
+
+    The owner is the conversation's (a new conversation's: ``user_id``, the
+    one the write acts for); ``user:`` keys go to that user's state.
+
+    Raises:
+        ConversationNotFoundError: The conversation is not ``user_id``'s.
+        EntryValidationError: ``user:`` keys for a conversation owned by nobody.
+    """
+    namespace = conversation_namespace(conversation_id)
+    # Own keys: the head locked where the store can, so a concurrent clear cannot
+    # leave them behind in a namespace it emptied.
+    row = uow.entries.get_by_key(
+        namespace, HEAD_KEY, for_update=bool(delta.own or delta.remove_own)
+    )
+    if row is None:
+        row = owner_row(uow, conversation_id)
+    owner = claim(row, user_id, conversation_id)
+    if delta.needs_user and owner is None:
+        raise EntryValidationError(
+            "user_id",
+            f"user: state keys need a user, and conversation {conversation_id!r} has no "
+            "owner (pass user_id=, or bind the memory to a user)",
+        )
+    _apply(uow, APP_STATE_NAMESPACE, delta.app, delta.remove_app, None)
+    if owner is not None:
+        _apply(uow, user_state_namespace(owner), delta.user, delta.remove_user, owner)
+    _apply(uow, namespace, delta.own, delta.remove_own, owner)
+    return owner
+
+
+def read_state(
+    uow: UnitOfWork, conversation_id: str, user_id: str | None
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Transaction: ``(app, user, own)`` state of ``conversation_id``, keys bare.
+
+    The user state is the owner's (a missing conversation's: ``user_id``'s).
+
+    Raises:
+        ConversationNotFoundError: The conversation is not ``user_id``'s.
+    """
+    owner = claim(owner_row(uow, conversation_id), user_id, conversation_id)
+    user = {} if owner is None else _read(uow, user_state_namespace(owner))
+    own = _read(uow, conversation_namespace(conversation_id))
+    return _read(uow, APP_STATE_NAMESPACE), user, own
+
+
+def conversation_state(uow: UnitOfWork, conversation_id: str) -> dict[str, Any]:
+    """Transaction part: the conversation's own state (what an export carries)."""
+    return _read(uow, conversation_namespace(conversation_id))
+
+
+def replace_conversation_state(
+    uow: UnitOfWork, conversation_id: str, state: Mapping[str, Any], owner: str | None
+) -> None:
+    """Transaction part: the conversation's own state becomes ``state`` (an import)."""
+    namespace = conversation_namespace(conversation_id)
+    stale = [row.entry_id for row in uow.entries.list(namespace, key_prefix=STATE_KEY_PREFIX)]
+    if stale:
+        uow.entries.delete(namespace, stale)
+    _apply(uow, namespace, state, (), owner)
+
+
+def misfiled_state_rows(
+    uow: UnitOfWork, conversation_id: str, owner: str | None
+) -> list[MemoryEntry]:
+    """Transaction part: the conversation's state rows not tagged with ``owner``, or
+    unreadable (no ``{"value": ...}`` content): what verify reports and repair fixes."""
+    rows = uow.entries.list(conversation_namespace(conversation_id), key_prefix=STATE_KEY_PREFIX)
+    return [
+        row
+        for row in rows
+        if row.user_id != owner or not (isinstance(row.content, dict) and _VALUE in row.content)
+    ]
+
+
+def fix_state_rows(uow: UnitOfWork, rows: Iterable[MemoryEntry], owner: str | None) -> None:
+    """Transaction part: re-tag misfiled state rows with ``owner``; delete unreadable ones."""
+    for row in rows:
+        namespace = row.namespace
+        if isinstance(row.content, dict) and _VALUE in row.content and row.key is not None:
+            key = row.key.removeprefix(STATE_KEY_PREFIX)
+            uow.entries.save(namespace, _state_row(namespace, key, row.content[_VALUE], owner))
+        else:
+            uow.entries.delete(namespace, row.entry_id)
+
+
+# --------------------------------------------------------------------------- with a turn
+
+
+def state_first(op: Operation[T] | Step[T], write: Callable[[UnitOfWork], object]) -> Operation[T]:
+    """``op``, with ``write(uow)`` run first in each unit of work of it that commits.
+
+    Every committing :class:`~firefly_orm.bridges._steps.Transaction` and every
+    :class:`~firefly_orm.bridges._steps.HoldingTransaction` of ``op`` (each
+    retry included) runs ``write`` before its own work, so what ``write``
+    stores commits with that work or not at all (read-only steps pass unchanged).
+    """
+    return guarded(op, write, writes_only=True)
+
+
+def with_state(
+    op: Operation[T], conversation_id: str, delta: StateDelta, user_id: str | None
+) -> Operation[T]:
+    """``op`` (adding turns to ``conversation_id``) applying ``delta`` in its unit of work.
+
+    Unchanged when ``delta`` writes nothing.
+    """
+    if not delta.writes:
+        return op
+    return state_first(op, lambda uow: write_state(uow, conversation_id, delta, user_id))
