@@ -17,42 +17,32 @@ retry and what was given up, then what is left in the queue.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 from typing import Any
 
 from firefly_orm.cli import _target
-from firefly_orm.cli._target import EXIT_OK, EXIT_USAGE, CliError, _resolve_target
+from firefly_orm.cli._target import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    _model_or_factory,
+    _resolve_target,
+)
 
 __all__ = ["add_knowledge"]
 
 
-def _model(args: argparse.Namespace) -> Any:
-    """The model the arguments name (refused before the database is opened)."""
-    if bool(args.model) == bool(args.model_factory):
-        raise CliError("give either --model or --model-factory", EXIT_USAGE)
-    if args.model:
-        return args.model
-    module_name, _, attribute = str(args.model_factory).partition(":")
-    if not module_name or not attribute:
-        raise CliError("--model-factory: expected MODULE:NAME", EXIT_USAGE)
-    try:
-        found: Any = importlib.import_module(module_name)
-        for part in attribute.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise CliError(f"--model-factory {args.model_factory}: {exc}", EXIT_USAGE) from None
+def _model_kinds() -> tuple[type[Any], ...]:
     from pydantic_ai.models import Model
 
-    if not isinstance(found, Model) and callable(found):
-        found = found()
-    if not isinstance(found, Model):
-        raise CliError(
-            f"--model-factory {args.model_factory}: not a pydantic-ai Model "
-            f"(got {type(found).__name__})",
-            EXIT_USAGE,
-        )
-    return found
+    return (Model,)
+
+
+def _model(args: argparse.Namespace) -> Any:
+    """The model the arguments name (refused before the database is opened)."""
+    return _model_or_factory(
+        args.model, args.model_factory, "--model-factory", _model_kinds, "a pydantic-ai Model"
+    )
 
 
 def _cmd_process_pending(args: argparse.Namespace) -> int:
