@@ -202,6 +202,8 @@ CALLS: dict[str, tuple[Callable[[Layers], MemoryLayer], list[Call]]] = {
             ("generate_title", lambda x: a(x.cid, titler=lambda turns: f"title {SECRET}")),
             ("list_conversations", lambda x: a(USER, tags=["k"])),
             ("usage_totals", lambda x: a(x.cid)),
+            ("update_state", lambda x: a(x.cid, {"k": SECRET, "user:u": SECRET})),
+            ("get_state", lambda x: a(x.cid)),
             ("branch", lambda x: a(x.cid, turn_id(x))),
             ("branches", lambda x: a(x.cid)),
             ("parent_of", lambda x: a(x.results["branch"])),
