@@ -42,6 +42,8 @@ class NewFact:
     observed_at: datetime
     evidence: str | None
     confidence: float
+    #: Predicates the subject held that mean the same (closest first; see ``_meaning``).
+    alike: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,11 @@ def apply_fact(rows: GraphRows, user_id: str, new: NewFact, rule: Rule) -> FactC
       observed_at``; both keep their evidence;
     * **ignore**: the new fact is below ``min_confidence``, or older than the
       fact that holds (stale news does not overwrite the present).
+
+    When the subject holds no current fact of the predicate, the predicates of
+    ``new.alike`` (matched by meaning before this unit of work) are tried in
+    order: the first one still held is the slot, and the fact is recorded
+    under that predicate (the history's ``detail`` keeps the one ``said``).
     """
     predicate = normalize_predicate(new.predicate)
     actor = rule.actor
@@ -214,19 +221,27 @@ def apply_fact(rows: GraphRows, user_id: str, new: NewFact, rule: Rule) -> FactC
         raise EntryValidationError("object", "a fact needs a non-empty object")
     if new.object_is_entity:
         object_id = ensure_entity(rows, user_id, EntityUpdate(value), actor).entity_id
+    said = predicate
     current = rows.current_facts(subject.entity_id, predicate)
+    for other in () if current else new.alike:  # re-checked here: does it still hold?
+        current = rows.current_facts(subject.entity_id, other)
+        if current:
+            predicate = other  # the slot that means the same keeps its predicate
+            break
     evidence = [new.evidence] if new.evidence else []
+    said_as = {"said": said} if said != predicate else {}
     for fact in current:
         if _same_object(fact, object_id, value):
             outcome: Outcome = "update" if new.confidence != fact.confidence else "confirm"
             merged = fact.evidence + [e for e in evidence if e not in fact.evidence]
             rows.update_fact(fact.fact_id, {"evidence": merged, "confidence": new.confidence})
-            detail = {"evidence": evidence, "confidence": new.confidence}
+            detail = {"evidence": evidence, "confidence": new.confidence, **said_as}
             record_change(rows, user_id, outcome, actor, fact_id=fact.fact_id, detail=detail)
             return FactChange(outcome, rows.fact(fact.fact_id))
     others = [] if predicate in rule.multi_valued else current
     if others and new.observed_at < max(f.valid_from for f in others):
         detail = {"reason": "older than the current fact", "object": value, "evidence": evidence}
+        detail.update(said_as)
         record_change(rows, user_id, "ignore", actor, fact_id=others[-1].fact_id, detail=detail)
         return FactChange("ignore", others[-1])
     for fact in others:
@@ -249,6 +264,6 @@ def apply_fact(rows: GraphRows, user_id: str, new: NewFact, rule: Rule) -> FactC
     )
     outcome = "supersede" if others else "add"
     closed = [f.fact_id for f in others]
-    detail = {"evidence": evidence, "superseded": closed}
+    detail = {"evidence": evidence, "superseded": closed, **said_as}
     record_change(rows, user_id, outcome, actor, fact_id=fact_id, detail=detail)
     return FactChange(outcome, rows.fact(fact_id), [rows.fact(f) for f in closed])
