@@ -27,9 +27,11 @@ from firefly_orm.knowledge._apply import (
     normalize_predicate,
 )
 from firefly_orm.knowledge._backend import EntityUpdate, GraphRows, normalize
+from firefly_orm.knowledge._meaning import DEFAULT_MEANING_THRESHOLD, Meaning
 from firefly_orm.knowledge._model import Entity, Extraction, Fact, FactChange
 from firefly_orm.knowledge._rows import SqlRows
 from firefly_orm.knowledge._transfer import graph_from_json, graph_to_json
+from firefly_orm.long_term._embedding import EmbedderLike
 from firefly_orm.protocols import (
     MemoryStore,
     RunsDatabaseCalls,
@@ -241,6 +243,14 @@ class KnowledgeGraph(MemoryLayer):
             supersedes the current one.
         min_confidence: Facts below it are ignored (recorded in the history).
         actor: Who the history names for changes made here.
+        embedder: Compare predicates by meaning too (a pydantic-ai ``Embedder``,
+            ``EmbeddingModel`` or model name): a new fact whose predicate its
+            subject does not hold yet goes to the held predicate closest in
+            meaning ("resides in" to ``lives_in``) when their cosine reaches
+            ``meaning_threshold``.  The embedder is called before the write's
+            unit of work opens, and the match is re-checked inside it.
+        meaning_threshold: The cosine (above 0.0, at most 1.0) two predicates
+            must reach to be one slot; tune it for your embedding model.
     """
 
     def __init__(
@@ -250,6 +260,8 @@ class KnowledgeGraph(MemoryLayer):
         multi_valued: Iterable[str] = (),
         min_confidence: float = 0.0,
         actor: str = "app",
+        embedder: EmbedderLike | None = None,
+        meaning_threshold: float = DEFAULT_MEANING_THRESHOLD,
     ) -> None:
         self._entities = EntityMemory(store, actor=actor)
         self._on = self._entities._on
@@ -260,6 +272,7 @@ class KnowledgeGraph(MemoryLayer):
             min_confidence=float(min_confidence),
             actor=_name("actor", actor),
         )
+        self._meaning = None if embedder is None else Meaning(embedder, meaning_threshold)
 
     @property
     def entities(self) -> EntityMemory:
@@ -307,7 +320,16 @@ class KnowledgeGraph(MemoryLayer):
             subject, predicate, object, object_is_entity, evidence, observed_at, confidence
         )
         validate_user_id(user_id)
+        (new,) = yield from self._matched(user_id, [new])
         return (yield from Transaction.write(self._on, apply_fact, user_id, new, self._rule))
+
+    def _matched(
+        self, user_id: str, facts: builtins.list[NewFact]
+    ) -> Operation[builtins.list[NewFact]]:
+        """``facts`` with the held predicates that mean the same (with an embedder)."""
+        if self._meaning is None:
+            return facts
+        return (yield from self._meaning.matched(self._on, user_id, facts))
 
     def _record(
         self,
@@ -331,8 +353,9 @@ class KnowledgeGraph(MemoryLayer):
         evidence: str | None,
         observed_at: datetime | None,
         finish: Callable[[GraphRows], object] | None = None,
-    ) -> Transaction[builtins.list[FactChange]]:
-        """The transaction of :meth:`record` (checked first), then ``finish(rows)`` in it."""
+    ) -> Operation[builtins.list[FactChange]]:
+        """The operation of :meth:`record` (checked first; with an embedder, predicates
+        matched by meaning outside any unit of work), then ``finish(rows)`` in its write."""
         validate_user_id(user_id)
         if not isinstance(extraction, Extraction):
             raise EntryValidationError("extraction", "give an Extraction")
@@ -352,8 +375,11 @@ class KnowledgeGraph(MemoryLayer):
             )
             for e in extraction.entities
         ]
-        return Transaction.write(
-            self._on, _record_all, user_id, mentions, facts, self._rule, finish
+        facts = yield from self._matched(user_id, facts)
+        return (
+            yield from Transaction.write(
+                self._on, _record_all, user_id, mentions, facts, self._rule, finish
+            )
         )
 
     def _facts_about(
