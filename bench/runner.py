@@ -49,7 +49,7 @@ CELLS_LEGEND = (
 )
 
 #: The workload ids ``--only`` accepts.
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7", "W8", "async")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7", "W8", "W9", "async")
 
 
 class Runner:
@@ -485,6 +485,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="W8 (semantic recall) at 10k and 100k items instead of 1k and 10k (longer set-up)",
     )
+    parser.add_argument(
+        "--w9-1m",
+        action="store_true",
+        help="W9 (knowledge graph) at 10k, 100k and 1M edges instead of 10k and 100k "
+        "(loading 1M takes minutes)",
+    )
     parser.add_argument("--seed", type=int, default=20240601)
     parser.add_argument("--tmpdir", help="where the SQLite files go (default: a new temp dir)")
     parser.add_argument(
@@ -561,6 +567,13 @@ def main(argv: list[str] | None = None) -> int:
 
             w8 = vectors.W8_QUICK if args.quick else vectors.W8_FULL
             vectors.run_w8(runner, backends, tmp, vectors.W8_LARGE if args.w8_100k else w8)
+        if runner.wants("W9"):
+            from bench import graph
+
+            w9 = graph.W9_QUICK if args.quick else graph.W9_FULL
+            graph.run_w9(
+                runner, backends, tmp, graph.W9_LARGE if args.w9_1m else w9, args.mongo_url
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runner.meta["skipped"] = skipped
