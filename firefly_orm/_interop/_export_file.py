@@ -8,7 +8,13 @@ them, or a *bundle*::
      "conversations": [...],
      "long_term": [{"namespace": "long-term", "language": null, "items": [...]}]}
 
-Format versions: **1** holds conversations only; **3** adds ``knowledge``,
+Format versions: **1** holds conversations only; **4** adds ``state``, the
+scoped conversation state that belongs to no one conversation:
+``{"app": {key: value}, "users": {user_id: {key: value}}}`` (keys without their
+``app:`` / ``user:`` prefix; what
+:func:`~firefly_orm.conversation._state.read_shared_state` reads: the app's
+keys and those of every user owning a conversation; an import sets them and
+keeps the keys it does not name); **3** adds ``knowledge``,
 one user's knowledge graph per entry (entities, facts with their validity
 intervals and evidence, history: the shape of
 :meth:`KnowledgeGraph.export_user <firefly_orm.knowledge.KnowledgeGraph.export_user>`);
@@ -17,7 +23,8 @@ section, one entry per namespace of long-term items, each item in the shape
 :meth:`MemoryItem.to_dict <firefly_orm.long_term.MemoryItem.to_dict>` writes,
 and ``language`` the text-search configuration the items are indexed with
 (``null``: ``simple``).  ``export`` writes the lowest version that holds what
-it exports (version 1 when there is no ``long_term`` section, 3 only with graphs), so files
+it exports (version 1 when there is no ``long_term`` section, 3 only with graphs,
+4 only with shared state), so files
 without long-term items stay readable by earlier releases; ``import`` reads
 both.  A conversation object's optional ``title``, ``tags`` and ``archived``
 (written only when set) and its ``state`` (its own scoped-state keys, written only
@@ -30,10 +37,11 @@ checked by
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from firefly_orm.conversation._state import check_shared_state
 from firefly_orm.entry import validate_namespace, validate_search_language
 from firefly_orm.entry._json import JSONInputError, load_untrusted_json
 from firefly_orm.errors import EntryValidationError
@@ -46,6 +54,7 @@ __all__ = [
     "KNOWLEDGE_FORMAT_VERSION",
     "LONG_TERM_FORMAT_VERSION",
     "LONG_TERM_KEYS",
+    "STATE_FORMAT_VERSION",
     "ImportDocument",
     "LongTermSection",
     "conversations_in",
@@ -55,11 +64,13 @@ __all__ = [
 ]
 
 #: The newest version of the export bundle (what ``import`` reads up to).
-EXPORT_FORMAT_VERSION = 3
+EXPORT_FORMAT_VERSION = 4
 #: The first version with a ``long_term`` section.
 LONG_TERM_FORMAT_VERSION = 2
 #: The first version with a ``knowledge`` section (users' knowledge graphs).
 KNOWLEDGE_FORMAT_VERSION = 3
+#: The first version with a ``state`` section (the app's and the users' scoped state).
+STATE_FORMAT_VERSION = 4
 
 #: Keys of one exported conversation (what ``export_conversation`` writes): ``branch_of``
 #: (a branch's parent, not restored), ``title``, ``tags`` and ``archived`` (the listing
@@ -76,6 +87,9 @@ _BUNDLE_KEYS_BY_VERSION = {
     LONG_TERM_FORMAT_VERSION: frozenset({"format_version", "conversations", "long_term"}),
     KNOWLEDGE_FORMAT_VERSION: frozenset(
         {"format_version", "conversations", "long_term", "knowledge"}
+    ),
+    STATE_FORMAT_VERSION: frozenset(
+        {"format_version", "conversations", "long_term", "knowledge", "state"}
     ),
 }
 #: Keys of an export bundle (any version): a JSON object with one of them is a bundle.
@@ -120,6 +134,8 @@ class ImportDocument:
     long_term: list[LongTermSection] = field(default_factory=list)
     #: One user's knowledge graph each (checked; ``KnowledgeGraph.import_user`` writes one).
     knowledge: list[dict[str, Any]] = field(default_factory=list)
+    #: The app's and the users' scoped state (checked), ``None`` when the file has none.
+    state: dict[str, Any] | None = None
 
     @property
     def item_count(self) -> int:
@@ -133,6 +149,7 @@ def export_document(
     single: bool,
     long_term: Sequence[LongTermSection] | None = None,
     knowledge: Sequence[dict[str, Any]] | None = None,
+    state: Mapping[str, Any] | None = None,
 ) -> Any:
     """What ``firefly-orm export`` writes: one conversation, or a versioned bundle.
 
@@ -145,7 +162,17 @@ def export_document(
             version 2).
         knowledge: Users' graphs (``KnowledgeGraph.export_user``); none or
             empty leaves the section out, else version 3.
+        state: The app's and the users' scoped state (``read_shared_state``);
+            none, or no keys at all, leaves the section out, else version 4.
     """
+    if state and (state.get("app") or state.get("users")):
+        return {
+            "format_version": STATE_FORMAT_VERSION,
+            "conversations": exported,
+            "long_term": [section.to_dict() for section in long_term or ()],
+            "knowledge": list(knowledge or ()),
+            "state": dict(state),
+        }
     if knowledge:
         return {
             "format_version": KNOWLEDGE_FORMAT_VERSION,
@@ -202,6 +229,7 @@ def read_import_document(data: Any, override_id: str | None) -> ImportDocument:
     """
     long_term: list[LongTermSection] = []
     knowledge: list[dict[str, Any]] = []
+    state: dict[str, Any] | None = None
     if isinstance(data, dict) and not BUNDLE_KEYS.isdisjoint(data):
         version = data.get("format_version", EXPORT_FORMAT_VERSION)
         if (
@@ -214,6 +242,10 @@ def read_import_document(data: Any, override_id: str | None) -> ImportDocument:
                 f"(expected {' or '.join(map(str, _BUNDLE_KEYS_BY_VERSION))})"
             )
         unknown = sorted(set(data) - _BUNDLE_KEYS_BY_VERSION[version])
+        if "state" in unknown:
+            raise ValueError(
+                f'"state" needs format_version {STATE_FORMAT_VERSION} (the file says {version})'
+            )
         if "knowledge" in unknown:
             raise ValueError(
                 f'"knowledge" needs format_version {KNOWLEDGE_FORMAT_VERSION} '
@@ -233,6 +265,11 @@ def read_import_document(data: Any, override_id: str | None) -> ImportDocument:
             long_term = _long_term_sections(data["long_term"])
         if "knowledge" in data:
             knowledge = _knowledge_sections(data["knowledge"])
+        if "state" in data:
+            try:
+                state = check_shared_state(data["state"])
+            except EntryValidationError as exc:
+                raise ValueError(str(exc)) from None
     elif isinstance(data, list):
         items = data
     elif isinstance(data, dict):
@@ -246,7 +283,7 @@ def read_import_document(data: Any, override_id: str | None) -> ImportDocument:
             raise ValueError(f'{where}: "turns" must be a list')
         if not override_id and not item.get("conversation_id"):
             raise ValueError(f'{where}: no "conversation_id" (or pass --conversation-id)')
-    return ImportDocument(items, long_term, knowledge)
+    return ImportDocument(items, long_term, knowledge, state)
 
 
 def conversations_in(data: Any, override_id: str | None) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from firefly_orm.cli._target import (
     _warn,
 )
 from firefly_orm.conversation import ConversationMemory
+from firefly_orm.conversation._state import read_shared_state, write_shared_state
 from firefly_orm.conversation._transfer import refresh_statistics
 from firefly_orm.entry import (
     DEFAULT_SEARCH_LANGUAGE,
@@ -162,7 +163,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         # --all: every user's knowledge graph too (the section is left out when there is none).
         graph = KnowledgeGraph(store)
         knowledge = [graph.export_user(user) for user in graph.users()] if args.all else []
-    data = export_document(exported, single=not args.all, long_term=long_term, knowledge=knowledge)
+        # --all: the app's and the users' scoped state (left out when there is none).
+        state = run(store, iter(Transaction.read(read_shared_state))) if args.all else None
+    data = export_document(
+        exported, single=not args.all, long_term=long_term, knowledge=knowledge, state=state
+    )
     text = json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True)
     what = f"{len(exported)} conversation(s)"
     if long_term is not None:
@@ -170,6 +175,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         what += f" and {items} long-term item(s) from {len(long_term)} namespace(s)"
     if knowledge:
         what += f" and the knowledge graphs of {len(knowledge)} user(s)"
+    if state and (state["app"] or state["users"]):
+        what += f" and the scoped state of the app and {len(state['users'])} user(s)"
     if args.output and args.output != "-":
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -238,6 +245,8 @@ def _import_document(
                 graph.import_user(user_graph)
             except EntryValidationError as exc:
                 raise EntryValidationError(f"knowledge[{position}]", str(exc)) from None
+    if document.state is not None:  # checked when the file was read
+        write_shared_state(uow, document.state)
     return ids, written
 
 
@@ -276,6 +285,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
     for user_graph in document.knowledge:
         user = user_graph["user_id"]
         print(f"imported the knowledge graph of user {user!r}", file=sys.stderr)
+    if document.state is not None:
+        users = len(document.state["users"])
+        print(f"imported the scoped state of the app and {users} user(s)", file=sys.stderr)
     return EXIT_OK
 
 

@@ -39,8 +39,14 @@ from firefly_orm._layout import (
 )
 from firefly_orm.bridges._steps import Operation, Step
 from firefly_orm.conversation._owner import claim, guarded, owner_row
-from firefly_orm.conversation._rows import HEAD_KEY, conversation_namespace
-from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id, validate_key
+from firefly_orm.conversation._rows import HEAD_KEY, INDEX_NAMESPACE, conversation_namespace
+from firefly_orm.entry import (
+    MemoryEntry,
+    MemoryScope,
+    derived_entry_id,
+    validate_key,
+    validate_user_id,
+)
 from firefly_orm.entry._json import validate_json_value
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import UnitOfWork
@@ -51,15 +57,18 @@ __all__ = [
     "TEMP_PREFIX",
     "USER_PREFIX",
     "StateDelta",
+    "check_shared_state",
     "check_state_delta",
     "conversation_state",
     "fix_state_rows",
     "merged_view",
     "misfiled_state_rows",
+    "read_shared_state",
     "read_state",
     "replace_conversation_state",
     "state_first",
     "with_state",
+    "write_shared_state",
     "write_state",
 ]
 
@@ -126,6 +135,11 @@ def _split_key(name: str, key: Any) -> tuple[str, str]:
             break
     if not bare:
         raise EntryValidationError(name, f"key {key!r} names no key after its prefix")
+    return scope, _check_bare(name, key, bare)
+
+
+def _check_bare(name: str, key: str, bare: str) -> str:
+    """``bare`` (the stored part of ``key``) if it can be a state row's key."""
     if len(bare) > MAX_STATE_KEY_LENGTH:
         raise EntryValidationError(
             name, f"key {key[:40]!r}... is longer than {MAX_STATE_KEY_LENGTH} characters"
@@ -134,7 +148,16 @@ def _split_key(name: str, key: Any) -> tuple[str, str]:
         validate_key(bare)
     except EntryValidationError as exc:
         raise EntryValidationError(name, f"key {key!r}: {exc}") from None
-    return scope, bare
+    return bare
+
+
+def _check_value(name: str, value: Any) -> Any:
+    """A JSON copy of ``value``, or ``EntryValidationError`` naming ``name``."""
+    try:
+        validate_json_value(name, value)
+    except RecursionError:
+        raise EntryValidationError(name, "nested too deeply") from None
+    return json.loads(json.dumps(value, allow_nan=False))
 
 
 def check_state_delta(
@@ -159,11 +182,7 @@ def check_state_delta(
     scopes: dict[str, dict[str, Any]] = {"app": {}, "user": {}, "own": {}, "temp": {}}
     for key, value in delta.items():
         scope, bare = _split_key(name, key)
-        try:
-            validate_json_value(f"{name}[{key!r}]", value)
-        except RecursionError:
-            raise EntryValidationError(f"{name}[{key!r}]", "nested too deeply") from None
-        scopes[scope][bare] = json.loads(json.dumps(value, allow_nan=False))
+        scopes[scope][bare] = _check_value(f"{name}[{key!r}]", value)
     removed: dict[str, list[str]] = {"app": [], "user": [], "own": [], "temp": []}
     for key in remove:
         scope, bare = _split_key("remove", key)
@@ -299,6 +318,56 @@ def replace_conversation_state(
     if stale:
         uow.entries.delete(namespace, stale)
     _apply(uow, namespace, state, (), owner)
+
+
+def read_shared_state(uow: UnitOfWork) -> dict[str, Any]:
+    """Transaction: the app's keys and those of every user owning a conversation, bare.
+
+    ``{"app": {...}, "users": {user_id: {...}}}`` (users without keys left out):
+    the ``state`` section of an export bundle.
+    """
+    owners = sorted({row.user_id for row in uow.entries.list(INDEX_NAMESPACE) if row.user_id})
+    users = {user: _read(uow, user_state_namespace(user)) for user in owners}
+    return {"app": _read(uow, APP_STATE_NAMESPACE), "users": {u: s for u, s in users.items() if s}}
+
+
+def check_shared_state(section: Any) -> dict[str, Any]:
+    """An export bundle's ``state`` section, checked (keys bare, values JSON); nothing written.
+
+    Raises:
+        EntryValidationError: Not ``{"app": {...}, "users": {user_id: {...}}}``
+            (both optional), a bad user id, key or value.
+    """
+    if not isinstance(section, Mapping) or not set(section) <= {"app", "users"}:
+        raise EntryValidationError("state", 'must be an object with "app" and "users"')
+    users = section.get("users") or {}
+    if not isinstance(users, Mapping):
+        raise EntryValidationError("state.users", "must be an object of user id -> state")
+    checked: dict[str, Any] = {"app": _bare_values("state.app", section.get("app") or {})}
+    checked["users"] = {
+        validate_user_id(user): _bare_values(f"state.users[{user!r}]", values)
+        for user, values in users.items()
+    }
+    return checked
+
+
+def _bare_values(name: str, values: Any) -> dict[str, Any]:
+    if not isinstance(values, Mapping):
+        raise EntryValidationError(name, f"must be an object, got {type(values).__name__}")
+    checked: dict[str, Any] = {}
+    for key, value in values.items():
+        if not isinstance(key, str) or not key:
+            raise EntryValidationError(name, f"keys must be non-empty strings, got {key!r}")
+        checked[_check_bare(name, key, key)] = _check_value(f"{name}[{key!r}]", value)
+    return checked
+
+
+def write_shared_state(uow: UnitOfWork, section: Mapping[str, Any]) -> None:
+    """Transaction part: set the app's and the users' keys of a checked ``state``
+    section (:func:`check_shared_state`); keys it does not name are kept."""
+    _apply(uow, APP_STATE_NAMESPACE, section["app"], (), None)
+    for user, values in section["users"].items():
+        _apply(uow, user_state_namespace(user), values, (), user)
 
 
 def misfiled_state_rows(

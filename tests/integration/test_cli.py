@@ -681,9 +681,19 @@ HOSTILE_IMPORTS: list[tuple[str, bytes, str]] = [
     ("conversations-is-a-string", b'{"conversations": "x"}', '"conversations" must be a list'),
     ("conversations-is-null", b'{"conversations": null}', '"conversations" must be a list'),
     (
-        "format-version-4",
-        b'{"format_version": 4, "conversations": []}',
-        "format_version 4 is not supported (expected 1 or 2 or 3)",
+        "format-version-5",
+        b'{"format_version": 5, "conversations": []}',
+        "format_version 5 is not supported (expected 1 or 2 or 3 or 4)",
+    ),
+    (
+        "state-needs-version-4",
+        b'{"format_version": 3, "conversations": [], "state": {}}',
+        '"state" needs format_version 4',
+    ),
+    (
+        "state-bad-key",
+        b'{"format_version": 4, "conversations": [], "state": {"users": {"u": {"": 1}}}}',
+        "state.users['u']: keys must be non-empty strings",
     ),
     ("format-version-string", b'{"format_version": "1", "conversations": []}', "'1'"),
     ("format-version-list", b'{"format_version": [1], "conversations": []}', "[1]"),

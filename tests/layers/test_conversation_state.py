@@ -12,9 +12,11 @@ export/import and verify/repair cover the state.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_runner import run_cli
 from modes import call
 from races import race
 from store_backends import BACKENDS, OpenedBackend, backend_params
@@ -23,6 +25,7 @@ from firefly_orm._layout import APP_STATE_NAMESPACE, STATE_KEY_PREFIX, user_stat
 from firefly_orm.conversation import ConversationMemory, ConversationTurn
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
 from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
+from firefly_orm.sql import SQLiteStore
 from firefly_orm.testing import MODES
 
 STATE_BACKENDS = ("memory", "file", "sqlite", "postgres", "mongo")
@@ -261,3 +264,36 @@ def test_verify_and_repair_know_state_rows(layer_backend: OpenedBackend) -> None
     assert mem.get_state("gone") == {}
     assert user_state_namespace("u") == "conversation-user-state:u"
     assert APP_STATE_NAMESPACE == "conversation-app-state"
+
+
+def test_cli_export_import_carries_every_scope(tmp_path: Path) -> None:
+    """``export --all`` writes the app's and the users' keys (format version 4) beside each
+    conversation's own; ``import`` sets them again, in the file's one transaction."""
+    dbs = {name: tmp_path / f"{name}.db" for name in ("source", "target")}
+    for path in dbs.values():
+        assert run_cli("migrate", "--url", f"sqlite:///{path}").returncode == 0
+    source = SQLiteStore(dbs["source"])
+    try:
+        mem = ConversationMemory(store=source, max_tokens=None)
+        mem.add_turn("c", "q", "a", user_id="ada", state_delta={"own": 1, "user:lang": "it"})
+        mem.update_state("c", {"app:model": "v2"})
+    finally:
+        source.close()
+    out = tmp_path / "export.json"
+    exported = run_cli("export", "--all", "-o", str(out), "--url", f"sqlite:///{dbs['source']}")
+    assert exported.returncode == 0, exported.stderr
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert document["format_version"] == 4
+    assert document["state"] == {"app": {"model": "v2"}, "users": {"ada": {"lang": "it"}}}
+    assert document["conversations"][0]["state"] == {"own": 1}
+
+    imported = run_cli("import", str(out), "--url", f"sqlite:///{dbs['target']}")
+    assert imported.returncode == 0, imported.stderr
+    target = SQLiteStore(dbs["target"])
+    try:
+        mem = ConversationMemory(store=target, max_tokens=None)
+        # (an export names no owner: the imported conversation has none)
+        assert mem.get_state("c") == {"own": 1, "app:model": "v2"}
+        assert mem.get_state("other", user_id="ada") == {"user:lang": "it", "app:model": "v2"}
+    finally:
+        target.close()
