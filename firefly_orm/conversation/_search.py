@@ -67,10 +67,12 @@ __all__ = [
     "TurnMatch",
     "TurnSearch",
     "TurnVector",
+    "hybrid_depth",
     "read_turn_text",
     "save_turn_vector",
     "search_turns",
     "turn_vectors",
+    "vector_entries",
 ]
 
 #: A mode of ``search_conversations``.
@@ -81,6 +83,11 @@ SEARCH_MODES: tuple[SearchMode, ...] = get_args(SearchMode)
 HYBRID_DEPTH = 4
 #: ...and at least this deep.
 HYBRID_MIN_DEPTH = 20
+
+
+def hybrid_depth(limit: int) -> int:
+    """How deep a hybrid search or recall reads each ranking for ``limit`` results."""
+    return max(limit * HYBRID_DEPTH, HYBRID_MIN_DEPTH)
 
 
 @dataclass(frozen=True)
@@ -143,13 +150,24 @@ def turn_vectors(uow: UnitOfWork) -> VectorRepository:
     Raises:
         VectorUnavailableError: The store keeps no vectors.
     """
+    return vector_entries(uow, "a ConversationMemory without an embedder")
+
+
+def vector_entries(uow: UnitOfWork, instead: str) -> VectorRepository:
+    """``uow.entries`` as a :class:`~firefly_orm.protocols.VectorRepository` (the
+    conversation's and the long-term memory's vectors).
+
+    Raises:
+        VectorUnavailableError: The store keeps no vectors; the message ends with
+            ``instead``, what the caller may do without them.
+    """
     entries = uow.entries
     if not declares(entries, VectorRepository):
         raise VectorUnavailableError(
             f"this store's units of work keep no vectors ({type(entries).__name__} is no "
             "VectorRepository): use a store with vector search (SQLiteStore or "
             "PostgreSQLStore with vectors=True, InMemoryStore, FileStore, MongoDBStore), "
-            "or a ConversationMemory without an embedder"
+            f"or {instead}"
         )
     return cast(VectorRepository, entries)
 
@@ -203,7 +221,7 @@ def search_turns(uow: UnitOfWork, request: TurnSearch) -> builtins.list[TurnMatc
         return _by_words(uow, request, ids, request.limit)
     if request.mode == "semantic":
         return _by_meaning(uow, request, request.meaning, ids, request.limit)
-    depth = max(request.limit * HYBRID_DEPTH, HYBRID_MIN_DEPTH)
+    depth = hybrid_depth(request.limit)
     rankings = [
         _by_words(uow, request, ids, depth),
         _by_meaning(uow, request, request.meaning, ids, depth),

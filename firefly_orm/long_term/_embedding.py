@@ -19,12 +19,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from firefly_orm.bridges._steps import CallOut, Operation
+from firefly_orm.conversation._search import vector_entries
 from firefly_orm.errors import EntryValidationError, MissingExtraError, StoreError
-from firefly_orm.protocols import UnitOfWork, VectorRepository, declares
-from firefly_orm.vector._errors import VectorUnavailableError
+from firefly_orm.protocols import UnitOfWork, VectorRepository
 from firefly_orm.vector._spec import EmbeddingSpec, check_vector
 
 __all__ = ["DEFAULT_BATCH_SIZE", "Embedded", "Embedding", "as_embedder", "vector_repository"]
@@ -80,15 +80,7 @@ def vector_repository(uow: UnitOfWork) -> VectorRepository:
     Raises:
         VectorUnavailableError: The store keeps no vectors.
     """
-    entries = uow.entries
-    if not declares(entries, VectorRepository):
-        raise VectorUnavailableError(
-            f"this store's units of work keep no vectors ({type(entries).__name__} is no "
-            "VectorRepository): use a store with vector search (SQLiteStore or "
-            "PostgreSQLStore with vectors=True, InMemoryStore, FileStore, MongoDBStore) or "
-            "recall with mode='text'"
-        )
-    return cast(VectorRepository, entries)
+    return vector_entries(uow, "recall with mode='text'")
 
 
 @dataclass(frozen=True)

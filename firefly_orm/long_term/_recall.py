@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal, get_args
 
+from firefly_orm.conversation._search import HYBRID_DEPTH, HYBRID_MIN_DEPTH, hybrid_depth
 from firefly_orm.long_term._embedding import vector_repository
 from firefly_orm.long_term._model import Recalled, item_from_entry
 from firefly_orm.long_term._ops import ItemFilter, recall_items
@@ -47,10 +48,6 @@ __all__ = [
 RecallMode = Literal["text", "semantic", "hybrid"]
 #: The modes of ``recall``.
 RECALL_MODES: tuple[RecallMode, ...] = get_args(RecallMode)
-#: Hybrid recall reads each ranking this many times deeper than the limit...
-HYBRID_DEPTH = 4
-#: ...and at least this deep.
-HYBRID_MIN_DEPTH = 20
 
 
 @dataclass(frozen=True)
@@ -90,7 +87,7 @@ def run_recall(uow: UnitOfWork, request: RecallRequest) -> list[Recalled]:
         return _by_meaning(uow, request, request.meaning)
     if request.limit == 0:
         return []
-    deeper = replace(request, limit=max(request.limit * HYBRID_DEPTH, HYBRID_MIN_DEPTH))
+    deeper = replace(request, limit=hybrid_depth(request.limit))
     rankings = [_by_words(uow, deeper), _by_meaning(uow, deeper, request.meaning)]
     fused = fuse_by(rankings, key=lambda found: found.item.id)
     return [Recalled(found.item, score) for found, score in fused[: request.limit]]
