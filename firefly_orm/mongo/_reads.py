@@ -21,8 +21,8 @@ from typing import Any, Protocol, Unpack
 from firefly_orm._search import SearchHit, SearchRequest
 from firefly_orm.entry import MemoryEntry, validate_key, validate_namespace, validate_user_id
 from firefly_orm.mongo._document import BY_KEY, BY_TIME, key_prefix_filter
-from firefly_orm.mongo._queries import search_live
-from firefly_orm.mongo._vectors import SettledReader, VectorReads
+from firefly_orm.mongo._queries import find_live, search_live
+from firefly_orm.mongo._vectors import SettledReader, VectorReads, settled_read
 from firefly_orm.protocols import ListOptions, SearchOptions
 from firefly_orm.uow import StagedChanges
 
@@ -31,17 +31,6 @@ __all__ = ["UnitOfWorkReads"]
 
 class _Reader(SettledReader, Protocol):
     """The store methods :class:`UnitOfWorkReads` uses."""
-
-    async def _find(
-        self,
-        query: dict[str, Any],
-        order: list[tuple[str, int]] | None,
-        limit: int | None = None,
-        *,
-        namespace: str,
-        action: str = ...,
-        settled: set[str] | None = None,
-    ) -> list[MemoryEntry]: ...
 
     def apply_changes(self, changes: StagedChanges) -> None: ...
 
@@ -65,9 +54,8 @@ class UnitOfWorkReads(VectorReads):
         order: list[tuple[str, int]] | None,
         limit: int | None = None,
     ) -> list[MemoryEntry]:
-        store = self._store
-        return store._call(
-            store._find(query, order, limit, namespace=namespace, settled=self._settled)
+        return settled_read(
+            self, namespace, "unit of work read", lambda col: find_live(col, query, order, limit)
         )
 
     def read_entry(self, namespace: str, entry_id: str) -> MemoryEntry | None:
@@ -108,12 +96,7 @@ class UnitOfWorkReads(VectorReads):
         request = SearchRequest.build(namespace, query, **options)
         if request.finds_nothing:
             return []
-        store = self._store
-        return store._call(
-            store._settled_read(
-                namespace, "search", self._settled, lambda col: search_live(col, request)
-            )
-        )
+        return settled_read(self, namespace, "search", lambda col: search_live(col, request))
 
     def apply_changes(self, changes: StagedChanges) -> None:
         """See :meth:`~firefly_orm.mongo.MongoDBStore.apply_changes`."""

@@ -63,6 +63,7 @@ __all__ = [
     "SettledReader",
     "VectorReads",
     "check_vectors",
+    "settled_read",
     "vector_namespaces",
     "vector_specs",
     "vector_write",
@@ -267,13 +268,19 @@ class SettledReader(Protocol):
 class _Reads(Protocol):
     """What :class:`VectorReads` needs of the unit of work's reads."""
 
-    _store: SettledReader
-    _settled: set[str] | None
+    @property
+    def _store(self) -> SettledReader: ...
+
+    @property
+    def _settled(self) -> set[str] | None: ...
 
 
-def _read(
+def settled_read(
     reads: _Reads, namespace: str, action: str, read: Callable[[Collection], Awaitable[T]]
 ) -> T:
+    """``read(collection)`` of ``namespace`` run on the store's loop thread, once the
+    namespace's pending commits are settled (those ``reads`` has settled are not checked again).
+    """
     store = reads._store
     return store._call(store._settled_read(namespace, action, reads._settled, read))
 
@@ -298,14 +305,20 @@ class VectorReads:
         request = VectorRequest.build(namespace, vector, spec, **options)
         if request.finds_nothing:
             return []
-        return _read(self, namespace, "vector search", lambda col: search_vectors(col, request))
+        return settled_read(
+            self, namespace, "vector search", lambda col: search_vectors(col, request)
+        )
 
     def read_embedding_spec(self: _Reads, namespace: str) -> EmbeddingSpec | None:
         """The spec of ``namespace``'s committed vectors (``None``: it holds none)."""
         validate_namespace(namespace)
-        return _read(self, namespace, "vector spec read", lambda col: stored_spec(col, namespace))
+        return settled_read(
+            self, namespace, "vector spec read", lambda col: stored_spec(col, namespace)
+        )
 
     def read_vector_ids(self: _Reads, namespace: str) -> set[str]:
         """The ids of the entries of ``namespace`` with a committed vector."""
         validate_namespace(namespace)
-        return _read(self, namespace, "vector id read", lambda col: vector_ids(col, namespace))
+        return settled_read(
+            self, namespace, "vector id read", lambda col: vector_ids(col, namespace)
+        )
