@@ -69,7 +69,7 @@ LOAD_BATCH = 10_000
 GROWTH_TARGET = 1.5
 #: SecantusDB's one level and calls (its $graphLookup reads the whole collection per hop).
 SECANTUS_EDGES = 2_000
-SECANTUS_CALLS = 5
+SECANTUS_CALLS = 3
 PREDICATES = ("knows", "works_with", "likes", "visited", "part_of", "mentions")
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 OPS = ("neighbors d2", "facts_about", "paths d2")
