@@ -11,7 +11,11 @@ the store's ``schema_translate_map`` places them.
   an entity or a literal, valid from ``valid_from`` until ``valid_to`` (NULL:
   still true), with the turns that taught it (``evidence``) and a confidence;
 * ``knowledge_history``: every change (who, what, when), never updated;
-* ``knowledge_pending``: extractions whose model call failed, kept for retry.
+* ``knowledge_pending``: extractions whose model call failed, kept for retry
+  (``conversation_id``: migration ``0011``);
+* ``knowledge_scopes`` (migration ``0011_knowledge_scopes``): which
+  conversation mentioned an entity or taught a fact (one row per user,
+  conversation and item), so a graph can be read per conversation.
 
 Every row carries ``user_id``, so ``erase_user`` (:data:`ERASE_USER_GRAPH`)
 removes a user's graph with their entries.
@@ -30,6 +34,7 @@ __all__ = [
     "GRAPH_TABLES",
     "HISTORY",
     "PENDING",
+    "SCOPES",
     "graph_metadata",
 ]
 
@@ -97,12 +102,24 @@ PENDING = sa.Table(
     sa.Column("status", sa.String(), nullable=False),
     sa.Column("last_error", sa.Text(), nullable=True),
     sa.Column("updated_at", UTCDateTime(), nullable=False),
+    sa.Column("conversation_id", sa.String(), nullable=True),
     sa.Index("ix_knowledge_pending_status", "status", "updated_at"),
     sa.Index("ix_knowledge_pending_user", "user_id"),
 )
 
+SCOPES = sa.Table(
+    "knowledge_scopes",
+    graph_metadata,
+    sa.Column("user_id", sa.String(), primary_key=True),
+    sa.Column("conversation_id", sa.String(), primary_key=True),
+    sa.Column("item_id", sa.String(32), primary_key=True),
+    sa.Column("kind", sa.String(), nullable=False),
+    sa.Column("first_at", UTCDateTime(), nullable=False),
+    sa.Index("ix_knowledge_scopes_item", "item_id"),
+)
+
 #: Every graph table, children first (the order a user's rows are deleted in).
-GRAPH_TABLES = (HISTORY, PENDING, FACTS, ENTITIES)
+GRAPH_TABLES = (HISTORY, SCOPES, PENDING, FACTS, ENTITIES)
 
 #: One DELETE per table, removing everything of ``:uid`` (each by an index on user_id).
 ERASE_USER_GRAPH = tuple(
