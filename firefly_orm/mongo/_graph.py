@@ -1,6 +1,6 @@
 """The knowledge graph's collections on MongoDB (internal; the API is :mod:`firefly_orm.knowledge`).
 
-Four collections beside the entries' collection ``<c>``, one document per row
+Five collections beside the entries' collection ``<c>``, one document per row
 of the SQL tables (:mod:`firefly_orm.sql._graph`), keyed by their id in ``_id``:
 
 * ``<c>.kg_entities``: unique per ``(user_id, norm_name)`` (so two writers
@@ -11,7 +11,9 @@ of the SQL tables (:mod:`firefly_orm.sql._graph`), keyed by their id in ``_id``:
   true); ``ends`` holds both entity ids, so one multikey index serves
   ``$graphLookup`` in either direction;
 * ``<c>.kg_history``: every change, never updated;
-* ``<c>.kg_pending``: extractions whose model call failed, kept for retry.
+* ``<c>.kg_pending``: extractions whose model call failed, kept for retry;
+* ``<c>.kg_scopes``: which conversation mentioned an entity or taught a fact
+  (unique per user, conversation and item, no ``_id`` of ours).
 
 Every document carries ``user_id``: :func:`erase_graph_users` removes a
 user's graph (``MongoDBStore``'s ``erase_user`` commit calls it).
@@ -32,16 +34,17 @@ Docs = AsyncCollection[dict[str, Any]]
 
 @dataclass(frozen=True)
 class GraphCollections:
-    """The four collections of the graph beside one entries collection."""
+    """The collections of the graph beside one entries collection."""
 
     entities: Docs
     facts: Docs
     history: Docs
     pending: Docs
+    scopes: Docs
 
     def all(self) -> tuple[Docs, ...]:
         """Every collection, children first (the order a user's documents are deleted in)."""
-        return (self.history, self.pending, self.facts, self.entities)
+        return (self.history, self.scopes, self.pending, self.facts, self.entities)
 
 
 def graph_collections(database: Any, collection_name: str) -> GraphCollections:
@@ -51,6 +54,7 @@ def graph_collections(database: Any, collection_name: str) -> GraphCollections:
         facts=database[f"{collection_name}.kg_facts"],
         history=database[f"{collection_name}.kg_history"],
         pending=database[f"{collection_name}.kg_pending"],
+        scopes=database[f"{collection_name}.kg_scopes"],
     )
 
 
@@ -72,6 +76,13 @@ INDEXES: dict[str, list[IndexModel]] = {
     "kg_pending": [
         IndexModel([("status", 1), ("updated_at", 1)], name="status"),
         IndexModel([("user_id", 1)], name="user"),
+    ],
+    # One document per user, conversation and item (an entity's or a fact's id).
+    "kg_scopes": [
+        IndexModel(
+            [("user_id", 1), ("conversation_id", 1), ("item_id", 1)], unique=True, name="scope"
+        ),
+        IndexModel([("item_id", 1)], name="item"),
     ],
 }
 
