@@ -44,6 +44,8 @@ class NewFact:
     confidence: float
     #: Predicates the subject held that mean the same (closest first; see ``_meaning``).
     alike: tuple[str, ...] = ()
+    #: The conversation that says it (its entities and the fact are scoped to it).
+    conversation_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,15 +82,31 @@ def record_change(
 
 
 def ensure_entity(
-    rows: GraphRows, user_id: str, mention: EntityUpdate, actor: str, *, count: bool = True
+    rows: GraphRows,
+    user_id: str,
+    mention: EntityUpdate,
+    actor: str,
+    *,
+    count: bool = True,
+    conversation_id: str | None = None,
 ) -> Entity:
     """The user's entity for ``mention`` (by name or alias), created if new, updated if told more.
 
     Creation cannot duplicate: the database keeps one row per user and
     normalised name (:meth:`GraphRows.insert_entity`); a writer that loses the
     race reads the winner's row and counts its mention there.  ``count``: add
-    one to the mention count.
+    one to the mention count.  ``conversation_id``: the conversation that
+    mentions it (recorded once per conversation).
     """
+    entity = _ensure_entity(rows, user_id, mention, actor, count)
+    if conversation_id is not None:
+        rows.add_scope(user_id, conversation_id, "entity", entity.entity_id, utcnow())
+    return entity
+
+
+def _ensure_entity(
+    rows: GraphRows, user_id: str, mention: EntityUpdate, actor: str, count: bool
+) -> Entity:
     name = mention.name.strip()
     if not name:
         raise EntryValidationError("name", "an entity needs a non-empty name")
@@ -153,6 +171,9 @@ def merge_entities(rows: GraphRows, user_id: str, kept: Entity, gone: Entity, ac
     """Fold ``gone`` into ``kept``: facts re-pointed, name and aliases as aliases,
     attributes (``kept``'s win) and mentions added; ``gone`` deleted."""
     rows.repoint_facts(gone.entity_id, kept.entity_id)
+    for conversation_id, first_at in rows.scopes_of(gone.entity_id):
+        rows.add_scope(user_id, conversation_id, "entity", kept.entity_id, first_at)
+    rows.delete_scopes([gone.entity_id])
     rows.delete_entity_row(gone.entity_id)
     ensure_entity(
         rows,
@@ -214,13 +235,15 @@ def apply_fact(rows: GraphRows, user_id: str, new: NewFact, rule: Rule) -> FactC
         }
         record_change(rows, user_id, "ignore", actor, detail=detail)
         return FactChange("ignore", None)
-    subject = ensure_entity(rows, user_id, EntityUpdate(new.subject), actor)
+    scope = new.conversation_id
+    subject = ensure_entity(rows, user_id, EntityUpdate(new.subject), actor, conversation_id=scope)
     object_id: str | None = None
     value = new.object.strip()
     if not value:
         raise EntryValidationError("object", "a fact needs a non-empty object")
     if new.object_is_entity:
-        object_id = ensure_entity(rows, user_id, EntityUpdate(value), actor).entity_id
+        found = ensure_entity(rows, user_id, EntityUpdate(value), actor, conversation_id=scope)
+        object_id = found.entity_id
     said = predicate
     current = rows.current_facts(subject.entity_id, predicate)
     for other in () if current else new.alike:  # re-checked here: does it still hold?
@@ -237,6 +260,7 @@ def apply_fact(rows: GraphRows, user_id: str, new: NewFact, rule: Rule) -> FactC
             rows.update_fact(fact.fact_id, {"evidence": merged, "confidence": new.confidence})
             detail = {"evidence": evidence, "confidence": new.confidence, **said_as}
             record_change(rows, user_id, outcome, actor, fact_id=fact.fact_id, detail=detail)
+            _scope_fact(rows, user_id, scope, fact.fact_id)
             return FactChange(outcome, rows.fact(fact.fact_id))
     others = [] if predicate in rule.multi_valued else current
     if others and new.observed_at < max(f.valid_from for f in others):
@@ -266,4 +290,10 @@ def apply_fact(rows: GraphRows, user_id: str, new: NewFact, rule: Rule) -> FactC
     closed = [f.fact_id for f in others]
     detail = {"evidence": evidence, "superseded": closed, **said_as}
     record_change(rows, user_id, outcome, actor, fact_id=fact_id, detail=detail)
+    _scope_fact(rows, user_id, scope, fact_id)
     return FactChange(outcome, rows.fact(fact_id), [rows.fact(f) for f in closed])
+
+
+def _scope_fact(rows: GraphRows, user_id: str, conversation_id: str | None, fact_id: str) -> None:
+    if conversation_id is not None:
+        rows.add_scope(user_id, conversation_id, "fact", fact_id, utcnow())

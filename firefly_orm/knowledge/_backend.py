@@ -11,6 +11,7 @@ the traversals), MongoDB with documents in collections beside the entries'
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -49,6 +50,7 @@ class PendingRow:
     turn_ref: str
     text: str
     observed_at: datetime
+    conversation_id: str | None = None
 
 
 class GraphRows(Protocol):
@@ -91,7 +93,32 @@ class GraphRows(Protocol):
         ...
 
     def delete_entity(self, entity_id: str) -> int:
-        """Delete the entity, every fact it is in and their history; the facts' count."""
+        """Delete the entity, every fact it is in, their history and conversation scopes;
+        the facts' count."""
+        ...
+
+    def entities_by_ids(self, user_id: str, ids: Collection[str]) -> list[Entity]:
+        """The user's entities of ``ids`` (any order)."""
+        ...
+
+    # ---------------------------------------------------------------- conversation scopes
+    def add_scope(
+        self, user_id: str, conversation_id: str, kind: str, item_id: str, at: datetime
+    ) -> None:
+        """Record that ``conversation_id`` mentioned entity / taught fact ``item_id``
+        (``kind``: ``entity`` or ``fact``); nothing when it is recorded already."""
+        ...
+
+    def scoped_ids(self, user_id: str, conversation_id: str, kind: str) -> set[str]:
+        """The ids of the items of ``kind`` the conversation mentioned or taught."""
+        ...
+
+    def scopes_of(self, item_id: str) -> list[tuple[str, datetime]]:
+        """The conversations that mentioned ``item_id``, with when they first did."""
+        ...
+
+    def delete_scopes(self, item_ids: list[str]) -> None:
+        """Delete the scope rows of ``item_ids``."""
         ...
 
     # ---------------------------------------------------------------- facts
@@ -145,8 +172,8 @@ class GraphRows(Protocol):
 
     # ---------------------------------------------------------------- export / import
     def dump(self, user_id: str) -> dict[str, list[dict[str, Any]]]:
-        """The user's ``entities``, ``facts`` and ``history`` rows (columns of the SQL
-        tables; history oldest first, without ``change_id``)."""
+        """The user's ``entities``, ``facts``, ``history`` and ``scopes`` rows (columns of
+        the SQL tables; history oldest first, without ``change_id``)."""
         ...
 
     def load(self, rows: dict[str, list[dict[str, Any]]]) -> None:

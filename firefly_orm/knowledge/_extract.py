@@ -29,6 +29,7 @@ from firefly_orm.errors import EntryValidationError, MissingExtraError
 from firefly_orm.knowledge._backend import GraphRows, PendingRow, new_id
 from firefly_orm.knowledge._graph import KnowledgeGraph
 from firefly_orm.knowledge._model import Extraction, FactChange
+from firefly_orm.knowledge._scoped import check_scope
 from firefly_orm.knowledge._worker import PendingReport, PendingWorker
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ class KnowledgeExtractor(MemoryLayer):
         turn_ref: str,
         observed_at: datetime | None = None,
         defer: bool = False,
+        conversation_id: str | None = None,
     ) -> Operation[ExtractionResult]:
         """Extract from one stored turn and record the result (call it after ``add_turn``).
 
@@ -126,6 +128,8 @@ class KnowledgeExtractor(MemoryLayer):
         evidence.  When the call fails or the answer is malformed, nothing is
         recorded: the extraction is queued for :meth:`process_pending` (a
         warning is logged).  ``defer=True`` queues it without calling the model.
+        ``conversation_id``: the turn's conversation (its entities and facts are
+        then listed for it; kept in the queue too).
         """
         validate_user_id(user_id)
         if not isinstance(text, str) or not isinstance(turn_ref, str) or not turn_ref:
@@ -133,9 +137,10 @@ class KnowledgeExtractor(MemoryLayer):
         when = observed_at or utcnow()
         if when.tzinfo is None:
             raise EntryValidationError("observed_at", "give a timezone-aware datetime")
+        scope = check_scope(conversation_id)
         if defer:
             pending_id = yield from Transaction.write(
-                self._on, _queue, user_id, turn_ref, text, when, None, 0
+                self._on, _queue, user_id, turn_ref, text, when, scope, None, 0
             )
             return ExtractionResult(pending_id=pending_id)
         try:
@@ -146,10 +151,21 @@ class KnowledgeExtractor(MemoryLayer):
                 "knowledge extraction of %s failed, queued for retry: %s", turn_ref, error
             )
             pending_id = yield from Transaction.write(
-                self._on, _queue, user_id, turn_ref, text, when, error, 1, self._max_attempts
+                self._on,
+                _queue,
+                user_id,
+                turn_ref,
+                text,
+                when,
+                scope,
+                error,
+                1,
+                self._max_attempts,
             )
             return ExtractionResult(pending_id=pending_id, error=error)
-        changes = yield from self._graph.recording(user_id, extraction, turn_ref, when)
+        changes = yield from self._graph.recording(
+            user_id, extraction, turn_ref, when, conversation_id=scope
+        )
         return ExtractionResult(changes=changes)
 
     def _process_pending(self, *, limit: int = 50) -> Operation[PendingReport]:
@@ -173,7 +189,12 @@ class KnowledgeExtractor(MemoryLayer):
                 failed, retried = failed + gave_up, retried + (not gave_up)
                 continue
             yield from self._graph.recording(
-                row.user_id, extraction, row.turn_ref, row.observed_at, _Dequeue(row.pending_id)
+                row.user_id,
+                extraction,
+                row.turn_ref,
+                row.observed_at,
+                _Dequeue(row.pending_id),
+                conversation_id=row.conversation_id,
             )
             recorded += 1
         return PendingReport(recorded=recorded, retried_later=retried, failed=failed)
@@ -219,12 +240,14 @@ def _queue(
     turn_ref: str,
     text: str,
     observed_at: datetime,
+    conversation_id: str | None,
     error: str | None,
     attempts: int,
     max_attempts: int = 1,
 ) -> str:
     pending_id = new_id()
     row: dict[str, Any] = {"pending_id": pending_id, "user_id": user_id, "turn_ref": turn_ref}
+    row["conversation_id"] = conversation_id
     row.update(text=text, observed_at=observed_at, attempts=attempts, last_error=error)
     row["status"] = "failed" if error is not None and attempts >= max_attempts else "pending"
     row["updated_at"] = utcnow()

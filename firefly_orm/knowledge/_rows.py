@@ -8,6 +8,7 @@ is one unit of work.  The tables are :mod:`firefly_orm.sql._graph`'s.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from firefly_orm.knowledge._backend import PendingRow, normalize
 from firefly_orm.knowledge._model import Entity, Fact
-from firefly_orm.sql._graph import ENTITIES, FACTS, HISTORY, PENDING
+from firefly_orm.sql._graph import ENTITIES, FACTS, HISTORY, PENDING, SCOPES
 from firefly_orm.sql._ops import _execute
 
 __all__ = ["SqlRows", "Target", "entity_row"]
@@ -144,15 +145,19 @@ class SqlRows:
                 return entity_row(candidate)
         return None
 
+    def _insert(self, table: sa.Table) -> Any:
+        """``INSERT`` of the dialect (for ``ON CONFLICT DO NOTHING``)."""
+        bind = self._target.get_bind() if isinstance(self._target, Session) else self._target
+        module = postgresql if bind.dialect.name == "postgresql" else sqlite
+        return module.insert(table)
+
     def insert_entity(self, values: dict[str, Any]) -> bool:
         """``INSERT ... ON CONFLICT DO NOTHING`` on the unique ``(user_id, norm_name)``.
 
         When another transaction inserts the same entity at the same moment,
         this one waits for it, then inserts nothing.
         """
-        bind = self._target.get_bind() if isinstance(self._target, Session) else self._target
-        module = postgresql if bind.dialect.name == "postgresql" else sqlite
-        stmt = module.insert(ENTITIES).values(values)
+        stmt = self._insert(ENTITIES).values(values)
         stmt = stmt.on_conflict_do_nothing(index_elements=["user_id", "norm_name"])
         # RETURNING, not rowcount: the drivers do not all count a skipped row as 0.
         return self._run(stmt.returning(ENTITIES.c.entity_id)).first() is not None
@@ -198,8 +203,41 @@ class SqlRows:
             self._run(sa.delete(HISTORY).where(HISTORY.c.fact_id.in_(fact_ids)))
             self._run(sa.delete(FACTS).where(FACTS.c.fact_id.in_(fact_ids)))
         self._run(sa.delete(HISTORY).where(HISTORY.c.entity_id == entity_id))
+        self.delete_scopes([*fact_ids, entity_id])
         self.delete_entity_row(entity_id)
         return len(fact_ids)
+
+    def entities_by_ids(self, user_id: str, ids: Collection[str]) -> list[Entity]:
+        if not ids:
+            return []
+        mine = ENTITIES.c.user_id == user_id
+        return self._entities(sa.select(ENTITIES).where(mine, ENTITIES.c.entity_id.in_(ids)))
+
+    # ---------------------------------------------------------------- conversation scopes
+    def add_scope(
+        self, user_id: str, conversation_id: str, kind: str, item_id: str, at: datetime
+    ) -> None:
+        row = {"user_id": user_id, "conversation_id": conversation_id, "item_id": item_id}
+        stmt = self._insert(SCOPES).values({**row, "kind": kind, "first_at": at})
+        self._run(stmt.on_conflict_do_nothing())
+
+    def scoped_ids(self, user_id: str, conversation_id: str, kind: str) -> set[str]:
+        query = sa.select(SCOPES.c.item_id).where(
+            SCOPES.c.user_id == user_id,
+            SCOPES.c.conversation_id == conversation_id,
+            SCOPES.c.kind == kind,
+        )
+        return {str(item_id) for item_id in self._run(query).scalars()}
+
+    def scopes_of(self, item_id: str) -> list[tuple[str, datetime]]:
+        query = sa.select(SCOPES.c.conversation_id, SCOPES.c.first_at).where(
+            SCOPES.c.item_id == item_id
+        )
+        return [(row.conversation_id, row.first_at) for row in self._run(query)]
+
+    def delete_scopes(self, item_ids: list[str]) -> None:
+        if item_ids:
+            self._run(sa.delete(SCOPES).where(SCOPES.c.item_id.in_(item_ids)))
 
     # ---------------------------------------------------------------- facts
     def current_facts(self, subject_id: str, predicate: str) -> list[Fact]:
@@ -330,11 +368,17 @@ class SqlRows:
                 .where(HISTORY.c.user_id == user_id)
                 .order_by(HISTORY.c.change_id)
             ),
+            "scopes": rows(
+                sa.select(SCOPES)
+                .where(SCOPES.c.user_id == user_id)
+                .order_by(SCOPES.c.conversation_id, SCOPES.c.first_at, SCOPES.c.item_id)
+            ),
         }
 
     def load(self, rows: dict[str, list[dict[str, Any]]]) -> None:
-        for table, name in ((ENTITIES, "entities"), (FACTS, "facts"), (HISTORY, "history")):
-            if rows[name]:
+        tables = ((ENTITIES, "entities"), (FACTS, "facts"), (HISTORY, "history"))
+        for table, name in (*tables, (SCOPES, "scopes")):
+            if rows.get(name):
                 _execute(self._target, sa.insert(table), rows[name])
 
     def graph_users(self) -> list[str]:
@@ -353,7 +397,9 @@ class SqlRows:
             .limit(limit)
         )
         return [
-            PendingRow(r.pending_id, r.user_id, r.turn_ref, r.text, r.observed_at)
+            PendingRow(
+                r.pending_id, r.user_id, r.turn_ref, r.text, r.observed_at, r.conversation_id
+            )
             for r in self._run(query)
         ]
 

@@ -8,7 +8,12 @@
                    "mentions", "created_at", "updated_at"}, ...],
      "facts": [{"fact_id", "subject_id", "predicate", "object_id", "object_value",
                 "valid_from", "valid_to", "evidence", "confidence", "created_at"}, ...],
-     "history": [{"action", "actor", "entity_id", "fact_id", "detail", "at"}, ...]}
+     "history": [{"action", "actor", "entity_id", "fact_id", "detail", "at"}, ...],
+     "conversations": [{"conversation_id", "kind", "item_id", "first_at"}, ...]}
+
+``conversations`` (which conversation mentioned an entity or taught a fact)
+is written only when the graph has some, and optional on import, so files
+written before it existed still import.
 
 Times are ISO 8601 with their offset; ids are kept, so a fact's evidence,
 validity interval and history survive the round trip.  :func:`graph_from_json`
@@ -30,6 +35,9 @@ __all__ = ["GRAPH_KEYS", "graph_from_json", "graph_to_json"]
 
 #: The keys of one user's graph in an export file.
 GRAPH_KEYS = frozenset({"user_id", "entities", "facts", "history"})
+#: The optional key: the conversation scopes.
+SCOPES_KEY = "conversations"
+_SCOPE = ("conversation_id", "kind", "item_id")
 _ENTITY = ("entity_id", "name", "entity_type", "attributes", "aliases", "mentions")
 _ENTITY_TIMES = ("created_at", "updated_at")
 _FACT = ("fact_id", "subject_id", "predicate", "object_id", "object_value", "evidence")
@@ -43,6 +51,10 @@ def _time(value: Any) -> str | None:
 
 def graph_to_json(user_id: str, rows: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """The JSON-ready form of one user's dumped graph."""
+    scopes = [
+        {**{k: r[k] for k in _SCOPE}, "first_at": _time(r["first_at"])}
+        for r in rows.get("scopes", [])
+    ]
     return {
         "user_id": user_id,
         "entities": [
@@ -58,6 +70,7 @@ def graph_to_json(user_id: str, rows: dict[str, list[dict[str, Any]]]) -> dict[s
             for r in rows["facts"]
         ],
         "history": [{**{k: r[k] for k in _HISTORY}, "at": _time(r["at"])} for r in rows["history"]],
+        **({SCOPES_KEY: scopes} if scopes else {}),
     }
 
 
@@ -112,8 +125,10 @@ def graph_from_json(data: Any, where: str = "knowledge") -> tuple[str, dict[str,
             subject_id: no such entity``); nothing is read further.
     """
     top = _Reader(where)
-    if not isinstance(data, dict) or set(data) != GRAPH_KEYS:
-        raise top.fail(f"give an object with exactly the keys {sorted(GRAPH_KEYS)}")
+    if not isinstance(data, dict) or set(data) - {SCOPES_KEY} != GRAPH_KEYS:
+        raise top.fail(
+            f"give an object with exactly the keys {sorted(GRAPH_KEYS)} (and {SCOPES_KEY!r})"
+        )
     user_id = validate_user_id(data["user_id"])
     for name in ("entities", "facts", "history"):
         if not isinstance(data[name], list):
@@ -169,7 +184,40 @@ def graph_from_json(data: Any, where: str = "knowledge") -> tuple[str, dict[str,
                 "at": r.time(row["at"], "at"),
             }
         )
-    return user_id, {"entities": entities, "facts": facts, "history": history}
+    ids = {"entity": known, "fact": {f["fact_id"] for f in facts}}
+    scopes = _scopes(data.get(SCOPES_KEY, []), f"{where}.{SCOPES_KEY}", user_id, ids)
+    return user_id, {"entities": entities, "facts": facts, "history": history, "scopes": scopes}
+
+
+def _scopes(data: Any, where: str, user_id: str, ids: dict[str, set[str]]) -> list[dict[str, Any]]:
+    """The checked scope rows (each names a known entity or fact, once per conversation)."""
+    if not isinstance(data, list):
+        raise _Reader(where).fail("give a list")
+    scopes: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for i, raw in enumerate(data):
+        r = _Reader(f"{where}[{i}]")
+        row = r.row(raw, frozenset((*_SCOPE, "first_at")))
+        conversation_id = r.text(row["conversation_id"], "conversation_id")
+        kind, item_id = row["kind"], r.text(row["item_id"], "item_id")
+        if kind not in ids:
+            raise r.fail('kind: give "entity" or "fact"')
+        if item_id not in ids[kind]:
+            raise r.fail(f"item_id: no such {kind} {item_id!r}")
+        assert conversation_id is not None and item_id is not None
+        if (conversation_id, item_id) in seen:
+            raise r.fail("this conversation and item are there twice")
+        seen.add((conversation_id, item_id))
+        scopes.append(
+            {
+                "user_id": user_id,
+                "conversation_id": conversation_id,
+                "item_id": item_id,
+                "kind": kind,
+                "first_at": r.time(row["first_at"], "first_at"),
+            }
+        )
+    return scopes
 
 
 def _fact(raw: Any, where: str, user_id: str, known: set[str]) -> dict[str, Any]:
