@@ -15,7 +15,7 @@ valid at the asked time.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -270,10 +270,53 @@ class MongoRows:
                 await c.history.delete_many({"fact_id": {"$in": fact_ids}})
                 await c.facts.delete_many({"_id": {"$in": fact_ids}})
             await c.history.delete_many({"entity_id": entity_id})
+            await c.scopes.delete_many({"item_id": {"$in": [*fact_ids, entity_id]}})
             await c.entities.delete_one({"_id": entity_id})
             return len(fact_ids)
 
         return self._do(op)
+
+    def entities_by_ids(self, user_id: str, ids: Collection[str]) -> list[Entity]:
+        async def op(c: GraphCollections) -> list[Doc]:
+            query = {"user_id": user_id, "_id": {"$in": sorted(ids)}}
+            return await c.entities.find(query).to_list(None)
+
+        return [_entity(doc) for doc in self._do(op)] if ids else []
+
+    # ---------------------------------------------------------------- conversation scopes
+    def add_scope(
+        self, user_id: str, conversation_id: str, kind: str, item_id: str, at: datetime
+    ) -> None:
+        key = {"user_id": user_id, "conversation_id": conversation_id, "item_id": item_id}
+
+        async def op(c: GraphCollections) -> None:
+            new = {"kind": kind, "first_at": at}
+            try:
+                await c.scopes.update_one(key, {"$setOnInsert": new}, upsert=True)
+            except DuplicateKeyError:  # a concurrent upsert of the same scope won
+                return
+
+        self._do(op)
+
+    def scoped_ids(self, user_id: str, conversation_id: str, kind: str) -> set[str]:
+        async def op(c: GraphCollections) -> list[Any]:
+            query = {"user_id": user_id, "conversation_id": conversation_id, "kind": kind}
+            return list(await c.scopes.distinct("item_id", query))
+
+        return {str(item_id) for item_id in self._do(op)}
+
+    def scopes_of(self, item_id: str) -> list[tuple[str, datetime]]:
+        async def op(c: GraphCollections) -> list[Doc]:
+            return await c.scopes.find({"item_id": item_id}).to_list(None)
+
+        return [(d["conversation_id"], d["first_at"]) for d in self._do(op)]
+
+    def delete_scopes(self, item_ids: list[str]) -> None:
+        async def op(c: GraphCollections) -> None:
+            await c.scopes.delete_many({"item_id": {"$in": item_ids}})
+
+        if item_ids:
+            self._do(op)
 
     # ---------------------------------------------------------------- facts
     def _facts(self, query: Doc) -> list[Fact]:
@@ -357,10 +400,13 @@ class MongoRows:
             entities = c.entities.find(mine, {"norm_aliases": 0}).sort([("created_at", 1)])
             facts = c.facts.find(mine, {"ends": 0}).sort([("valid_from", 1), ("_id", 1)])
             history = c.history.find(mine, {"_id": 0}).sort([("at", 1), ("_id", 1)])
+            order = [("conversation_id", 1), ("first_at", 1), ("item_id", 1)]
+            scopes = c.scopes.find(mine, {"_id": 0}).sort(order)
             return {
                 "entities": [_renamed(d, "entity_id") for d in await entities.to_list(None)],
                 "facts": [_renamed(d, "fact_id") for d in await facts.to_list(None)],
                 "history": await history.to_list(None),
+                "scopes": await scopes.to_list(None),
             }
 
         return self._do(op)
@@ -369,6 +415,7 @@ class MongoRows:
         entities = [_entity_doc(row) for row in rows["entities"]]
         facts = [_fact_doc(row) for row in rows["facts"]]
         history = [dict(row) for row in rows["history"]]
+        scopes = [dict(row) for row in rows.get("scopes", [])]
 
         async def op(c: GraphCollections) -> None:
             for collection, docs in ((c.entities, entities), (c.facts, facts)):
@@ -376,6 +423,8 @@ class MongoRows:
                     await collection.insert_many(docs, ordered=True)
             if history:
                 await c.history.insert_many(history, ordered=True)
+            if scopes:
+                await c.scopes.insert_many(scopes, ordered=True)
 
         self._do(op)
 
@@ -403,7 +452,14 @@ class MongoRows:
             )
 
         return [
-            PendingRow(d["_id"], d["user_id"], d["turn_ref"], d["text"], d["observed_at"])
+            PendingRow(
+                d["_id"],
+                d["user_id"],
+                d["turn_ref"],
+                d["text"],
+                d["observed_at"],
+                d.get("conversation_id"),
+            )
             for d in self._do(op)
         ]
 
