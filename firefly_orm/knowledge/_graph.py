@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -30,6 +31,7 @@ from firefly_orm.knowledge._backend import EntityUpdate, GraphRows, normalize
 from firefly_orm.knowledge._meaning import DEFAULT_MEANING_THRESHOLD, Meaning
 from firefly_orm.knowledge._model import Entity, Extraction, Fact, FactChange
 from firefly_orm.knowledge._rows import SqlRows
+from firefly_orm.knowledge._scoped import check_scope, entities_in, facts_about_in, search_in
 from firefly_orm.knowledge._transfer import graph_from_json, graph_to_json
 from firefly_orm.long_term._embedding import EmbedderLike
 from firefly_orm.protocols import (
@@ -132,20 +134,26 @@ class EntityMemory(MemoryLayer):
         _name("name", name)
         return (yield from Transaction.read(self._on, _find, user_id, name))
 
-    def _list(self, user_id: str, *, limit: int = 100) -> Operation[builtins.list[Entity]]:
-        """The user's entities, most mentioned first (at most ``limit``)."""
+    def _list(
+        self, user_id: str, *, limit: int = 100, conversation_id: str | None = None
+    ) -> Operation[builtins.list[Entity]]:
+        """The user's entities, most mentioned first (at most ``limit``); with
+        ``conversation_id``, only those that conversation mentioned."""
         validate_user_id(user_id)
         _check_limit(limit)
-        return (yield from Transaction.read(self._on, _list_entities, user_id, limit))
+        scope = check_scope(conversation_id)
+        return (yield from Transaction.read(self._on, entities_in, user_id, limit, scope))
 
     def _search(
-        self, user_id: str, text: str, *, limit: int = 20
+        self, user_id: str, text: str, *, limit: int = 20, conversation_id: str | None = None
     ) -> Operation[builtins.list[Entity]]:
-        """The user's entities whose name or an alias contains ``text`` (case-insensitive)."""
+        """The user's entities whose name or an alias contains ``text`` (case-insensitive);
+        with ``conversation_id``, only those that conversation mentioned."""
         validate_user_id(user_id)
         needle = normalize(_name("text", text))
         _check_limit(limit)
-        return (yield from Transaction.read(self._on, _search_entities, user_id, needle, limit))
+        scope = check_scope(conversation_id)
+        return (yield from Transaction.read(self._on, search_in, user_id, needle, limit, scope))
 
     def _merge(self, user_id: str, keep: str, absorb: str) -> Operation[Entity]:
         """Merge entity ``absorb`` into ``keep``: one unit of work.
@@ -194,16 +202,6 @@ class EntityMemory(MemoryLayer):
 
 def _find(rows: GraphRows, user_id: str, name: str) -> Entity | None:
     return rows.find_entity(user_id, name)
-
-
-def _list_entities(rows: GraphRows, user_id: str, limit: int) -> builtins.list[Entity]:
-    return rows.list_entities(user_id, limit)
-
-
-def _search_entities(
-    rows: GraphRows, user_id: str, needle: str, limit: int
-) -> builtins.list[Entity]:
-    return rows.search_entities(user_id, needle, limit)
 
 
 def _merge_entities(rows: GraphRows, user_id: str, keep: str, absorb: str, actor: str) -> Entity:
@@ -295,6 +293,7 @@ class KnowledgeGraph(MemoryLayer):
         evidence: str | None = None,
         observed_at: datetime | None = None,
         confidence: float = 1.0,
+        conversation_id: str | None = None,
     ) -> Operation[FactChange]:
         """Record ``subject --predicate--> object`` for ``user_id`` by the update rule.
 
@@ -315,10 +314,14 @@ class KnowledgeGraph(MemoryLayer):
             evidence: The turn that says it (a turn id or any reference).
             observed_at: When it was said (default: now); timezone-aware.
             confidence: 0.0-1.0.
+            conversation_id: The conversation that says it: the fact and its
+                entities are then listed for it (``conversation_id=`` of
+                :meth:`facts_about`, :meth:`EntityMemory.list`, ...).
         """
         new = _new_fact(
             subject, predicate, object, object_is_entity, evidence, observed_at, confidence
         )
+        new = replace(new, conversation_id=check_scope(conversation_id))
         validate_user_id(user_id)
         (new,) = yield from self._matched(user_id, [new])
         return (yield from Transaction.write(self._on, apply_fact, user_id, new, self._rule))
@@ -338,13 +341,19 @@ class KnowledgeGraph(MemoryLayer):
         *,
         evidence: str | None = None,
         observed_at: datetime | None = None,
+        conversation_id: str | None = None,
     ) -> Operation[builtins.list[FactChange]]:
         """Record a model's :class:`Extraction` in one unit of work: entities, then each triple.
 
         Each entity is created or updated (mention count, type, attributes,
-        aliases); each triple goes through the rule of :meth:`add_fact`.
+        aliases); each triple goes through the rule of :meth:`add_fact`
+        (``conversation_id``: the conversation they come from, as there).
         """
-        return (yield from self.recording(user_id, extraction, evidence, observed_at))
+        return (
+            yield from self.recording(
+                user_id, extraction, evidence, observed_at, conversation_id=conversation_id
+            )
+        )
 
     def recording(
         self,
@@ -353,6 +362,8 @@ class KnowledgeGraph(MemoryLayer):
         evidence: str | None,
         observed_at: datetime | None,
         finish: Callable[[GraphRows], object] | None = None,
+        *,
+        conversation_id: str | None = None,
     ) -> Operation[builtins.list[FactChange]]:
         """The operation of :meth:`record` (checked first; with an embedder, predicates
         matched by meaning outside any unit of work), then ``finish(rows)`` in its write."""
@@ -360,9 +371,19 @@ class KnowledgeGraph(MemoryLayer):
         if not isinstance(extraction, Extraction):
             raise EntryValidationError("extraction", "give an Extraction")
         when = _aware("observed_at", observed_at) or utcnow()
+        scope = check_scope(conversation_id)
         facts = [
-            _new_fact(
-                t.subject, t.predicate, t.object, t.object_is_entity, evidence, when, t.confidence
+            replace(
+                _new_fact(
+                    t.subject,
+                    t.predicate,
+                    t.object,
+                    t.object_is_entity,
+                    evidence,
+                    when,
+                    t.confidence,
+                ),
+                conversation_id=scope,
             )
             for t in extraction.triples
         ]
@@ -378,18 +399,25 @@ class KnowledgeGraph(MemoryLayer):
         facts = yield from self._matched(user_id, facts)
         return (
             yield from Transaction.write(
-                self._on, _record_all, user_id, mentions, facts, self._rule, finish
+                self._on, _record_all, user_id, mentions, facts, self._rule, finish, scope
             )
         )
 
     def _facts_about(
-        self, user_id: str, entity: str, *, as_of: datetime | None = None
+        self,
+        user_id: str,
+        entity: str,
+        *,
+        as_of: datetime | None = None,
+        conversation_id: str | None = None,
     ) -> Operation[builtins.list[Fact]]:
-        """The facts ``entity`` is in (subject or object): current, or true at ``as_of``."""
+        """The facts ``entity`` is in (subject or object): current, or true at ``as_of``;
+        with ``conversation_id``, only those that conversation taught or confirmed."""
         validate_user_id(user_id)
         _name("entity", entity)
         when = _aware("as_of", as_of)
-        return (yield from Transaction.read(self._on, _facts_about, user_id, entity, when))
+        scope = check_scope(conversation_id)
+        return (yield from Transaction.read(self._on, facts_about_in, user_id, entity, when, scope))
 
     def _history(
         self, user_id: str, *, limit: int = 100
@@ -511,22 +539,14 @@ def _record_all(
     facts: builtins.list[NewFact],
     rule: Rule,
     finish: Callable[[GraphRows], object] | None,
+    conversation_id: str | None,
 ) -> builtins.list[FactChange]:
     for mention in mentions:
-        ensure_entity(rows, user_id, mention, rule.actor)
+        ensure_entity(rows, user_id, mention, rule.actor, conversation_id=conversation_id)
     changes = [apply_fact(rows, user_id, fact, rule) for fact in facts]
     if finish is not None:
         finish(rows)
     return changes
-
-
-def _facts_about(
-    rows: GraphRows, user_id: str, name: str, as_of: datetime | None
-) -> builtins.list[Fact]:
-    entity = rows.find_entity(user_id, name)
-    if entity is None:
-        return []
-    return rows.facts_touching(user_id, entity.entity_id, as_of)
 
 
 def _history_rows(rows: GraphRows, user_id: str, limit: int) -> builtins.list[dict[str, Any]]:
