@@ -209,6 +209,7 @@ class UnifiedMemory(MemoryLayer):
                 turn_ref=f"{conversation_id}:{turn.turn_id}",
                 observed_at=turn.timestamp,
                 defer=self._defer,
+                conversation_id=conversation_id,
             )
         return turn
 
