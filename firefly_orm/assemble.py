@@ -179,14 +179,19 @@ def _style_of(messages: Sequence[Any], asked: str | None) -> str:
     return "dict" if all(isinstance(m, dict) for m in messages) else "pydantic-ai"
 
 
+def _query(uow: UnitOfWork, request: AssembleRequest) -> str:
+    """What to recall and search for: the request's query, else the latest stored user prompt."""
+    if request.query is not None:
+        return request.query
+    latest = read_recent(uow, request.conversation_id, 1)
+    return latest[-1].user_prompt if latest else ""
+
+
 def _recalled(uow: UnitOfWork, request: AssembleRequest) -> list[Recalled]:
     source = request.long_term
     if source is None or source.limit == 0:
         return []
-    query = request.query
-    if query is None:
-        latest = read_recent(uow, request.conversation_id, 1)
-        query = latest[-1].user_prompt if latest else ""
+    query = _query(uow, request)
     if not query.strip():
         return []
     return recall_items(
@@ -206,10 +211,7 @@ def _past_turns(uow: UnitOfWork, request: AssembleRequest) -> list[str]:
     search = request.past_turns
     if search is None or search.limit == 0:
         return []
-    query = request.query
-    if query is None:
-        latest = read_recent(uow, request.conversation_id, 1)
-        query = latest[-1].user_prompt if latest else ""
+    query = _query(uow, request)
     user_id = search.user_id
     if user_id is None:  # an unbound manager: the conversation's owner, never everyone's
         row = owner_row(uow, request.conversation_id)
