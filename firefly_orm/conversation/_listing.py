@@ -13,13 +13,14 @@ first) until their next write.
 The list is a keyset page (no OFFSET): ordered by ``(updated_at, id)`` or
 ``(created_at, id)``, the cursor names the last row of the previous page.  On
 SQLite and PostgreSQL it is one query over a partial index of the heads
-(migration 0009, :mod:`firefly_orm.conversation._listing_sql`), reading
-``limit + 1`` index entries per page whatever the user's number of
-conversations (with ``tags``, the entries it skips too); MongoDB by
-``updated_at`` is one ``find`` over its index
-(:mod:`~firefly_orm.conversation._listing_mongo`).  Other stores (and MongoDB
-by creation time) read the user's index rows and each head, then sort: linear
-in the user's conversations per page.
+(migration 0010: the plain columns ``head_updated_at`` and ``head_archived``
+the store writes with the head, :mod:`firefly_orm.conversation._listing_sql`),
+reading ``limit + 1`` index entries per page whatever the user's number of
+conversations (with ``tags``, the entries it skips too); MongoDB, in either
+order, ``find`` calls over its indexes
+(:mod:`~firefly_orm.conversation._listing_mongo`).  Other stores read the
+user's index rows and each head, then sort: linear in the user's
+conversations per page.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from firefly_orm.conversation._listing import (
 from firefly_orm.conversation._model import ConversationTurn, Summarizer, check_conversation_id
 from firefly_orm.conversation._owner import OwnedLayer
 from firefly_orm.conversation._rows import TURN_KEY_PREFIX, conversation_namespace, turn_from_entry
-from firefly_orm.conversation._usage import UsageRequest, UsageTotal, read_usage
+from firefly_orm.conversation._usage import TurnReader, UsageRequest, UsageTotal, read_usage
 from firefly_orm.errors import ConversationNotFoundError, EntryValidationError
 from firefly_orm.protocols import RunsDatabaseCalls, UnitOfWork, declares
 
@@ -150,8 +150,8 @@ class ConversationListing(OwnedLayer):
         archived ones, ``None`` both.  ``tags``: only conversations with every
         one of them.  ``updated_after``: only those changed since.  Pass the
         page's ``next_cursor`` as ``cursor`` for the next page (keyset paging:
-        a page costs the same at any depth; on SQLite and PostgreSQL it is one
-        query over an index of the heads, migration 0009).
+        a page costs the same at any depth; on SQLite, PostgreSQL and MongoDB
+        it is one query over an index of the heads, migration 0010 on SQL).
 
         Raises:
             EntryValidationError: A bad argument or cursor, or no user.
@@ -186,6 +186,22 @@ class ConversationListing(OwnedLayer):
 
         return read
 
+    def _turn_reader(self) -> TurnReader | None:
+        """MongoDB's indexed read of a user's turns (the usage totals), else ``None``."""
+        store = self._store
+        if not declares(store, RunsDatabaseCalls):
+            return None
+        from firefly_orm.conversation._listing_mongo import find_user_turns
+
+        runner = cast(RunsDatabaseCalls, store)
+
+        def read(request: UsageRequest) -> Any:
+            return runner.run_database_call(
+                find_user_turns, request.user_id, request.since, request.until
+            )
+
+        return read
+
     def _usage_totals(
         self,
         conversation_id: str | None = None,
@@ -202,7 +218,8 @@ class ConversationListing(OwnedLayer):
         user by default).  ``by``: ``None`` (one total), ``"conversation"``,
         ``"day"`` or ``"month"`` (UTC, by when each turn was stored); ``since``
         / ``until`` bound that time (``until`` excluded).  On SQLite and
-        PostgreSQL one aggregate query over an index.
+        PostgreSQL one aggregate query over an index; on MongoDB one indexed
+        ``find`` of the turns, summed in the process.
 
         Raises:
             EntryValidationError: A bad argument.
@@ -216,7 +233,7 @@ class ConversationListing(OwnedLayer):
         else:
             owner = self._acting_user(user_id)
         request = UsageRequest(conversation_id, owner, by, since, until)
-        step = Transaction.read(read_usage, request)
+        step = Transaction.read(read_usage, request, self._turn_reader())
         if conversation_id is None:
             return (yield from step)
         return (yield from self._as_owner(conversation_id, step))

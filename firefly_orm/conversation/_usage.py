@@ -12,15 +12,28 @@ A turn's usage is the object the integrations store
 session): its integer counters :data:`USAGE_FIELDS` are summed, anything else
 is ignored; ``turns`` counts the turns that have a usage object.
 
-On SQLite and PostgreSQL one aggregate query
-(:func:`~firefly_orm.conversation._listing_sql.usage_rows`) over the
-namespace index (a conversation) or the user index (a user's turns); other
-stores read the turn rows (the user's index rows first) and sum them here.
+Where the rows are found (an index on every store; the sum reads each summed
+row once, and no total is kept beside the turns):
+
+* SQLite and PostgreSQL: one aggregate query
+  (:func:`~firefly_orm.conversation._listing_sql.usage_rows`) over the
+  namespace index (a conversation) or the user index (a user's turns).
+* MongoDB: a conversation's turns through the namespace-and-key index; a
+  user's through ``ix_user_created_key`` (owner, creation time, key: one
+  ``find`` bounded by ``since`` / ``until`` that fetches turn rows only,
+  :func:`~firefly_orm.conversation._listing_mongo.find_user_turns`), summed
+  here.
+* The memory and file stores keep every namespace's rows in a sorted index in
+  process memory: the user's conversation ids come from their index rows
+  (``conversation-index``, by owner), then each conversation's turns by key
+  prefix, summed here.  That reads the user's turns and nothing else, which an
+  aggregate reads anyway; a per-day index on top would only skip turns outside
+  ``since`` / ``until``, and these stores are meant for one process's data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -41,7 +54,15 @@ from firefly_orm.entry._model import field_values
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import RunsStatements, UnitOfWork
 
-__all__ = ["GROUPINGS", "USAGE_FIELDS", "Grouping", "UsageRequest", "UsageTotal", "read_usage"]
+__all__ = [
+    "GROUPINGS",
+    "USAGE_FIELDS",
+    "Grouping",
+    "TurnReader",
+    "UsageRequest",
+    "UsageTotal",
+    "read_usage",
+]
 
 #: How totals may be grouped (``None``: one total).
 Grouping = Literal["conversation", "day", "month"]
@@ -109,14 +130,24 @@ def _conversation_of(namespace: str) -> str:
     return namespace
 
 
-def read_usage(uow: UnitOfWork, request: UsageRequest) -> list[UsageTotal]:
-    """Transaction: the totals ``request`` asks for, ordered by group."""
+#: Reads a user's turn rows itself (MongoDB: its indexed ``find``), given the
+#: request: ``reader(request)``; the rows are filtered and summed like any others.
+TurnReader = Callable[[UsageRequest], Iterable[MemoryEntry]]
+
+
+def read_usage(
+    uow: UnitOfWork, request: UsageRequest, reader: TurnReader | None = None
+) -> list[UsageTotal]:
+    """Transaction: the totals ``request`` asks for, ordered by group (``reader``:
+    the store's own read of a user's turns, else SQL's or the general path)."""
     entries = uow.entries
     namespaces = None
     if request.conversation_id is not None:
         cid = request.conversation_id
         namespaces = [conversation_namespace(cid), archive_namespace(cid)]
-    if isinstance(entries, RunsStatements):
+    if reader is not None and namespaces is None:
+        rows = _sum_rows(_kept(reader(request), request), request.by)
+    elif isinstance(entries, RunsStatements):
         rows = entries.run_statements(
             partial(
                 usage_rows,
@@ -155,18 +186,23 @@ def _turn_rows(
             ns for cid in ids for ns in (conversation_namespace(cid), archive_namespace(cid))
         ]
     for namespace in namespaces:
-        for row in uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX):
-            fields = field_values(row)
-            if request.user_id is not None and fields["user_id"] != request.user_id:
-                continue
-            if TURN_COPY_OF in (fields["metadata_"] or {}):
-                continue  # copied from another conversation: counted there
-            created = fields["created_at"]
-            if request.since is not None and created < request.since:
-                continue
-            if request.until is not None and created >= request.until:
-                continue
-            yield row
+        yield from _kept(uow.entries.list(namespace, key_prefix=TURN_KEY_PREFIX), request)
+
+
+def _kept(rows: Iterable[MemoryEntry], request: UsageRequest) -> Iterable[MemoryEntry]:
+    """The rows the totals count: the user's, no copies, created in the time range."""
+    for row in rows:
+        fields = field_values(row)
+        if request.user_id is not None and fields["user_id"] != request.user_id:
+            continue
+        if TURN_COPY_OF in (fields["metadata_"] or {}):
+            continue  # copied from another conversation: counted there
+        created = fields["created_at"]
+        if request.since is not None and created < request.since:
+            continue
+        if request.until is not None and created >= request.until:
+            continue
+        yield row
 
 
 def _usage_of(content: Any) -> dict[str, Any] | None:

@@ -97,6 +97,10 @@ VECTOR_FIELD = "vector"
 KEY_INDEX = "ix_namespace_key"
 #: The index of a user's conversation list (the heads by archived flag and updated_at).
 CONVERSATION_LIST_INDEX = "ix_user_key_archived_updated"
+#: The same by creation time.
+CONVERSATION_CREATED_INDEX = "ix_user_key_archived_created"
+#: A user's rows by creation time (the usage totals of a user's turns, a day or month).
+USER_TIME_INDEX = "ix_user_created_key"
 #: The multikey index ``(namespace, search_words)`` full-text search looks words up in.
 SEARCH_INDEX = "ix_namespace_search_words"
 
@@ -191,6 +195,19 @@ def memory_indexes(*, ttl_index: bool = True) -> list[IndexModel]:
             ],
             name=CONVERSATION_LIST_INDEX,
         ),
+        IndexModel(
+            [
+                ("user_id", 1),
+                ("key", 1),
+                (f"content.{HEAD_ARCHIVED}", 1),
+                *BY_TIME,
+            ],
+            name=CONVERSATION_CREATED_INDEX,
+        ),
+        # The usage totals of a user (conversation/_listing_mongo.py): their rows in a
+        # time range, the key in the index so only turn rows are fetched.  Not
+        # partial, for SecantusDB's planner (see above).
+        IndexModel([("user_id", 1), *BY_TIME[:2], ("key", 1)], name=USER_TIME_INDEX),
     ]
 
 
