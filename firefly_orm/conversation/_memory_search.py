@@ -20,11 +20,11 @@ from firefly_orm.conversation._model import ConversationTurn, check_conversation
 from firefly_orm.conversation._owner import OwnedLayer
 from firefly_orm.conversation._rows import turn_search_text
 from firefly_orm.conversation._search import (
-    SEARCH_MODES,
     SearchMode,
     TurnMatch,
     TurnSearch,
     TurnVector,
+    check_mode,
     read_turn_text,
     search_turns,
 )
@@ -181,15 +181,9 @@ class ConversationSearch(OwnedLayer):
 
     def _search_mode(self, mode: Any) -> SearchMode:
         """``mode`` checked (``None``: hybrid with an embedder, else text)."""
-        if mode is None:
-            return "text" if self._embedding is None else "hybrid"
-        if mode not in SEARCH_MODES:
-            raise EntryValidationError("mode", f"must be one of {SEARCH_MODES}, got {mode!r}")
-        if mode != "text" and self._embedding is None:
-            raise EntryValidationError(
-                "mode",
-                f"{mode!r} search needs an embedder: ConversationMemory(..., embedder=...) "
-                "or MemoryManager(..., embedder=...)",
-            )
-        checked: SearchMode = mode
-        return checked
+        return check_mode(
+            mode,
+            embedder=self._embedding is not None,
+            what="search",
+            where="ConversationMemory(..., embedder=...) or MemoryManager(..., embedder=...)",
+        )

@@ -44,7 +44,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, cast, get_args
+from typing import Any, Literal, cast, get_args
 
 from firefly_orm.conversation._model import ConversationTurn
 from firefly_orm.conversation._rows import (
@@ -55,6 +55,7 @@ from firefly_orm.conversation._rows import (
     turn_key,
 )
 from firefly_orm.entry import derived_entry_id
+from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import UnitOfWork, VectorRepository, declares
 from firefly_orm.vector._errors import VectorUnavailableError
 from firefly_orm.vector._spec import EmbeddingSpec, fuse_by
@@ -67,6 +68,7 @@ __all__ = [
     "TurnMatch",
     "TurnSearch",
     "TurnVector",
+    "check_mode",
     "hybrid_depth",
     "read_turn_text",
     "save_turn_vector",
@@ -83,6 +85,19 @@ SEARCH_MODES: tuple[SearchMode, ...] = get_args(SearchMode)
 HYBRID_DEPTH = 4
 #: ...and at least this deep.
 HYBRID_MIN_DEPTH = 20
+
+
+def check_mode(mode: Any, *, embedder: bool, what: str, where: str) -> SearchMode:
+    """``mode`` checked (``None``: hybrid with an embedder, else text): a conversation
+    search's or a long-term recall's (``what``), whose embedder is given at ``where``."""
+    if mode is None:
+        return "hybrid" if embedder else "text"
+    if mode not in SEARCH_MODES:
+        raise EntryValidationError("mode", f"must be one of {SEARCH_MODES}, got {mode!r}")
+    if mode != "text" and not embedder:
+        raise EntryValidationError("mode", f"{mode!r} {what} needs an embedder: {where}")
+    checked: SearchMode = mode
+    return checked
 
 
 def hybrid_depth(limit: int) -> int:

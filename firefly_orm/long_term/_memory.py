@@ -26,6 +26,7 @@ from firefly_orm.bridges._steps import (
     sync_method,
 )
 from firefly_orm.conversation._model import check_int
+from firefly_orm.conversation._search import check_mode
 from firefly_orm.entry import (
     MemoryEntry,
     validate_namespace,
@@ -48,7 +49,6 @@ from firefly_orm.long_term._model import (
     parse_import_item,
 )
 from firefly_orm.long_term._recall import (
-    RECALL_MODES,
     Meaning,
     RecallMode,
     RecallRequest,
@@ -447,16 +447,12 @@ class LongTermMemory(DailyLogs, MemoryLayer):
 
     def _mode(self, mode: Any) -> RecallMode:
         """``mode`` checked (``None``: hybrid with an embedder, else text)."""
-        if mode is None:
-            return "text" if self._embedding is None else "hybrid"
-        if mode not in RECALL_MODES:
-            raise EntryValidationError("mode", f"must be one of {RECALL_MODES}, got {mode!r}")
-        if mode != "text" and self._embedding is None:
-            raise EntryValidationError(
-                "mode", f"{mode!r} recall needs an embedder: LongTermMemory(..., embedder=...)"
-            )
-        checked: RecallMode = mode
-        return checked
+        return check_mode(
+            mode,
+            embedder=self._embedding is not None,
+            what="recall",
+            where="LongTermMemory(..., embedder=...)",
+        )
 
     def _count(
         self,
