@@ -2,14 +2,15 @@
 
 A user's conversations mention entities (people, places, products) and state
 facts about them (``user --lives_in--> Munich``).  :class:`KnowledgeGraph`
-keeps both per user beside the entries: four tables on SQLite and PostgreSQL
-(migration ``0008_knowledge_graph``, the store's schema), four collections on
-MongoDB (``<entries>.kg_entities`` ...):
+keeps both per user beside the entries: five tables on SQLite and PostgreSQL
+(migrations ``0008_knowledge_graph`` and ``0011_knowledge_scopes``, the
+store's schema), five collections on MongoDB (``<entries>.kg_entities`` ...):
 
 * **updates, not piles**: each new fact is compared with the current facts of
-  its subject (matched by name and alias) and predicate, and the outcome is
-  one of add / confirm / update / supersede / ignore
-  (:meth:`KnowledgeGraph.add_fact`).  A superseded fact is not deleted: it
+  its subject (matched by name and alias) and predicate (normalised, and by
+  meaning with ``KnowledgeGraph(embedder=...)``: "resides in" is the slot
+  "lives in" holds), and the outcome is one of add / confirm / update /
+  supersede / ignore (:meth:`KnowledgeGraph.add_fact`).  A superseded fact is not deleted: it
   gets ``valid_to`` and the new one ``valid_from``, both keep their evidence,
   so :meth:`KnowledgeGraph.facts_about` answers now or ``as_of`` any time;
 * **history**: every change is a row (who, what, when):
@@ -18,6 +19,10 @@ MongoDB (``<entries>.kg_entities`` ...):
   :meth:`KnowledgeGraph.paths`, now or ``as_of`` a time: recursive CTEs over
   indexed facts on SQL, one ``$graphLookup`` on MongoDB;
 * :class:`EntityMemory`: get, list, search, merge and forget entities;
+* **per conversation**: writes with ``conversation_id=`` record which
+  conversation mentioned an entity or taught a fact, and reads with
+  ``conversation_id=`` keep only those (a filter over the user's one graph,
+  not a partition);
 * **extraction by a model** (:meth:`KnowledgeExtractor.extract_from_turn`,
   pydantic-ai structured output :class:`Extraction`), called by the app after
   it stores a turn: the model is called outside any transaction; a failed or
