@@ -48,6 +48,7 @@ from firefly_orm.entry import (
 from firefly_orm.errors import ConcurrencyError, StoreError
 from firefly_orm.protocols import AppendedHead, ListOptions, TurnAppend
 from firefly_orm.sql import _statements as st
+from firefly_orm.sql._driver_sql import execute_first
 from firefly_orm.sql._graph import ERASE_USER_GRAPH
 from firefly_orm.sql._vectors import VECTORS_OPTION, VectorMethods
 from firefly_orm.uow import RepositoryBase
@@ -91,6 +92,15 @@ def _execute(target: Target, stmt: Any, params: Any) -> Any:
     if translate is None:
         return target.execute(stmt, params)
     return target.execute(stmt, params, execution_options={"schema_translate_map": translate})
+
+
+def _first(target: Target, stmt: Any, params: dict[str, Any]) -> Any:
+    """The first row of ``stmt`` (``None``: no row): on a Connection through its cached
+    SQL text (:func:`~firefly_orm.sql._driver_sql.execute_first`), in a Session as
+    :func:`_execute` runs it."""
+    if isinstance(target, Connection):
+        return execute_first(target, stmt, params)
+    return _execute(target, stmt, params).first()
 
 
 def push_translation(
@@ -396,7 +406,7 @@ def _head_params(request: TurnAppend) -> dict[str, Any]:
 def _append_turn_sqlite(target: Target, request: TurnAppend) -> AppendedHead | None:
     """:func:`append_turn` on SQLite: bump the head, then insert the turn it numbered."""
     stmt = st.bump_head_statement(request.owner is not None)
-    head = _execute(target, stmt, _head_params(request)).first()
+    head = _first(target, stmt, _head_params(request))
     if head is None:
         return None
     content, version, owner = head[0], head[1], head[2]
@@ -408,7 +418,7 @@ def _append_turn_sqlite(target: Target, request: TurnAppend) -> AppendedHead | N
     values["content"] = {**values["content"], TURN_ID_FIELD: turn_id}
     if owner is not None:
         values["user_id"] = owner
-    if _execute(target, st.insert_new("sqlite"), values).first() is None:
+    if _first(target, st.insert_new("sqlite"), values) is None:
         # Unreachable: the UPDATE checked under the write lock that the key is free.
         raise ConcurrencyError(f"turn {key!r} of {request.namespace!r} already exists")
     return AppendedHead(content, version, owner)
