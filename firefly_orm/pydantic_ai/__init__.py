@@ -435,13 +435,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
                     settled = stream.result
                 except UserError:  # the run failed after its output was streamed
                     settled = None
-        if settled is None:
-            logger.info(
-                "stream on conversation %r left before its end: nothing stored",
-                started.conversation_id,
-            )
-            return
-        await steps.arun(prepared.memory.store, self._write(started, settled))
+        await self._store_finished(started, settled, "stream")
 
     @asynccontextmanager
     async def iter(
@@ -470,14 +464,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         added = release_capabilities(held.hold, between_requests=False)
         async with self._agent.iter(prepared.prompt, **started.agent_arguments(added)) as agent_run:
             yield cast(AgentRun[DepsT, OutputT], agent_run)
-        result = agent_run.result
-        if result is None:
-            logger.info(
-                "run on conversation %r left before its end: nothing stored",
-                started.conversation_id,
-            )
-            return
-        await steps.arun(prepared.memory.store, self._write(started, result))
+        await self._store_finished(started, agent_run.result, "run")
 
     # ------------------------------------------------------------------ shared core
     def _prepare(
@@ -514,6 +501,20 @@ class MemoryAgent(Generic[DepsT, OutputT]):
     async def _astart(self, prepared: Prepared, held: RunHold) -> Started:
         """:meth:`_start` from async code (``run_stream`` and ``iter``)."""
         return await self._arun(prepared, held, self._start(prepared, held.hold))
+
+    async def _store_finished(
+        self, started: Started, result: AgentRunResult[Any] | None, what: str
+    ) -> None:
+        """Store the turn of ``run_stream``'s or ``iter``'s block, or log (``what``: the
+        stream or the run) that it left before its end (``result`` ``None``)."""
+        if result is None:
+            logger.info(
+                "%s on conversation %r left before its end: nothing stored",
+                what,
+                started.conversation_id,
+            )
+            return
+        await steps.arun(started.prepared.memory.store, self._write(started, result))
 
     def _start(self, prepared: Prepared, hold: SessionHold) -> Operation[Started]:
         """Decide the conversation, read the model call's context, end the read's transaction.
