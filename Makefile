@@ -3,6 +3,11 @@
 # requirements/constraints.txt, so a fresh clone needs nothing else.
 
 PYTHON ?= python3
+# Python may write its bytecode caches (__pycache__, git-ignored), whatever the shell
+# says: with PYTHONDONTWRITEBYTECODE set, every test worker and every subprocess the
+# suite starts compiled the package, and pytest rewrote every test module, from
+# source each time (about half of each worker's collection).
+unexport PYTHONDONTWRITEBYTECODE
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
@@ -22,12 +27,16 @@ PYTEST_ARGS ?=
 PYTEST_WORKERS ?= 4
 XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 
-.PHONY: install demo test test-unit test-fast lint format bench bench-quick migrate clean docs
+.PHONY: install demo test test-unit test-fast lint ruff types format bench bench-quick migrate clean docs
 
+# pip brings uv (pinned in the constraints), and uv installs the project: the same
+# pinned versions as pip would, in seconds instead of minutes. pip stays in the venv
+# (the wheel test builds and installs a wheel with it).
+UV := $(VENV)/bin/uv
 $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade "pip>=24"
-	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[$(EXTRAS)]"
+	$(PY) -m pip install --quiet --upgrade -c requirements/constraints.txt "pip>=24" uv
+	$(UV) pip install --quiet --python $(PY) -c requirements/constraints.txt -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -37,10 +46,16 @@ demo: install
 
 LINT_PATHS := firefly_orm tests migrations docs/tooling docs_src scripts $(wildcard bench) $(wildcard examples)
 
-lint: install
+MYPY_PATHS := firefly_orm tests docs/tooling docs_src scripts $(wildcard examples)
+
+lint: ruff types
+
+ruff: install
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
-	$(VENV)/bin/mypy --strict firefly_orm tests docs/tooling docs_src scripts $(wildcard examples)
+
+types: install
+	$(VENV)/bin/mypy --strict $(MYPY_PATHS)
 
 format: install
 	$(VENV)/bin/ruff format $(LINT_PATHS)
@@ -51,10 +66,18 @@ docs: install
 	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 # Everything CI runs: lint, types, the whole suite (the docs site is built once,
-# by tests/integration/test_docs.py), with the 20 slowest tests reported.
-test: install lint
+# by tests/integration/test_docs.py), with the 20 slowest tests reported. ruff runs
+# first (seconds); mypy runs beside the suite, which mostly waits on databases and
+# processes, and its report follows the suite's. Either failing fails `make test`.
+TYPES_LOG := $(VENV)/types.log
+test: install ruff
 	./scripts/ensure-test-servers.sh
-	$(PY) -m pytest -q $(XDIST) --durations=20 $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory types >$(TYPES_LOG) 2>&1 & types=$$!; \
+	$(PY) -m pytest -q $(XDIST) --durations=20 $(PYTEST_ARGS); suite=$$?; \
+	wait $$types; typed=$$?; \
+	echo "== make types (ran beside the suite)"; cat $(TYPES_LOG); \
+	[ $$typed -eq 0 ] || echo "make types failed (exit $$typed)"; \
+	[ $$suite -eq 0 ] && [ $$typed -eq 0 ]
 
 # tests/unit only: no database, no server process (seconds).
 test-unit: install
@@ -69,7 +92,7 @@ test-fast: install
 # The bench also installs the peers it compares with (the `bench` extra).
 BENCH_STAMP := $(VENV)/.bench-stamp
 $(BENCH_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[$(EXTRAS),bench]"
+	$(UV) pip install --quiet --python $(PY) -c requirements/constraints.txt -e ".[$(EXTRAS),bench]"
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
