@@ -139,8 +139,9 @@ HEAD_ARCHIVED = "archived"
 #: The row metadata key of a turn copied from another conversation (a branch, a copy):
 #: its value is the source's id.  Usage totals count the original only.
 TURN_COPY_OF = "copy_of"
-#: The partial indexes over conversation heads that serve a user's conversation list
-#: (migration 0009; not in the SQLAlchemy model: expression indexes).
+#: The partial indexes over conversation heads that served a user's conversation list
+#: at migration 0009 (expression indexes, not in the SQLAlchemy model; 0010 replaces
+#: them with indexes of the model over plain columns).
 LISTING_INDEXES = ("ix_memory_entries_conv_updated", "ix_memory_entries_conv_created")
 #: The head's numbers (non-negative integers); a turn takes ``next_turn_id`` and bumps each.
 HEAD_COUNTERS = (HEAD_NEXT_TURN_ID, HEAD_TOTAL_TOKENS, HEAD_TURN_COUNT, HEAD_TOTAL_MESSAGES)

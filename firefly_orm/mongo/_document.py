@@ -183,7 +183,7 @@ def memory_indexes(*, ttl_index: bool = True) -> list[IndexModel]:
         IndexModel([("expires_at", 1)], **expires_options),
         IndexModel([("entry_id", 1)], name="ux_entry_id", unique=True),
         # A user's conversation list (conversation/_listing_mongo.py): the heads
-        # (key "head") by archived flag and updated_at, as migration 0009 on SQL.
+        # (key "head") by archived flag and updated_at, as migration 0010 on SQL.
         # Not partial, for SecantusDB's planner (see above).
         IndexModel(
             [
