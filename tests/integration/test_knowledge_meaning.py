@@ -93,11 +93,14 @@ def test_a_synonym_confirms_and_supersedes_in_the_same_slot(store: MemoryStore) 
         assert model.held and not any(model.held)  # no connection held during a call
 
 
-def test_without_an_embedder_a_synonym_is_another_fact(store: MemoryStore) -> None:
+def test_without_an_embedder_a_synonym_is_another_fact(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "plain.sqlite3")  # the rule without meaning, as before
+    store.initialize()
     graph = KnowledgeGraph(store)
     graph.add_fact("ann", "user", "lives in", "Berlin", observed_at=T0)
     assert graph.add_fact("ann", "user", "resides in", "Munich").outcome == "add"
     assert len(graph.facts_about("ann", "user")) == 2
+    store.close()
 
 
 def test_the_match_is_rechecked_inside_the_write(store: MemoryStore) -> None:
