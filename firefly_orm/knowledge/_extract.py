@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -125,9 +126,10 @@ class KnowledgeExtractor(MemoryLayer):
 
         The model is called first, with no transaction open; its answer is
         recorded by :meth:`KnowledgeGraph.record` with ``turn_ref`` as the
-        evidence.  When the call fails or the answer is malformed, nothing is
-        recorded: the extraction is queued for :meth:`process_pending` (a
-        warning is logged).  ``defer=True`` queues it without calling the model.
+        evidence.  When the call fails or the answer is malformed (or holds
+        values the graph refuses, such as a blank name), nothing is recorded:
+        the extraction is queued for :meth:`process_pending` (a warning is
+        logged).  ``defer=True`` queues it without calling the model.
         ``conversation_id``: the turn's conversation (its entities and facts are
         then listed for it; kept in the queue too).
         """
@@ -143,10 +145,9 @@ class KnowledgeExtractor(MemoryLayer):
                 self._on, _queue, user_id, turn_ref, text, when, scope, None, 0
             )
             return ExtractionResult(pending_id=pending_id)
-        try:
-            extraction = yield from self._call(text)
-        except Exception as exc:  # any model failure: the turn stays, the extraction waits
-            error = f"{type(exc).__name__}: {exc}"
+        done = yield from self._extracted(user_id, text, turn_ref, when, scope)
+        if isinstance(done, str):  # the turn stays, the extraction waits
+            error = done
             logger.warning(
                 "knowledge extraction of %s failed, queued for retry: %s", turn_ref, error
             )
@@ -163,10 +164,31 @@ class KnowledgeExtractor(MemoryLayer):
                 self._max_attempts,
             )
             return ExtractionResult(pending_id=pending_id, error=error)
-        changes = yield from self._graph.recording(
-            user_id, extraction, turn_ref, when, conversation_id=scope
-        )
-        return ExtractionResult(changes=changes)
+        return ExtractionResult(changes=done)
+
+    def _extracted(
+        self,
+        user_id: str,
+        text: str,
+        turn_ref: str,
+        when: datetime,
+        scope: str | None,
+        finish: Callable[[GraphRows], object] | None = None,
+    ) -> Operation[builtins.list[FactChange] | str]:
+        """The model's answer for ``text`` recorded (the changes), or why it was not: the
+        model failed, or its answer holds values the graph refuses (a blank name...)."""
+        try:
+            extraction = yield from self._call(text)
+        except Exception as exc:  # any model failure
+            return f"{type(exc).__name__}: {exc}"
+        try:
+            return (
+                yield from self._graph.recording(
+                    user_id, extraction, turn_ref, when, finish, conversation_id=scope
+                )
+            )
+        except EntryValidationError as exc:  # rolled back: nothing of it was written
+            return f"{type(exc).__name__}: {exc}"
 
     def _process_pending(self, *, limit: int = 50) -> Operation[PendingReport]:
         """Retry queued extractions (oldest first, at most ``limit``); what happened.
@@ -178,24 +200,21 @@ class KnowledgeExtractor(MemoryLayer):
         rows = yield from Transaction.read(self._on, _waiting, limit)
         recorded = retried = failed = 0
         for row in rows:
-            try:
-                extraction = yield from self._call(row.text)
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-                logger.warning("knowledge extraction of %s failed again: %s", row.turn_ref, error)
+            done = yield from self._extracted(
+                row.user_id,
+                row.text,
+                row.turn_ref,
+                row.observed_at,
+                row.conversation_id,
+                _Dequeue(row.pending_id),
+            )
+            if isinstance(done, str):
+                logger.warning("knowledge extraction of %s failed again: %s", row.turn_ref, done)
                 gave_up = yield from Transaction.write(
-                    self._on, _count_failure, row.pending_id, error, self._max_attempts
+                    self._on, _count_failure, row.pending_id, done, self._max_attempts
                 )
                 failed, retried = failed + gave_up, retried + (not gave_up)
                 continue
-            yield from self._graph.recording(
-                row.user_id,
-                extraction,
-                row.turn_ref,
-                row.observed_at,
-                _Dequeue(row.pending_id),
-                conversation_id=row.conversation_id,
-            )
             recorded += 1
         return PendingReport(recorded=recorded, retried_later=retried, failed=failed)
 

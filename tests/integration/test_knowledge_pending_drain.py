@@ -27,10 +27,15 @@ from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, SQLiteStore
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 #: Each text says where the user lives; anything else gets a malformed answer.
 CITIES = {f"I live in City{n}": f"City{n}" for n in range(5)}
+POISON = "I live in   "
 
 
 def _answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     prompt = next(p.content for m in messages for p in m.parts if isinstance(p, UserPromptPart))
+    if prompt == POISON:  # valid for pydantic, refused by the graph (a blank subject)
+        triple = {"subject": "  ", "predicate": "lives_in", "object": "Nowhere"}
+        args = json.dumps({"triples": [triple]})
+        return ModelResponse(parts=[ToolCallPart(info.output_tools[0].name, args)])
     if prompt not in CITIES:
         return ModelResponse(parts=[TextPart("no JSON today")])
     triple = {"subject": "user", "predicate": "lives_in", "object": CITIES[prompt]}
@@ -219,3 +224,23 @@ def test_bad_settings_and_no_loop(tmp_path: Path) -> None:
         PendingWorker(slow, limit=0)
     with pytest.raises(RuntimeError, match="running event loop"):
         PendingWorker(slow).start()
+
+
+def test_an_answer_the_graph_refuses_is_queued_and_does_not_block_the_queue(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "poison.sqlite3")
+    store.initialize()
+    try:
+        extractor = KnowledgeExtractor(KnowledgeGraph(store), fake_model(), max_attempts=2)
+        inline = extractor.extract_from_turn("ann", POISON, turn_ref="c1:0", observed_at=T0)
+        assert inline.pending_id is not None and not inline.changes
+        assert inline.error is not None and "EntryValidationError" in inline.error
+        extractor.extract_from_turn("ann", "I live in City0", turn_ref="c1:1", defer=True)
+        report = extractor.process_pending()  # the refused one first, then the good one
+        assert (report.recorded, report.retried_later, report.failed) == (1, 0, 1)
+        (fact,) = extractor.graph.facts_about("ann", "user")
+        assert fact.object == "City0"
+        assert extractor.stats() == {"pending": 0, "failed": 1}
+    finally:
+        store.close()
