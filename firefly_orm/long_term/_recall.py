@@ -25,9 +25,15 @@ mean nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal, get_args
+from typing import TypeAlias
 
-from firefly_orm.conversation._search import HYBRID_DEPTH, HYBRID_MIN_DEPTH, hybrid_depth
+from firefly_orm.conversation._search import (
+    HYBRID_DEPTH,
+    HYBRID_MIN_DEPTH,
+    SEARCH_MODES,
+    SearchMode,
+    hybrid_depth,
+)
 from firefly_orm.long_term._embedding import vector_repository
 from firefly_orm.long_term._model import Recalled, item_from_entry
 from firefly_orm.long_term._ops import ItemFilter, recall_items
@@ -44,10 +50,10 @@ __all__ = [
     "run_recall",
 ]
 
-#: A mode of ``recall``.
-RecallMode = Literal["text", "semantic", "hybrid"]
+#: A mode of ``recall``: the modes of ``search_conversations``.
+RecallMode: TypeAlias = SearchMode
 #: The modes of ``recall``.
-RECALL_MODES: tuple[RecallMode, ...] = get_args(RecallMode)
+RECALL_MODES: tuple[RecallMode, ...] = SEARCH_MODES
 
 
 @dataclass(frozen=True)
