@@ -349,8 +349,9 @@ class ConversationMemory(
 
         ``state_delta``: a state change stored in the turn's unit of work (see
         :meth:`update_state` for the scopes; ``temp:`` keys are dropped), so
-        the turn and the state change commit together or not at all.  An
-        idempotent retry applies it again.
+        the turn and the state change commit together or not at all.  A retry
+        with the same ``idempotency_key`` that finds the turn stored does not
+        apply it again (a later change of the same keys stays).
 
         From async code (``async_add_turn``) an async summarizer is awaited and a
         sync one runs in a worker thread, so the event loop is not blocked.
@@ -401,6 +402,7 @@ class ConversationMemory(
                 conversation_id,
                 state,
                 owner,
+                replayed=None if key is None else _replayed,
             ),
             SessionHold.of(self._store, warn=False),
         )
@@ -588,3 +590,8 @@ def _promotion(
             "same unit of work as the eviction)"
         )
     return Promotion(long_term, scorer if scorer is not None else default_scorer, checked)
+
+
+def _replayed(appended: ops.Appended) -> bool:
+    """Whether an append found its idempotency key's turn already stored (it wrote nothing)."""
+    return appended.plan is None

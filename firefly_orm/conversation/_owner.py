@@ -36,6 +36,7 @@ __all__ = [
     "Ownership",
     "OwnedLayer",
     "claim",
+    "each_step",
     "guarded",
     "owned_by",
     "owner_row",
@@ -62,6 +63,17 @@ def guarded(
     steps pass unchanged.  Used to enforce a precondition that must hold in
     the same transaction as the work, such as who owns a conversation.
     """
+    return each_step(op, lambda step: _guard(step, check, writes_only))
+
+
+def each_step(
+    op: Operation[T] | Step[T], transform: Callable[[Step[Any]], Step[Any]]
+) -> Operation[T]:
+    """``op`` (an operation or one step), each step it yields replaced by ``transform(step)``.
+
+    What a transformed step returns or raises is sent into ``op`` as the
+    original step's outcome.
+    """
     gen: Operation[T] = iter(op) if isinstance(op, Step) else op
     value: Any = None
     error: Exception | None = None
@@ -73,7 +85,7 @@ def guarded(
                 return cast(T, stop.value)
             value, error = None, None
             try:
-                value = yield _guard(step, check, writes_only)
+                value = yield transform(step)
             except Exception as exc:
                 error = exc
     finally:

@@ -22,7 +22,11 @@ The transactions here run inside a unit of work that may also add turns:
 :func:`state_first` runs :func:`write_state` at the start of every committing
 unit of work of an operation (the turn's), so the state and the turn commit
 together or not at all.  The state is written first so that on PostgreSQL the
-one-statement append runs inside the transaction the state write began.
+one-statement append runs inside the transaction the state write began.  A
+turn added with an idempotency key (never one statement) has its state
+written after it instead (:func:`state_after`), and not at all when the
+append finds the key's turn already stored: a retry does not apply its delta
+a second time.
 """
 
 from __future__ import annotations
@@ -37,8 +41,14 @@ from firefly_orm._layout import (
     STATE_KEY_PREFIX,
     user_state_namespace,
 )
-from firefly_orm.bridges._steps import Operation, Step
-from firefly_orm.conversation._owner import claim, guarded, owner_row
+from firefly_orm.bridges._steps import (
+    HoldingTransaction,
+    HoldingWork,
+    Operation,
+    Step,
+    Transaction,
+)
+from firefly_orm.conversation._owner import claim, each_step, guarded, owner_row
 from firefly_orm.conversation._rows import HEAD_KEY, INDEX_NAMESPACE, conversation_namespace
 from firefly_orm.entry import (
     MemoryEntry,
@@ -66,6 +76,7 @@ __all__ = [
     "read_shared_state",
     "read_state",
     "replace_conversation_state",
+    "state_after",
     "state_first",
     "with_state",
     "write_shared_state",
@@ -408,13 +419,73 @@ def state_first(op: Operation[T] | Step[T], write: Callable[[UnitOfWork], object
     return guarded(op, write, writes_only=True)
 
 
+def state_after(
+    op: Operation[T] | Step[T],
+    write: Callable[[UnitOfWork], object],
+    skip: Callable[[Any], bool],
+) -> Operation[T]:
+    """``op``, with ``write(uow)`` run after the work of each unit of work of it that
+    commits, unless ``skip(result)`` says that work wrote nothing to follow.
+
+    As :func:`state_first` (every committing step, each retry), but ``write``
+    runs once the step's work has returned, in the same unit of work, and
+    sees what it returned: an idempotent append decides there, under the
+    head's lock, whether it is a replay, and the state follows that decision.
+    """
+    return each_step(op, lambda step: _then(step, write, skip))
+
+
+def _then(
+    step: Step[Any], write: Callable[[UnitOfWork], object], skip: Callable[[Any], bool]
+) -> Step[Any]:
+    """``step`` with ``write`` run after its work unless ``skip`` (other steps: unchanged)."""
+    if isinstance(step, Transaction) and step.commit:
+        inner = step.work
+
+        def work(uow: UnitOfWork) -> Any:
+            result = inner(uow)
+            if not skip(result):
+                write(uow)
+            return result
+
+        return Transaction(work, read_only=step.read_only, commit=step.commit)
+    if isinstance(step, HoldingTransaction):
+        holding = step.work
+
+        def holding_work(uow: UnitOfWork) -> HoldingWork[Any]:
+            result = yield from holding(uow)
+            if not skip(result):
+                write(uow)
+            return result
+
+        return HoldingTransaction(holding_work)
+    return step
+
+
 def with_state(
-    op: Operation[T], conversation_id: str, delta: StateDelta, user_id: str | None
+    op: Operation[T],
+    conversation_id: str,
+    delta: StateDelta,
+    user_id: str | None,
+    *,
+    replayed: Callable[[T], bool] | None = None,
 ) -> Operation[T]:
     """``op`` (adding turns to ``conversation_id``) applying ``delta`` in its unit of work.
 
-    Unchanged when ``delta`` writes nothing.
+    Unchanged when ``delta`` writes nothing.  ``replayed``: for an append with
+    an idempotency key, tells from the append's result that it was a retry
+    that found its turn stored; the delta is then not applied again (it was
+    with the turn, and a later write of the same keys must not be undone).
+    Such an append never takes the store's one-statement path, so its state
+    is written after it (:func:`state_after`), where the replay is known;
+    otherwise first (:func:`state_first`).
     """
     if not delta.writes:
         return op
-    return state_first(op, lambda uow: write_state(uow, conversation_id, delta, user_id))
+
+    def write(uow: UnitOfWork) -> object:
+        return write_state(uow, conversation_id, delta, user_id)
+
+    if replayed is None:
+        return state_first(op, write)
+    return state_after(op, write, replayed)

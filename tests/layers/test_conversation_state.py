@@ -12,6 +12,7 @@ export/import and verify/repair cover the state.
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -130,8 +131,8 @@ def test_failing_turn_write_leaves_state_unchanged(layer_backend: OpenedBackend)
     mem = ConversationMemory(store=layer_backend.store, max_tokens=None)
     mem.add_turn("c1", "q", "a", user_id="u1", idempotency_key="k1", state_delta={"n": 1})
     before = mem.get_state("c1")
-    # Same idempotency key, other answer: the append fails inside the unit of work,
-    # after the state delta was written there; neither is committed.
+    # Same idempotency key, other answer: the append fails inside the unit of work
+    # the state delta is written in; neither is committed.
     with pytest.raises(EntryValidationError, match="idempotency"):
         mem.add_turn(
             "c1",
@@ -154,6 +155,49 @@ def test_failing_turn_write_leaves_state_unchanged(layer_backend: OpenedBackend)
         tight.add_turn("c2", long_text, long_text, state_delta={"n": 5, "app:a": 5})
     assert tight.get_state("c2") == {}
     assert len(tight.get_turns("c2")) == 1
+
+
+def _retry_keeps_later_state(mem: ConversationMemory) -> None:
+    delta = {"n": 1, "user:count": 1, "app:count": 1}
+    first = mem.add_turn("c1", "q", "a", user_id="u1", idempotency_key="k1", state_delta=delta)
+    later = {"n": 2, "user:count": 2, "app:count": 2}
+    mem.add_turn("c1", "q2", "a2", idempotency_key="k2", state_delta=later)
+    # The first call's reply was lost; its retry finds the turn stored: no state
+    # write, so the later call's values stay.
+    again = mem.add_turn("c1", "q", "a", idempotency_key="k1", state_delta=delta)
+    assert again.turn_id == first.turn_id
+    assert mem.get_state("c1") == later
+    assert len(mem.get_turns("c1")) == 2
+    # The state is written after the keyed turn, in its unit of work: a state write
+    # that fails there leaves no turn and no marker (the key is still free).
+    mem.add_turn("nobody", "q", "a")
+    with pytest.raises(EntryValidationError, match="user: state keys need a user"):
+        mem.add_turn("nobody", "q2", "a2", idempotency_key="k3", state_delta={"user:x": 1})
+    assert len(mem.get_turns("nobody")) == 1
+    mem.add_turn("nobody", "q2", "a2", idempotency_key="k3", state_delta={"x": 1})
+    assert len(mem.get_turns("nobody")) == 2
+    assert mem.get_state("nobody") == {"x": 1, "app:count": 2}
+
+
+@pytest.mark.parametrize("layer_backend", backend_params(STATE_BACKENDS), indirect=True)
+def test_idempotent_retry_does_not_apply_its_state_again(layer_backend: OpenedBackend) -> None:
+    _retry_keeps_later_state(ConversationMemory(store=layer_backend.store, max_tokens=None))
+
+
+@pytest.mark.mongo
+def test_idempotent_retry_does_not_apply_its_state_again_journaled(mongo_url: str) -> None:
+    """MongoDB without transactions: the unit of work commits through its journal."""
+    from dbutil import drop_mongo_database
+
+    from firefly_orm.mongo import MongoDBStore
+
+    name = "t_" + uuid.uuid4().hex[:10]
+    try:
+        with MongoDBStore(mongo_url, database=name, transactions=False) as store:
+            assert not store.uses_transactions
+            _retry_keeps_later_state(ConversationMemory(store=store, max_tokens=None))
+    finally:
+        drop_mongo_database(mongo_url, name)
 
 
 @pytest.mark.parametrize("layer_backend", backend_params(STATE_BACKENDS), indirect=True)
