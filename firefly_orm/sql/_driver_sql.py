@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import Connection, Dialect
@@ -30,6 +30,8 @@ from sqlalchemy.engine import Connection, Dialect
 __all__ = ["DriverStatement", "driver_statement", "execute_first"]
 
 _Processor = Callable[[Any], Any] | None
+#: A placeholder whose value the caller gives (no fixed value).
+_CALLER: Any = object()
 
 
 @dataclass(frozen=True)
@@ -46,27 +48,33 @@ class DriverStatement:
     binds: Mapping[str, Callable[[Any], Any]]
     #: One result processor per returned column (``None``: the value as read).
     results: tuple[_Processor, ...]
+    _steps: tuple[tuple[str, Any, _Processor], ...] = field(default=(), init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Per placeholder: its name, its fixed value (or _CALLER's) and its processor.
+        steps = tuple(
+            (name, self.fixed.get(name, _CALLER), self.binds.get(name)) for name in self.order or ()
+        )
+        object.__setattr__(self, "_steps", steps)
 
     def parameters(self, params: Mapping[str, Any]) -> Any:
         """The DBAPI parameters of one execution with ``params``."""
-        binds, fixed = self.binds, self.fixed
         if self.order is not None:
             values = []
-            for name in self.order:
-                value = params[name] if name in params else fixed[name]
-                process = binds.get(name)
+            for name, fixed, process in self._steps:
+                value = params[name] if fixed is _CALLER else params.get(name, fixed)
                 values.append(value if process is None else process(value))
             return tuple(values)
-        merged = {**fixed, **params}
+        binds = self.binds
         return {
             name: (value if (process := binds.get(name)) is None else process(value))
-            for name, value in merged.items()
+            for name, value in {**self.fixed, **params}.items()
         }
 
     def row(self, raw: Sequence[Any]) -> tuple[Any, ...]:
         """A returned row with its columns' result processors applied."""
         return tuple(
-            value if process is None or value is None else process(value)
+            value if process is None else process(value)
             for process, value in zip(self.results, raw, strict=True)
         )
 
