@@ -1,9 +1,11 @@
 """The conversation tree and listing of :class:`~firefly_orm.manager.MemoryManager`.
 
 :class:`ManagerConversations` (a base of the manager) forwards branch, rewind,
-pop and copy, the branch tree, the conversation list and usage totals to the
-manager's :class:`~firefly_orm.conversation.ConversationMemory` (bound to the
-manager's user when the manager is).  A conversation the manager makes with
+pop and copy, the branch tree, the conversation list, usage totals and the
+scoped state (:meth:`~ManagerConversations.get_state`,
+:meth:`~ManagerConversations.update_state`) to the manager's
+:class:`~firefly_orm.conversation.ConversationMemory` (bound to the manager's
+user when the manager is).  A conversation the manager makes with
 :meth:`~ManagerConversations.branch` or
 :meth:`~ManagerConversations.copy_conversation` counts as one it started: a
 fork's :meth:`~firefly_orm.manager.MemoryManager.clear_all` clears it.
@@ -22,7 +24,7 @@ def _conversation_of(manager: ManagerConversations) -> ConversationMemory:
 
 
 class ManagerConversations(MemoryLayer):
-    """Branch, rewind, copy, the branch tree, the list and usage of the conversations."""
+    """Branch, rewind, copy, the branch tree, the list, usage and state of the conversations."""
 
     _conversation: ConversationMemory
 
@@ -70,6 +72,10 @@ class ManagerConversations(MemoryLayer):
     _update_conversation = delegate(ConversationMemory._update_conversation, _conversation_of)
     _list_conversations = delegate(ConversationMemory._list_conversations, _conversation_of)
     _usage_totals = delegate(ConversationMemory._usage_totals, _conversation_of)
+    # Scoped state (ADK's app:, user:, temp: and own keys); a state delta with a
+    # turn is add_turn's state_delta= (forwarded with add_turn).
+    _get_state = delegate(ConversationMemory._get_state, _conversation_of)
+    _update_state = delegate(ConversationMemory._update_state, _conversation_of)
 
     branch = sync_method(_branch)
     copy_conversation = sync_method(_copy_conversation)
@@ -83,6 +89,8 @@ class ManagerConversations(MemoryLayer):
     update_conversation = sync_method(_update_conversation)
     list_conversations = sync_method(_list_conversations)
     usage_totals = sync_method(_usage_totals)
+    get_state = sync_method(_get_state)
+    update_state = sync_method(_update_state)
 
     async_branch = async_method(_branch)
     async_copy_conversation = async_method(_copy_conversation)
@@ -96,3 +104,5 @@ class ManagerConversations(MemoryLayer):
     async_update_conversation = async_method(_update_conversation)
     async_list_conversations = async_method(_list_conversations)
     async_usage_totals = async_method(_usage_totals)
+    async_get_state = async_method(_get_state)
+    async_update_state = async_method(_update_state)

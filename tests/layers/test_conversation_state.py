@@ -200,6 +200,25 @@ def test_idempotent_retry_does_not_apply_its_state_again_journaled(mongo_url: st
         drop_mongo_database(mongo_url, name)
 
 
+async def test_the_manager_forwards_state() -> None:
+    from firefly_orm import MemoryManager
+    from firefly_orm.store import InMemoryStore
+
+    store = InMemoryStore()
+    ann = MemoryManager(store=store, user_id="ann")
+    cid = ann.new_conversation()
+    assert ann.update_state(cid, {"user:lang": "fr", "temp:t": 1}) == {
+        "user:lang": "fr",
+        "temp:t": 1,
+    }
+    ann.add_turn(cid, "q", "a", idempotency_key="k", state_delta={"step": 1})
+    assert await ann.async_update_state(cid, {}, remove=["step"]) == {"user:lang": "fr"}
+    assert await ann.async_get_state(cid) == ann.get_state(cid) == {"user:lang": "fr"}
+    bob = MemoryManager(store=store, user_id="bob")
+    with pytest.raises(ConversationNotFoundError):
+        bob.get_state(cid)
+
+
 @pytest.mark.parametrize("layer_backend", backend_params(STATE_BACKENDS), indirect=True)
 def test_racing_writers_of_different_keys_lose_nothing(layer_backend: OpenedBackend) -> None:
     first = ConversationMemory(store=layer_backend.store, max_tokens=None)
