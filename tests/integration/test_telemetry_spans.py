@@ -322,6 +322,11 @@ CALLS: dict[str, tuple[Callable[[Layers], MemoryLayer], list[Call]]] = {
             ),
             ("list_conversations", lambda x: a(USER)),
             ("usage_totals", lambda x: a(x.results["new_conversation"])),
+            (
+                "update_state",
+                lambda x: a(x.results["new_conversation"], {"k": SECRET, "app:a": SECRET}),
+            ),
+            ("get_state", lambda x: a(x.results["new_conversation"])),
             ("branch", lambda x: a(x.results["new_conversation"], 0)),
             ("branches", lambda x: a(x.results["new_conversation"])),
             ("parent_of", lambda x: a(x.results["branch"])),
