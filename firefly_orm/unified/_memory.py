@@ -183,6 +183,7 @@ class UnifiedMemory(MemoryLayer):
         *,
         metadata: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        state_delta: Mapping[str, Any] | None = None,
     ) -> Operation[ConversationTurn]:
         """Store a turn (``manager.add_turn``), then extract its entities and facts.
 
@@ -192,6 +193,13 @@ class UnifiedMemory(MemoryLayer):
         (see :meth:`KnowledgeExtractor.extract_from_turn
         <firefly_orm.knowledge.KnowledgeExtractor.extract_from_turn>`); with
         ``defer_extraction`` it is always queued.
+
+        ``idempotency_key`` and ``state_delta`` are
+        :meth:`ConversationMemory.add_turn
+        <firefly_orm.conversation.ConversationMemory.add_turn>`'s: the state
+        change (``app:``, ``user:`` and the conversation's own keys;
+        ``temp:`` keys dropped) is written in the turn's unit of work, so the
+        two commit together or not at all, before the extraction runs.
         """
         turn = yield from self._manager._add_turn(
             conversation_id,
@@ -200,6 +208,7 @@ class UnifiedMemory(MemoryLayer):
             raw_messages,
             metadata=metadata,
             idempotency_key=idempotency_key,
+            state_delta=state_delta,
         )
         user_id = self._manager.user_id
         if self._extractor is not None and user_id is not None:

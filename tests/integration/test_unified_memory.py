@@ -164,3 +164,21 @@ def test_memory_agent_with_a_graph_gets_its_tools(tmp_path: Path) -> None:
     MemoryAgent(Agent(model), memory=MemoryManager(store=store)).run_sync("hi", user_id="ann")
     assert tools == [[]]
     store.close()
+
+
+def test_add_turn_writes_its_state_delta_with_the_turn(graph_store: MemoryStore) -> None:
+    """``state_delta`` reaches ``manager.add_turn``: the state and the turn commit together,
+    sync and async; a bad delta writes neither (SQLite and PostgreSQL)."""
+    manager = MemoryManager(store=graph_store, user_id="ann")
+    memory = UnifiedMemory(manager)
+    memory.add_turn("c1", "I prefer email", "Noted.", state_delta={"user:channel": "email"})
+    asyncio.run(
+        memory.async_add_turn(
+            "c1", "Step two", "Done.", state_delta={"step": 2, "app:v": 1, "temp:x": 0}
+        )
+    )
+    assert manager.get_state("c1") == {"user:channel": "email", "step": 2, "app:v": 1}
+    with pytest.raises(EntryValidationError):
+        memory.add_turn("c1", "bad", "bad", state_delta={"step": {1, 2}})
+    assert len(manager.conversation.get_turns("c1")) == 2
+    assert manager.get_state("c1")["step"] == 2
