@@ -79,6 +79,12 @@ conversation id and user, so a tool can ``await ctx.deps.memory.async_set_fact(.
 Other deps types: pass ``deps=`` per run, or ``deps_factory=`` to build them
 from the :class:`MemoryDeps`.
 
+**State.** A run's ``state_delta=`` and what its tools stage with
+``ctx.deps.stage_state({...})`` (:meth:`MemoryDeps.stage_state`) are written
+with the run's turn, in its unit of work: both or neither.  (Staged, not
+written by the tool: a tool's own ``async_update_state`` commits at once, even
+when the run then fails.)
+
 **Summaries.** A summarizer made with ``create_llm_summarizer()`` (no model)
 asks the model of the agent whose run stores the turn: the run's ``model=``,
 else the agent's own (:func:`firefly_orm.summarization.using_agent_model`).
@@ -153,7 +159,7 @@ from firefly_orm.pydantic_ai._run import (
     release_capabilities,
     with_graph_tools,
 )
-from firefly_orm.summarization import using_agent_model
+from firefly_orm.pydantic_ai._store import run_deps, store_turn
 
 __all__ = [
     "DELEGATION_SCOPE_PREFIX",
@@ -327,6 +333,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         user_id: str | None = None,
         new_conversation: bool = False,
         deps: DepsT | None = None,
+        state_delta: Mapping[str, Any] | None = None,
         **agent_kwargs: Any,
     ) -> MemoryRunResult[OutputT]:
         """Run the agent on the conversation's memory and store the run as one turn.
@@ -345,6 +352,10 @@ class MemoryAgent(Generic[DepsT, OutputT]):
             new_conversation: Start a new conversation even though the user
                 has one (not with ``conversation_id``).
             deps: The agent's deps for this run (default: see ``deps_factory``).
+            state_delta: A state change stored with the run's turn, in its unit
+                of work (``add_turn(..., state_delta=)``; nothing written if
+                the run stores no turn); the run's tools stage more with
+                :meth:`MemoryDeps.stage_state`, over it.
             **agent_kwargs: Passed to the agent's ``run`` (``model``,
                 ``usage_limits``, ``instructions``...).
 
@@ -365,7 +376,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
             Exception: Whatever the run raised (nothing is written).
         """
         prepared, held = self._prepare(
-            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
+            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs, state_delta
         )
         return await self._arun(prepared, held, self._whole_run(prepared, held))
 
@@ -377,6 +388,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         user_id: str | None = None,
         new_conversation: bool = False,
         deps: DepsT | None = None,
+        state_delta: Mapping[str, Any] | None = None,
         **agent_kwargs: Any,
     ) -> MemoryRunResult[OutputT]:
         """Sync form of :meth:`run` (the agent's ``run_sync``; memory's sync methods).
@@ -385,7 +397,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
             A :class:`MemoryRunResult`, as :meth:`run`.
         """
         prepared, held = self._prepare(
-            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
+            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs, state_delta
         )
         try:
             return steps.run(prepared.memory.store, self._whole_run(prepared, held))
@@ -403,6 +415,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         user_id: str | None = None,
         new_conversation: bool = False,
         deps: DepsT | None = None,
+        state_delta: Mapping[str, Any] | None = None,
         **agent_kwargs: Any,
     ) -> AsyncIterator[StreamedRunResult[DepsT, OutputT]]:
         """:meth:`run` with the agent's ``run_stream``: stream the answer, store it at the end.
@@ -418,7 +431,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         ``metadata["run_id"]`` is the run's ``run_id``).
         """
         prepared, held = self._prepare(
-            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
+            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs, state_delta
         )
         started = await self._astart(prepared, held)
         settled: AgentRunResult[Any] | None = None
@@ -446,6 +459,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         user_id: str | None = None,
         new_conversation: bool = False,
         deps: DepsT | None = None,
+        state_delta: Mapping[str, Any] | None = None,
         **agent_kwargs: Any,
     ) -> AsyncIterator[AgentRun[DepsT, OutputT]]:
         """:meth:`run` with the agent's ``iter``: drive the run node by node.
@@ -458,7 +472,7 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         turn as for :meth:`run_stream`.
         """
         prepared, held = self._prepare(
-            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs
+            user_prompt, conversation_id, user_id, new_conversation, deps, agent_kwargs, state_delta
         )
         started = await self._astart(prepared, held)
         added = release_capabilities(held.hold, between_requests=False)
@@ -475,12 +489,13 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         new_conversation: bool,
         deps: DepsT | None,
         agent_kwargs: Mapping[str, Any],
+        state_delta: Mapping[str, Any] | None = None,
     ) -> tuple[Prepared, RunHold]:
         """Check a run's arguments and decide its memory (no I/O), with its session's hold."""
         memory = self.memory_for(user_id)
         agent_kwargs = with_graph_tools(self._graph, memory, agent_kwargs)
         prepared = prepare(
-            memory, user_prompt, conversation_id, new_conversation, deps, agent_kwargs
+            memory, user_prompt, conversation_id, new_conversation, deps, agent_kwargs, state_delta
         )
         return prepared, RunHold(SessionHold.of(prepared.memory.store))
 
@@ -529,10 +544,8 @@ class MemoryAgent(Generic[DepsT, OutputT]):
             yield from Release(hold)
             raise
         yield from Release(hold)
-        deps = prepared.deps
-        if deps is None:
-            deps = self._deps_for(MemoryDeps(prepared.memory, conversation_id, prepared.user_id))
-        return Started(prepared, conversation_id, deps, history)
+        deps, memory_deps = run_deps(self._agent, self._deps_factory, prepared, conversation_id)
+        return Started(prepared, conversation_id, deps, history, memory_deps)
 
     def _whole_run(self, prepared: Prepared, held: RunHold) -> Operation[MemoryRunResult[OutputT]]:
         """``run`` and ``run_sync``: start, call the agent (one step), write the turn."""
@@ -554,23 +567,6 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         held.writing = True
         turn = yield from self._write(started, result)
         return MemoryRunResult.of(result, turn)
-
-    def _deps_for(self, memory_deps: MemoryDeps) -> DepsT | None:
-        if self._deps_factory is not None:
-            return self._deps_factory(memory_deps)
-        deps_type = self._agent.deps_type
-        if isinstance(deps_type, type) and issubclass(deps_type, MemoryDeps):
-            if deps_type is MemoryDeps:
-                return cast(DepsT, memory_deps)
-            return cast(
-                DepsT,
-                deps_type(
-                    memory=memory_deps.memory,
-                    conversation_id=memory_deps.conversation_id,
-                    user_id=memory_deps.user_id,
-                ),
-            )
-        return None
 
     def _load(self, prepared: Prepared, cid: str) -> Operation[list[ModelMessage]]:
         """The context of the run's model call; a conversation of another user is refused."""
@@ -601,30 +597,10 @@ class MemoryAgent(Generic[DepsT, OutputT]):
         return released_before_callouts(self._store(started, result), hold)
 
     def _store(self, started: Started, result: AgentRunResult[Any]) -> Operation[ConversationTurn]:
-        """Store the run's new messages as one turn, with its usage in the metadata."""
-        prepared = started.prepared
-        metadata: dict[str, Any] = {"usage": usage_metadata(result.usage), "run_id": result.run_id}
-        if self._name is not None:
-            metadata["agent"] = self._name
-        new_messages = result.new_messages()
+        """Store the run's new messages and staged state as one turn (``_store.store_turn``)."""
         # A summarizer made with model=None asks the model this run used.
-        with using_agent_model(prepared.agent_kwargs.get("model") or self._agent.model):
-            turn = yield from prepared.memory._add_turn(
-                started.conversation_id,
-                prepared.text,
-                response_text(result.output),
-                new_messages,
-                metadata=metadata,
-                user_id=prepared.user_id,
-            )
-        logger.debug(
-            "conversation %r: stored turn %d (%d message(s), %d tokens used)",
-            started.conversation_id,
-            turn.turn_id,
-            len(new_messages),
-            metadata["usage"]["total_tokens"],
-        )
-        return turn
+        model = started.prepared.agent_kwargs.get("model") or self._agent.model
+        return store_turn(started, result, self._name, model)
 
 
 def delegate(

@@ -10,8 +10,8 @@ and how a run becomes a turn's text and metadata (:func:`prompt_text`,
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pydantic_core
@@ -22,6 +22,7 @@ from pydantic_ai.usage import RunUsage
 from firefly_orm.conversation._model import ConversationTurn
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.manager import MemoryManager
+from firefly_orm.pydantic_ai._state import StagedState
 
 __all__ = ["MemoryDeps", "MemoryRunResult", "prompt_text", "response_text", "usage_metadata"]
 
@@ -45,6 +46,15 @@ class MemoryDeps:
             await ctx.deps.memory.async_set_fact("order_id", order_id)
             return "noted"
 
+    A tool that changes the conversation's state stages the change with
+    :meth:`stage_state`: it is written with the run's turn, in the turn's unit
+    of work, and not at all if the run stores no turn::
+
+        @agent.tool
+        async def choose_plan(ctx: RunContext[MemoryDeps], plan: str) -> str:
+            ctx.deps.stage_state({"plan": plan, "user:tier": "gold"})
+            return "chosen"
+
     Attributes:
         memory: The manager of this run (for a ``user_id`` run, the user's view:
             their facts and long-term items).  Use its ``async_`` methods.
@@ -61,6 +71,7 @@ class MemoryDeps:
     memory: MemoryManager
     conversation_id: str
     user_id: str | None = None
+    _staged: StagedState = field(default_factory=StagedState, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.user_id is not None and self.memory.user_id != self.user_id:
@@ -69,6 +80,40 @@ class MemoryDeps:
                 f"the deps' memory serves {self.memory.user_id!r}, not {self.user_id!r}: "
                 "give the user's memory (memory.for_user(user_id))",
             )
+
+    def stage_state(self, delta: Mapping[str, Any]) -> None:
+        """Stage a change of the conversation's state, stored with the run's turn (no I/O).
+
+        The keys are :meth:`ConversationMemory.update_state
+        <firefly_orm.conversation.ConversationMemory.update_state>`'s: ``app:``
+        keys are the app's, ``user:`` keys the conversation owner's, other
+        keys the conversation's own, and ``temp:`` keys live in this run only
+        (:attr:`staged_state` shows them to the run's later tools; they are
+        never stored).  When the run stores its turn, everything staged (over
+        the run's ``state_delta=``; a later value of a key wins) is written
+        in the turn's unit of work (``add_turn(..., state_delta=)``): the
+        state and the turn commit together.  A run that raises, is cancelled,
+        or whose stream or iteration is left early writes none of it.  Keys
+        can be set, not removed (``memory.async_update_state(cid, {},
+        remove=[...])`` removes at once).
+
+        Each run stages into the deps it gives the agent: the
+        ``MemoryDeps`` it builds (also the one handed to ``deps_factory``),
+        or a ``MemoryDeps`` passed as ``deps=``, whose staged state the run
+        resets when it starts (pass it to one run at a time).
+
+        Raises:
+            EntryValidationError: Not a mapping, a bad key, or a value that
+                is not JSON (nothing staged); or a ``MemoryDeps`` no run was
+                given (the app's own, inside deps it passed: nothing would
+                store what it stages).
+        """
+        self._staged.stage(delta)
+
+    @property
+    def staged_state(self) -> dict[str, Any]:
+        """What this run has staged so far (a copy; ``temp:`` keys included)."""
+        return self._staged.view()
 
 
 #: Where a :class:`MemoryRunResult` keeps its turn (beside pydantic-ai's own state).

@@ -38,6 +38,7 @@ from firefly_orm.errors import EntryValidationError
 from firefly_orm.knowledge import KnowledgeGraph, knowledge_toolset
 from firefly_orm.manager import MemoryManager
 from firefly_orm.pydantic_ai._result import MemoryDeps, prompt_text
+from firefly_orm.pydantic_ai._state import checked_state
 
 __all__ = [
     "PYDANTIC_AI_NEW",
@@ -64,6 +65,7 @@ class Prepared:
     ``conversation_id`` ``None``: decided by :func:`current_conversation` when
     the run starts (``new_conversation``: a new one).  ``deps`` ``None``: built
     from the run's :class:`MemoryDeps` once the conversation is known.
+    ``state_delta``: the run's ``state_delta=``, checked (JSON copies).
     """
 
     memory: MemoryManager
@@ -74,16 +76,22 @@ class Prepared:
     text: str
     deps: Any
     agent_kwargs: dict[str, Any]
+    state_delta: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Started:
-    """A run whose conversation is decided and whose context is read."""
+    """A run whose conversation is decided and whose context is read.
+
+    ``memory_deps``: the :class:`MemoryDeps` the run's tools stage state in
+    (its staged state is stored with the turn).
+    """
 
     prepared: Prepared
     conversation_id: str
     deps: Any
     history: list[Any]
+    memory_deps: MemoryDeps
 
     def agent_arguments(self, added: list[Any]) -> dict[str, Any]:
         """The keyword arguments of the agent's run method (after the prompt)."""
@@ -120,6 +128,7 @@ def prepare(
     new_conversation: bool,
     deps: Any,
     agent_kwargs: Mapping[str, Any],
+    state_delta: Mapping[str, Any] | None = None,
 ) -> Prepared:
     """Check a run's arguments (no I/O); ``memory`` is the run's user's manager.
 
@@ -127,7 +136,8 @@ def prepare(
         TypeError: ``message_history`` / ``conversation`` among the agent's
             arguments, no prompt, or ``new_conversation`` not a bool.
         EntryValidationError: A bad conversation id, ``conversation_id`` with
-            ``new_conversation=True``, or ``deps`` of another user's memory.
+            ``new_conversation=True``, ``deps`` of another user's memory, or a
+            bad ``state_delta``.
     """
     supplied = sorted(set(agent_kwargs) & set(_SUPPLIED_BY_MEMORY))
     if supplied:
@@ -165,6 +175,7 @@ def prepare(
         text=prompt_text(user_prompt),
         deps=deps,
         agent_kwargs=dict(agent_kwargs),
+        state_delta=checked_state(state_delta, "state_delta"),
     )
 
 
