@@ -68,3 +68,29 @@ def test_schema_map_rendered_and_expanding_falls_back(tmp_path: Path) -> None:
         required: Any = sa.update(_T).values(n=sa.bindparam("missing"))
         assert ds.driver_statement(conn, required, {}) is None
     engine.dispose()
+
+
+def test_sqlite_append_runs_cached_text(tmp_path: Path) -> None:
+    """A turn that needs no eviction: the head bump and the insert go as cached SQL text
+    (no compiled Core statement, so no per-call cache key), and nothing else runs."""
+    from firefly_orm.conversation import ConversationMemory
+    from firefly_orm.sql import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "s.sqlite3")
+    memory = ConversationMemory(store=store)
+    memory.add_turn("c", "hi", "hello")  # a new conversation: the general path
+    sent: list[Any] = []
+
+    def record(_conn: Any, _cursor: Any, sql: str, _params: Any, context: Any, _many: Any) -> None:
+        sent.append((sql.split()[0], context.compiled is None))
+
+    sa.event.listen(store.engine, "before_cursor_execute", record)
+    memory.add_turn("c", "again", "sure")
+    sa.event.remove(store.engine, "before_cursor_execute", record)
+    # (BEGIN IMMEDIATE is the engine's begin hook; then two texts, no compiled statement)
+    assert [s for s in sent if s[0] != "BEGIN"] == [("UPDATE", True), ("INSERT", True)], sent
+    assert [(t.turn_id, t.assistant_response) for t in memory.get_turns("c")] == [
+        (0, "hello"),
+        (1, "sure"),
+    ]
+    store.close()
