@@ -28,7 +28,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.manager import MemoryManager
 from firefly_orm.pydantic_ai import MemoryAgent, MemoryDeps
-from firefly_orm.sql import SQLAlchemyStore
+from firefly_orm.sql import SQLAlchemyStore, SQLiteStore
 
 #: What the ``choose_plan`` tool saw staged when it ran (a test's list).
 Seen = list[dict[str, Any]]
@@ -84,7 +84,8 @@ def make_agent(seen: Seen) -> Agent[MemoryDeps, str]:
 
 def test_state_and_turn_commit_together_in_every_run_form(store: SQLAlchemyStore) -> None:
     """``state_delta=`` then the tools' staged keys (a later value wins), with the turn;
-    ``temp:`` keys reach the tools, never the store; run_sync, run, run_stream, iter."""
+    ``temp:`` keys reach the tools, never the store; run_sync, run, run_stream, iter.
+    Then a run that stores no turn writes no state (one store: one schema to set up)."""
     seen: Seen = []
     support = MemoryAgent(make_agent(seen), memory=MemoryManager(store=store))
     mgr = support.memory.for_user("ada")
@@ -111,9 +112,10 @@ def test_state_and_turn_commit_together_in_every_run_form(store: SQLAlchemyStore
     state = mgr.get_state(cid)
     assert state["count"] == 3 and state["plan"] == "annual"
     assert len(mgr.conversation.get_turns(cid)) == 4
+    a_run_that_stores_no_turn_writes_no_state(store)
 
 
-def test_a_run_that_stores_no_turn_writes_no_state(store: SQLAlchemyStore) -> None:
+def a_run_that_stores_no_turn_writes_no_state(store: SQLAlchemyStore) -> None:
     """A tool that raises after staging, a model that fails after the tool staged, a stream
     left unread: no turn, no state (app:, user: and own keys alike)."""
     seen: Seen = []
@@ -142,10 +144,14 @@ def test_a_run_that_stores_no_turn_writes_no_state(store: SQLAlchemyStore) -> No
     assert len(mgr.conversation.get_turns(cid)) == 1
 
 
-def test_bad_state_is_refused_and_writes_nothing(store: SQLAlchemyStore) -> None:
+def test_bad_state_app_deps_and_a_given_memory_deps(tmp_path: Path) -> None:
     """A bad ``state_delta=`` is refused before the model is called; ``user:`` keys of a run
-    for no user fail the turn's write (neither is stored); a tool's bad value raises in the
-    tool; a MemoryDeps no run was given refuses to stage."""
+    for no user fail the turn's write (neither is stored); a MemoryDeps no run was given
+    refuses to stage.  ``deps_factory``'s deps reach the run's MemoryDeps; a MemoryDeps
+    passed as ``deps=`` is the run's (what an earlier failed run left staged on it is
+    dropped).  SQLite only: nothing here depends on the store."""
+    store = SQLiteStore(tmp_path / "state.sqlite3")
+    store.initialize()
     seen: Seen = []
     support = MemoryAgent(make_agent(seen), memory=MemoryManager(store=store))
     with pytest.raises(EntryValidationError):
@@ -161,16 +167,6 @@ def test_bad_state_is_refused_and_writes_nothing(store: SQLAlchemyStore) -> None
     with pytest.raises(EntryValidationError):
         MemoryDeps(support.memory, "c-none").stage_state({"temp:": 1})
 
-
-@dataclass
-class AppDeps:
-    memory: MemoryDeps
-    locale: str = "en"
-
-
-def test_app_deps_and_a_given_memory_deps_stage_into_the_run(store: SQLAlchemyStore) -> None:
-    """``deps_factory``'s deps reach the run's MemoryDeps; a MemoryDeps passed as ``deps=``
-    is the run's (what an earlier failed run left staged on it is dropped)."""
     agent: Agent[AppDeps, str] = Agent(calls("remember_locale"), deps_type=AppDeps)
 
     @agent.tool
@@ -179,10 +175,10 @@ def test_app_deps_and_a_given_memory_deps_stage_into_the_run(store: SQLAlchemySt
         return "ok"
 
     mgr = MemoryManager(store=store, user_id="cy")
-    support = MemoryAgent(
+    app_support = MemoryAgent(
         agent, memory=mgr, deps_factory=lambda md: AppDeps(memory=md, locale="fr")
     )
-    cid = support.run_sync("Bonjour").conversation_id
+    cid = app_support.run_sync("Bonjour").conversation_id
     assert mgr.get_state(cid) == {"user:locale": "fr"}
 
     plain = MemoryAgent(make_agent([]), memory=mgr)
@@ -192,3 +188,10 @@ def test_app_deps_and_a_given_memory_deps_stage_into_the_run(store: SQLAlchemySt
     assert given.staged_state == {"plan": "broken", "user:tier": "none"}  # staged, never stored
     plain.run_sync("Again", deps=given, conversation_id=cid)
     assert mgr.get_state(cid) == {"user:locale": "fr", "plan": "annual", "app:release": 3}
+    store.close()
+
+
+@dataclass
+class AppDeps:
+    memory: MemoryDeps
+    locale: str = "en"

@@ -66,9 +66,20 @@ def test_one_write_path_federated_recall_context_and_reset(graph_store: MemorySt
     graph = KnowledgeGraph(graph_store)
     calls: list[str] = []
     memory = UnifiedMemory(manager, graph, KnowledgeExtractor(graph, _model(calls)))
-    first = memory.add_turn("c1", "I moved to Berlin", "Noted, Berlin.")
-    memory.add_turn("c1", "actually I live in Munich now", "Got it, Munich.")
+    first = memory.add_turn("c1", "I moved to Berlin", "Noted, Berlin.", state_delta={"step": 1})
+    memory.add_turn(
+        "c1",
+        "actually I live in Munich now",
+        "Got it, Munich.",
+        state_delta={"user:moved": True, "step": 2, "temp:x": 0},
+    )
     assert calls == list(ANSWERS)
+    # state_delta reaches manager.add_turn: written with the turn; a bad one writes
+    # neither the turn nor the state, and nothing is extracted.
+    assert manager.get_state("c1") == {"step": 2, "user:moved": True}
+    with pytest.raises(EntryValidationError):
+        memory.add_turn("c1", "I moved to Berlin", "Noted.", state_delta={"step": {1}})
+    assert calls == list(ANSWERS) and len(manager.conversation.get_turns("c1")) == 2
     # The facts cite the turns; Berlin is superseded, not piled up.
     (fact,) = graph.facts_about("ann", "user")
     assert fact.object == "Munich" and fact.evidence[0].startswith("c1:")
@@ -119,7 +130,8 @@ def test_deferred_extraction_and_bad_wiring(tmp_path: Path) -> None:
     extractor = KnowledgeExtractor(graph, _model(calls))
     memory = UnifiedMemory(manager, extractor=extractor, defer_extraction=True)
     assert memory.graph is graph
-    asyncio.run(memory.async_add_turn("c2", "I moved to Berlin", "Noted."))
+    asyncio.run(memory.async_add_turn("c2", "I moved to Berlin", "Noted.", state_delta={"a": 1}))
+    assert manager.get_state("c2") == {"a": 1}
     assert calls == [] and extractor.stats()["pending"] == 1
     assert memory.recall("Berlin", tiers=["fact"]) == []
     assert extractor.process_pending().recorded == 1
@@ -164,21 +176,3 @@ def test_memory_agent_with_a_graph_gets_its_tools(tmp_path: Path) -> None:
     MemoryAgent(Agent(model), memory=MemoryManager(store=store)).run_sync("hi", user_id="ann")
     assert tools == [[]]
     store.close()
-
-
-def test_add_turn_writes_its_state_delta_with_the_turn(graph_store: MemoryStore) -> None:
-    """``state_delta`` reaches ``manager.add_turn``: the state and the turn commit together,
-    sync and async; a bad delta writes neither (SQLite and PostgreSQL)."""
-    manager = MemoryManager(store=graph_store, user_id="ann")
-    memory = UnifiedMemory(manager)
-    memory.add_turn("c1", "I prefer email", "Noted.", state_delta={"user:channel": "email"})
-    asyncio.run(
-        memory.async_add_turn(
-            "c1", "Step two", "Done.", state_delta={"step": 2, "app:v": 1, "temp:x": 0}
-        )
-    )
-    assert manager.get_state("c1") == {"user:channel": "email", "step": 2, "app:v": 1}
-    with pytest.raises(EntryValidationError):
-        memory.add_turn("c1", "bad", "bad", state_delta={"step": {1, 2}})
-    assert len(manager.conversation.get_turns("c1")) == 2
-    assert manager.get_state("c1")["step"] == 2
