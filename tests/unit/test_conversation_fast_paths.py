@@ -43,6 +43,7 @@ from firefly_orm.conversation._rows import (
     turn_entry,
 )
 from firefly_orm.entry import MemoryEntry, metadata, utcnow
+from firefly_orm.entry._model import HEAD_ARCHIVED_COLUMN, HEAD_UPDATED_COLUMN
 from firefly_orm.errors import StoreCorruptedError
 from firefly_orm.sql import PostgreSQLStore, SQLiteStore
 from firefly_orm.sql._statements import entry_values, insert_values
@@ -382,6 +383,9 @@ def _by_descriptors(entry: MemoryEntry) -> dict[str, Any]:
         "user_id": entry.user_id,
         "search_text": entry.search_text,
         "search_language": entry.search_language,
+        # Not entry fields: the conversation list's columns, None off a head (0010).
+        HEAD_UPDATED_COLUMN: None,
+        HEAD_ARCHIVED_COLUMN: None,
     }
 
 
@@ -418,13 +422,20 @@ def test_insert_values_leave_out_only_the_empty_usually_null_columns() -> None:
     assert insert_values("ns", bare) == {
         name: value
         for name, value in entry_values("ns", bare).items()
-        if name not in ("user_id", "search_text", "search_language")
+        if name
+        not in (
+            "user_id",
+            "search_text",
+            "search_language",
+            HEAD_UPDATED_COLUMN,
+            HEAD_ARCHIVED_COLUMN,
+        )
     }
     owned = bare.copy_entry(user_id="u")
     assert insert_values("ns", owned) == {
         name: value
         for name, value in entry_values("ns", owned).items()
-        if name not in ("search_text", "search_language")
+        if name not in ("search_text", "search_language", HEAD_UPDATED_COLUMN, HEAD_ARCHIVED_COLUMN)
     }
 
 
