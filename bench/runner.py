@@ -49,7 +49,7 @@ CELLS_LEGEND = (
 )
 
 #: The workload ids ``--only`` accepts.
-WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7", "W8", "W9", "async")
+WORKLOADS = ("W1", "W2", "W3", "W4", "W5", "W5b", "W6", "W7", "W8", "W9", "W10", "async")
 
 
 class Runner:
@@ -573,6 +573,14 @@ def main(argv: list[str] | None = None) -> int:
             w9 = graph.W9_QUICK if args.quick else graph.W9_FULL
             graph.run_w9(
                 runner, backends, tmp, graph.W9_LARGE if args.w9_1m else w9, args.mongo_url
+            )
+        if runner.wants("W10"):
+            from bench import listing
+
+            mine = listing.SIZES["quick" if args.quick else "full"]
+            runner.attempt(
+                "W10 conversation list pages",
+                lambda: listing.run(mine, args.mongo_url, tuple(backends)),
             )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
