@@ -6,9 +6,10 @@ conversations, on SQLite, PostgreSQL and MongoDB.  The first page, page 50 and
 the last page (page 500 at 10k) run back to back, :data:`ROUNDS` rounds; the
 row's ratio is, for each deep page, the median over the rounds of its time
 over the first page's (paired: a burst of load from elsewhere on the machine
-slows the pages of a round alike), the larger of the two; ``ours`` / ``baseline`` the p50 of the slower deep
-page / of the first page; target <= 1.5x (a keyset page reads ``limit + 1``
-index entries from its cursor on, at any depth).  One row per order
+slows the pages of a round alike), the larger of the two; ``ours`` /
+``baseline`` the p50 of the slower deep page / of the first page; target
+<= 1.5x (a keyset page reads ``limit + 1`` index entries from its cursor on,
+at any depth).  One row per order
 (``updated_desc``: the head's update time, ``created_asc``: creation time).
 
 **Set-up** (untimed): the heads are written in bulk with the library's own row
