@@ -27,7 +27,13 @@ from typing import Any
 
 from sqlalchemy.engine import Connection, Dialect
 
-__all__ = ["DriverStatement", "driver_statement", "execute_first"]
+__all__ = [
+    "DriverStatement",
+    "driver_statement",
+    "execute_first",
+    "execute_rowcount",
+    "execute_scalars",
+]
 
 _Processor = Callable[[Any], Any] | None
 #: A placeholder whose value the caller gives (no fixed value).
@@ -158,3 +164,29 @@ def execute_first(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> tup
         return None if row is None else tuple(row)
     raw = conn.exec_driver_sql(compiled.sql, compiled.parameters(params)).first()
     return None if raw is None else compiled.row(raw)
+
+
+def execute_scalars(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> list[Any]:
+    """The first column of every row of ``stmt`` with ``params`` on ``conn`` (processed).
+
+    Through its cached SQL text, or ``conn.execute`` when it has none.
+    """
+    compiled = driver_statement(conn, stmt, params)
+    if compiled is None:
+        return list(conn.execute(stmt, dict(params)).scalars())
+    rows = conn.exec_driver_sql(compiled.sql, compiled.parameters(params)).fetchall()
+    process = compiled.results[0] if compiled.results else None
+    if process is None:
+        return [row[0] for row in rows]
+    return [process(row[0]) for row in rows]
+
+
+def execute_rowcount(conn: Connection, stmt: Any, params: Mapping[str, Any]) -> int:
+    """Run ``stmt`` (a DML statement) with ``params`` on ``conn``; the rows it matched.
+
+    Through its cached SQL text, or ``conn.execute`` when it has none.
+    """
+    compiled = driver_statement(conn, stmt, params)
+    if compiled is None:
+        return int(conn.execute(stmt, dict(params)).rowcount)
+    return int(conn.exec_driver_sql(compiled.sql, compiled.parameters(params)).rowcount)

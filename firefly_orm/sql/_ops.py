@@ -48,7 +48,7 @@ from firefly_orm.entry import (
 from firefly_orm.errors import ConcurrencyError, StoreError
 from firefly_orm.protocols import AppendedHead, ListOptions, TurnAppend
 from firefly_orm.sql import _statements as st
-from firefly_orm.sql._driver_sql import execute_first
+from firefly_orm.sql._driver_sql import execute_first, execute_rowcount, execute_scalars
 from firefly_orm.sql._graph import ERASE_USER_GRAPH
 from firefly_orm.sql._vectors import VECTORS_OPTION, VectorMethods
 from firefly_orm.uow import RepositoryBase
@@ -148,8 +148,7 @@ def save(target: Target, namespace: str, entry: MemoryEntry) -> None:
     Raises:
         EntryValidationError: The stored entry is at the largest version.
     """
-    result = _execute(target, st.upsert(_dialect(target)), st.insert_values(namespace, entry))
-    if result.first() is None:
+    if _first(target, st.upsert(_dialect(target)), st.insert_values(namespace, entry)) is None:
         raise version_exhausted(entry.entry_id)
 
 
@@ -203,6 +202,8 @@ def load_content_by_key(target: Target, namespace: str, key: str) -> list[Any]:
     A list, not the value or ``None``: a stored JSON ``null`` is a value.
     """
     params = {"ns": namespace, "key": key, "now": utcnow()}
+    if isinstance(target, Connection):  # cached SQL text (the read behind WorkingMemory.get)
+        return execute_scalars(target, st.CONTENT_BY_KEY, params)
     contents: list[Any] = _execute(target, st.CONTENT_BY_KEY, params).scalars().all()
     return contents
 
@@ -323,6 +324,8 @@ def delete_key(target: Target, namespace: str, key: str, entry_id: str) -> int:
     One statement (atomic on its own), expired entries included.
     """
     params = {"ns": namespace, "eid": entry_id, "key": key}
+    if isinstance(target, Connection):  # cached SQL text
+        return execute_rowcount(target, st.DELETE_KEY, params)
     return int(_execute(target, st.DELETE_KEY, params).rowcount)
 
 
