@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import sqlalchemy as sa
+from pymongo import monitoring
 
 
 def drop_schema(target: str | sa.Engine, schema: str) -> None:
@@ -31,10 +32,8 @@ def drop_mongo_database(url: str, name: str) -> None:
         client.close()
 
 
-def plan_nodes(engine: sa.Engine, statement: str, parameters: Any) -> list[dict[str, Any]]:
-    """Every node of PostgreSQL's ``EXPLAIN`` plan of a statement, outermost first."""
-    with engine.connect() as conn:
-        plan = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, parameters).scalar_one()
+def walk_plan(plan: Any) -> list[dict[str, Any]]:
+    """Every node of a PostgreSQL ``EXPLAIN (FORMAT JSON)`` result, outermost first."""
     nodes: list[dict[str, Any]] = []
     pending = [plan[0]["Plan"]]
     while pending:
@@ -42,6 +41,32 @@ def plan_nodes(engine: sa.Engine, statement: str, parameters: Any) -> list[dict[
         nodes.append(node)
         pending.extend(node.get("Plans", []))
     return nodes
+
+
+def plan_nodes(engine: sa.Engine, statement: str, parameters: Any) -> list[dict[str, Any]]:
+    """Every node of PostgreSQL's ``EXPLAIN`` plan of a statement, outermost first."""
+    with engine.connect() as conn:
+        plan = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, parameters).scalar_one()
+    return walk_plan(plan)
+
+
+class CommandRecorder(monitoring.CommandListener):
+    """A pymongo command listener that remembers the commands of one name a client sends
+    (``event_listeners=[recorder]``); ``sent`` holds them in order."""
+
+    def __init__(self, command_name: str) -> None:
+        self.command_name = command_name
+        self.sent: list[dict[str, Any]] = []
+
+    def started(self, event: monitoring.CommandStartedEvent) -> None:
+        if event.command_name == self.command_name:
+            self.sent.append(dict(event.command))
+
+    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
+        pass
+
+    def failed(self, event: monitoring.CommandFailedEvent) -> None:
+        pass
 
 
 def describe_plan(nodes: list[dict[str, Any]]) -> str:

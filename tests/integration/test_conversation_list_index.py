@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from dbutil import drop_schema
+from dbutil import drop_schema, walk_plan
 
 from firefly_orm import migrate
 from firefly_orm.conversation import ConversationMemory
@@ -297,13 +297,7 @@ def _analyzed(engine: sa.Engine, statement: str, params: Any) -> list[dict[str, 
         plan = conn.exec_driver_sql(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + statement, params
         ).scalar_one()
-    nodes: list[dict[str, Any]] = []
-    pending = [plan[0]["Plan"]]
-    while pending:
-        node = pending.pop(0)
-        nodes.append(node)
-        pending.extend(node.get("Plans", []))
-    return nodes
+    return walk_plan(plan)
 
 
 @pytest.mark.postgres

@@ -23,7 +23,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from pymongo import AsyncMongoClient, MongoClient, monitoring
+from dbutil import CommandRecorder
+from pymongo import AsyncMongoClient, MongoClient
 
 from firefly_orm._layout import head_time, turn_key
 from firefly_orm.bridges._loop_thread import shared_loop
@@ -44,27 +45,10 @@ DAYS, TURNS_A_DAY = 10, 3  # the listing user's turns with usage (another user's
 START = datetime(2026, 10, 1, tzinfo=UTC)
 
 
-class Finds(monitoring.CommandListener):
-    """Remembers the ``find`` commands a client sends."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name == "find":
-            self.sent.append(dict(event.command))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
 @dataclass
 class Setup:
     store: MongoDBStore
-    finds: Finds
+    finds: CommandRecorder
     raw: MongoClient[dict[str, Any]]
     database: str
 
@@ -106,7 +90,7 @@ def _turn(cid: str, user: str, number: int, created: datetime) -> dict[str, Any]
 
 @pytest.fixture(scope="module")
 def mongo(mongo_url: str) -> Iterator[Setup]:
-    finds = Finds()
+    finds = CommandRecorder("find")
 
     async def new_client() -> AsyncMongoClient[dict[str, Any]]:
         return AsyncMongoClient(mongo_url, tz_aware=True, event_listeners=[finds])

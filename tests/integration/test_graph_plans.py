@@ -32,8 +32,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from dbutil import describe_plan, drop_schema
-from pymongo import AsyncMongoClient, MongoClient, monitoring
+from dbutil import CommandRecorder, describe_plan, drop_schema, walk_plan
+from pymongo import AsyncMongoClient, MongoClient
 
 from firefly_orm.bridges._loop_thread import shared_loop
 from firefly_orm.knowledge import KnowledgeGraph
@@ -190,13 +190,7 @@ def _pg_plan(store: PostgreSQLStore, statement: str, params: Any, *, seqscan: bo
             conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
         plan = conn.exec_driver_sql("EXPLAIN (FORMAT JSON) " + statement, params).scalar_one()
         transaction.rollback()
-    nodes: list[dict[str, Any]] = []
-    pending = [plan[0]["Plan"]]
-    while pending:
-        node = pending.pop(0)
-        nodes.append(node)
-        pending.extend(node.get("Plans", []))
-    return nodes
+    return walk_plan(plan)
 
 
 @pytest.mark.postgres
@@ -218,26 +212,9 @@ def test_postgres_hops_use_the_subject_and_object_indexes(pg_store: PostgreSQLSt
 # --------------------------------------------------------------------------- MongoDB
 
 
-class Aggregates(monitoring.CommandListener):
-    """Remembers the ``aggregate`` commands a client sends."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name == "aggregate":
-            self.sent.append(dict(event.command))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
 @pytest.mark.mongo
 def test_mongo_graph_lookup_connects_on_an_indexed_field(mongo_url: str) -> None:
-    aggregates = Aggregates()
+    aggregates = CommandRecorder("aggregate")
 
     async def new_client() -> AsyncMongoClient[dict[str, Any]]:
         return AsyncMongoClient(mongo_url, tz_aware=True, event_listeners=[aggregates])

@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from dbutil import describe_plan, drop_schema, plan_nodes
-from pymongo import AsyncMongoClient, MongoClient, monitoring
+from dbutil import CommandRecorder, describe_plan, drop_schema, plan_nodes
+from pymongo import AsyncMongoClient, MongoClient
 
 from firefly_orm._search import PG_SEARCH_INDEX, SQLITE_FTS_TABLE, query_terms, text_terms
 from firefly_orm.bridges._loop_thread import shared_loop
@@ -201,34 +201,17 @@ def test_postgres_recall_runs_a_bitmap_scan_of_the_gin_index(
 # --------------------------------------------------------------------------- MongoDB
 
 
-class Aggregates(monitoring.CommandListener):
-    """Remembers the ``aggregate`` commands a client sends."""
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def started(self, event: monitoring.CommandStartedEvent) -> None:
-        if event.command_name == "aggregate":
-            self.sent.append(dict(event.command))
-
-    def succeeded(self, event: monitoring.CommandSucceededEvent) -> None:
-        pass
-
-    def failed(self, event: monitoring.CommandFailedEvent) -> None:
-        pass
-
-
 @dataclass
 class MongoSetup:
     store: MongoDBStore
-    aggregates: Aggregates
+    aggregates: CommandRecorder
     raw: MongoClient[dict[str, Any]]
     database: str
 
 
 @pytest.fixture(scope="module")
 def mongo(mongo_url: str) -> Iterator[MongoSetup]:
-    aggregates = Aggregates()
+    aggregates = CommandRecorder("aggregate")
 
     async def new_client() -> AsyncMongoClient[dict[str, Any]]:
         return AsyncMongoClient(mongo_url, tz_aware=True, event_listeners=[aggregates])
