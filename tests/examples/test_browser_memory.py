@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import doctest
 import io
 import json
@@ -28,6 +27,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 from helpers.browser_memory_process import (
     FOLLOW_UP_FACT,
@@ -539,22 +539,12 @@ def _child_env() -> dict[str, str]:
 
 
 async def _run_child(*args: str) -> str:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *args,
-        cwd=REPO,
-        env=_child_env(),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    """``python *args`` in another process (a fork of a warm interpreter: tests/forked.py)."""
+    done = await forked.arun(
+        [sys.executable, *args], cwd=REPO, env=_child_env(), timeout=PROCESS_TIMEOUT
     )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), PROCESS_TIMEOUT)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise
-    assert process.returncode == 0, err.decode(errors="replace")
-    return out.decode()
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 async def test_a_second_process_resumes_the_session(opened: OpenedBackend) -> None:

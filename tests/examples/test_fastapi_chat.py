@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import forked
 import pytest
 import sqlalchemy as sa
 from alembic import command
@@ -543,13 +543,8 @@ def run_example(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str
     environ = {k: v for k, v in os.environ.items() if k != chat_migrate.ENV_DB}
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
     environ.update(env or {})
-    done = subprocess.run(
-        [sys.executable, "-m", "examples.fastapi_chat", *args],
-        cwd=cwd,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    done = forked.run(  # another process: a fork of a warm interpreter
+        [sys.executable, "-m", "examples.fastapi_chat", *args], cwd=cwd, env=environ, timeout=120
     )
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout

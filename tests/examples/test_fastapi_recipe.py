@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 import runpy
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import forked
 import pytest
 import sqlalchemy as sa
 from dbutil import drop_schema
@@ -123,13 +123,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Db]:
 
 
 def test_the_recipe_runs_as_a_script(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, str(RECIPE)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = forked.run([sys.executable, str(RECIPE)], cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip() == "fastapi recipe: ok"
     assert list(tmp_path.iterdir()) == []  # its database lived in a temporary directory

@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 from store_backends import OpenedBackend, backend_params, open_backend
 
@@ -69,12 +69,10 @@ def run_example(opened: OpenedBackend, *args: str) -> str:
     """Run ``python -m examples.support_agent`` in a new process; its output."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    done = subprocess.run(
+    done = forked.run(  # another process: a fork of a warm interpreter
         [sys.executable, "-m", "examples.support_agent", *example_args(opened), *args],
         cwd=opened.place.tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=PROCESS_TIMEOUT,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -20,7 +20,6 @@ Servers to restart and kill are in :mod:`faults.servers`.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import random
 import subprocess
@@ -32,6 +31,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+import forked
 
 HARNESS = Path(__file__).resolve()
 
@@ -449,31 +450,15 @@ def spawn_contenders(configs: Sequence[ContendConfig]) -> list[subprocess.Popen[
 
 # --------------------------------------------------------------------------- kill -9
 
-#: Modules the fork server imports once, so that a writer starts in milliseconds
-#: (a fork) rather than in seconds (a new interpreter importing SQLAlchemy).
-FORK_SERVER_PRELOAD = (
-    "faults.harness",
-    "faults.artifact_writer",
-    "faults.filestore_crash",
-    "faults.mongo_fault_child",
-    "firefly_orm.sql",
-    "firefly_orm.file_store",
-    "firefly_orm.mongo",
-    "firefly_orm.artifacts",
-    "firefly_orm.conversation",
-)
-
 
 def fork_server() -> Any:
-    """The ``forkserver`` multiprocessing context, preloading :data:`FORK_SERVER_PRELOAD`.
+    """The ``forkserver`` multiprocessing context of the suite (``tests/forked.py``).
 
     Its server process is a fresh interpreter (not a fork of pytest's, which holds
     connections and threads) that imports the library once; each writer is a fork
     of it, with no store, connection or thread of its own until it opens one.
     """
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(FORK_SERVER_PRELOAD))
-    return context
+    return forked.context()
 
 
 def run_writer(stderr: str, target: Callable[..., None], args: tuple[Any, ...]) -> None:

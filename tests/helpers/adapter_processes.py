@@ -8,11 +8,11 @@ it printed; the helper module opens that store with :func:`open_store`.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import forked
 from store_backends import OpenedBackend
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,14 +38,11 @@ def run_second_process(module: str, backend: OpenedBackend, *args: str) -> str:
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(REPO), str(REPO / "tests"), env.get("PYTHONPATH")])
     )
-    done = subprocess.run(
+    done = forked.run(  # another process: a fork of a warm interpreter
         [sys.executable, "-m", f"helpers.{module}", backend.name, location, place.name, *args],
         cwd=REPO,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
-        check=False,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()

@@ -1,6 +1,7 @@
 """Several processes increment one JSON counter with compare-and-set (issue 12).
 
-Each worker process (``spawn``: nothing inherited but its arguments) opens its
+Each worker process (a fork of the suite's fork server, ``tests/forked.py``:
+nothing of the test process inherited but its arguments) opens its
 OWN store on the shared database and a handle on the same workspace, waits
 at a barrier, and then increments ``n.json`` until it has made
 ``INCREMENTS`` successful writes: read the file (value and sha in one read),
@@ -20,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import multiprocessing
 import queue as queue_module
 import traceback
 import uuid
@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 
 WORKERS = 4
@@ -153,7 +154,7 @@ def test_processes_incrementing_a_counter_with_cas_lose_no_write(
             store.initialize()
         ws = Artifacts(store=store).create(WORKSPACE, keep_versions=True)
         ws.write_json(COUNTER, 0, expected_sha="", actor="setup")
-        context = multiprocessing.get_context("spawn")
+        context = forked.context()
         barrier = context.Barrier(WORKERS)
         results = context.Queue()
         processes = [

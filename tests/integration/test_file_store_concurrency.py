@@ -1,4 +1,4 @@
-"""FileStore under concurrent writers: spawned processes and threads lose no update.
+"""FileStore under concurrent writers: processes and threads lose no update.
 
 Each increment is one unit of work over two namespaces (a counter and its mirror),
 so it goes through a commit journal; one variant makes every write compact its
@@ -9,11 +9,11 @@ and ``tests/unit/test_file_store_log.py``.
 
 from __future__ import annotations
 
-import multiprocessing
 import threading
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 
 from firefly_orm.entry import MemoryEntry, derived_entry_id
@@ -55,7 +55,7 @@ def _increment(store: FileStore) -> None:
 @pytest.mark.parametrize("compact", [False, True], ids=["appending", "compacting"])
 def test_processes_lose_no_update(tmp_path: Path, compact: bool) -> None:
     processes, per_process = 4, 25
-    ctx = multiprocessing.get_context("spawn")
+    ctx = forked.context()
     barrier = ctx.Barrier(processes)
     workers = [
         ctx.Process(target=_process_worker, args=(str(tmp_path), w, per_process, barrier, compact))

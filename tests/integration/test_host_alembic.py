@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import forked
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
@@ -115,15 +116,18 @@ def host_dir(tmp_path: Path) -> Path:
 def host_alembic(
     host: Path, ini: str, url: str, *args: str, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    """The host's ``alembic`` command, in its own process (as the host runs it)."""
+    """The host's ``alembic`` command, in its own process (as the host runs it).
+
+    The process is a fork of a warm interpreter (``tests/forked.py``): the console
+    script's entry point with these arguments and this environment, without a
+    second of start-up per command.
+    """
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("FIREFLY_", "HOST_APP"))}
     environ.update(env)
-    return subprocess.run(
-        [str(BIN / "alembic"), "-c", str(host / ini), "-x", f"url={url}", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return forked.run(
+        [BIN / "alembic", "-c", str(host / ini), "-x", f"url={url}", *args],
         env=environ,
+        timeout=120,
     )
 
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import multiprocessing
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import forked
 import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
@@ -317,10 +317,10 @@ def test_a_callers_session_decides(sql_store: SQLAlchemyStore) -> None:
 def test_two_processes_create_one_entity_each(
     graph_store: MemoryStore, request: pytest.FixtureRequest
 ) -> None:
-    """A spawned process and this one record the same new entities at once: no duplicate."""
+    """Another process and this one record the same new entities at once: no duplicate."""
     names = [f"Town {i}" for i in range(4)]
     url, place = place_of(graph_store, request)
-    context = multiprocessing.get_context("spawn")
+    context = forked.context()
     barrier = context.Barrier(2)
     worker = context.Process(target=record_in_a_process, args=(url, place, names, barrier))
     worker.start()

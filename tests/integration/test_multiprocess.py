@@ -1,11 +1,12 @@
 """Two processes, one conversation: several OS processes append to the same conversation.
 
-Each worker process (``spawn`` start method, so nothing is inherited but the
-arguments) opens its OWN store on the same database (one SQLite file, or one
-PostgreSQL schema) and its own :class:`ConversationMemory`, waits on a barrier so
-that all workers start together, and adds ``TURNS_PER_WORKER`` turns to the same
-conversation id.  The conversation does not exist before the workers start, so
-they also race to create its head.
+Each worker process (forked from the suite's warm fork server, ``tests/forked.py``,
+so nothing of the test process is inherited but the arguments) opens its OWN
+store on the same database (one SQLite file, or one PostgreSQL schema) and its
+own :class:`ConversationMemory`, waits on a barrier so that all workers start
+together, and adds ``TURNS_PER_WORKER`` turns to the same conversation id.  The
+conversation does not exist before the workers start, so they also race to create
+its head.
 
 Afterwards the parent checks what a single-writer run would guarantee: no turn
 lost or duplicated, turn ids unique and increasing, every worker's turns in the
@@ -16,7 +17,6 @@ order it added them, the head's token total equal to the stored estimates, and
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import queue as queue_module
 import traceback
 import uuid
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import forked
 import pytest
 
 from firefly_orm.conversation import SUMMARY_TURN_ID, ConversationMemory, ConversationTurn
@@ -183,7 +184,7 @@ def run_workers(
     policy: dict[str, Any] | None = None,
 ) -> dict[int, list[int]]:
     """Run ``WORKERS`` processes; return worker index -> the turn ids add_turn returned."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = forked.context()
     barrier = ctx.Barrier(WORKERS)
     results = ctx.Queue()
     processes = [

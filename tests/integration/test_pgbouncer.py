@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import forked
 import psycopg
 import pytest
 import sqlalchemy as sa
@@ -163,7 +164,7 @@ def test_concurrent_first_initialize_through_pgbouncer_migrates_once(
     pgbouncer_url: str, postgres_url: str, schema: str
 ) -> None:
     """Four processes initialise one fresh schema at once, each through PgBouncer."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = forked.context()
     queue: multiprocessing.Queue[str] = ctx.Queue()
     url = with_pooler(pgbouncer_url)
     procs = [ctx.Process(target=_init_worker, args=(url, schema, queue)) for _ in range(4)]

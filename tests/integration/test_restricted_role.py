@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import forked
 import pytest
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
@@ -75,7 +76,7 @@ def _migrating_worker(
 def test_concurrent_initialize_runs_the_revision_exactly_once(
     postgres_url: str, schema: str
 ) -> None:
-    ctx = multiprocessing.get_context("spawn")
+    ctx = forked.context()
     queue = ctx.Queue()
     start = ctx.Event()
     procs = [
