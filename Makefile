@@ -30,8 +30,8 @@ XDIST := -n $(PYTEST_WORKERS) --dist loadgroup
 .PHONY: install demo test test-unit test-fast lint ruff types format bench bench-quick migrate clean docs
 
 # pip brings uv (pinned in the constraints), and uv installs the project: the same
-# pinned versions as pip would, in seconds instead of minutes. pip stays in the venv
-# (the wheel test builds and installs a wheel with it).
+# pinned versions as pip would, in seconds instead of minutes. The wheel test builds
+# the wheel and installs it into a fresh venv with the same uv.
 UV := $(VENV)/bin/uv
 $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PYTHON) -m venv $(VENV)
