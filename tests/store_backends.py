@@ -242,10 +242,13 @@ def _open_sqlite(place: Place) -> Any:
 class SchemaPool:
     """Migrated PostgreSQL schemas of this process, lent one per test and handed back empty.
 
-    A schema is handed back by ``TRUNCATE`` of our tables when its tables, indexes
-    and migration version are those it was lent with; otherwise (a test dropped an
-    index, downgraded, added a table) it is dropped, and the next borrower migrates
-    a new one.
+    A schema is handed back emptied (``DELETE`` of our tables) when its tables,
+    indexes and migration version are those it was lent with; otherwise (a test
+    dropped an index, downgraded, added a table) it is dropped, and the next
+    borrower migrates a new one.  (``DELETE`` rather than ``TRUNCATE``: a test's few
+    rows go in a millisecond, where ``TRUNCATE`` makes new files for every table and
+    index, about 30 ms of the server's CPU and 0.2 s per test; our tables have no
+    foreign keys and no delete triggers, so the order does not matter.)
     """
 
     def __init__(self) -> None:
@@ -269,10 +272,9 @@ class SchemaPool:
         with admin.begin() as conn:
             shape = _schema_shape(conn, schema)
             if shape == reference:
-                tables = [t for t in shape["tables"] if t != VERSION_TABLE]
-                if tables:
-                    quoted = ", ".join(f'"{schema}"."{t}"' for t in tables)
-                    conn.exec_driver_sql(f"TRUNCATE {quoted}")
+                for table in shape["tables"]:
+                    if table != VERSION_TABLE:
+                        conn.exec_driver_sql(f'DELETE FROM "{schema}"."{table}"')
                 reusable = True
             else:
                 conn.execute(sa.schema.DropSchema(schema, cascade=True, if_exists=True))
@@ -310,8 +312,12 @@ def _schema_shape(conn: sa.Connection, schema: str) -> dict[str, Any]:
             "WHERE n.nspname = :s AND NOT t.tgisinternal "
             "UNION ALL SELECT 'function', p.proname FROM pg_proc p "
             "JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = :s "
-            "UNION ALL SELECT 'column', table_name || '.' || column_name || ' ' || data_type "
-            "FROM information_schema.columns WHERE table_schema = :s"
+            # pg_attribute, not information_schema.columns (a view that costs 0.1 s here)
+            "UNION ALL SELECT 'column', c.relname || '.' || a.attname || ' ' || "
+            "format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+            "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :s AND c.relkind IN ('r', 'p', 'v', 'm', 'f') "
+            "AND a.attnum > 0 AND NOT a.attisdropped"
         ),
         {"s": schema},
     ).all()

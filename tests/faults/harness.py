@@ -32,8 +32,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import forked
-
 HARNESS = Path(__file__).resolve()
 
 #: Chain summaries: one batch of evicted turn ids per summary made, batches joined by ";".
@@ -457,7 +455,10 @@ def fork_server() -> Any:
     Its server process is a fresh interpreter (not a fork of pytest's, which holds
     connections and threads) that imports the library once; each writer is a fork
     of it, with no store, connection or thread of its own until it opens one.
+    (Imported here: this file also runs as a script, where ``tests/`` is not on the path.)
     """
+    import forked
+
     return forked.context()
 
 
