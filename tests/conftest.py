@@ -89,6 +89,24 @@ FAULT_LANES = {
     "test_commit_cut.py": "faults-migrations",
 }
 FAULT_LANE = "faults-kills"
+#: Modules whose module-scoped fixtures are expensive (a 2,000-entry fill, a standby or
+#: a password cluster, the docs site): all of a module's tests go to one xdist worker,
+#: so the fixture is built once per run rather than once in every worker that got one
+#: of its tests (up to three builds of 25 s each were seen).
+WHOLE_MODULE_GROUPS = frozenset(
+    {
+        "test_recall_plans.py",
+        "test_mongo_search.py",
+        "test_graph_plans.py",
+        "test_replica.py",
+        "test_connection_errors.py",
+        "test_conversation_list_mongo.py",
+        "test_semantic_recall_sql.py",
+        "test_model_call_transactions.py",
+        "test_docs.py",
+        "test_file_store_log.py",
+    }
+)
 #: Fixtures that reach a database; tests/unit may not use them.
 DATABASE_FIXTURES = frozenset(
     {
@@ -118,6 +136,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if suite == "faults":
             # pytest-xdist (--dist loadgroup): each lane runs in one worker.
             item.add_marker(pytest.mark.xdist_group(FAULT_LANES.get(item.path.name, FAULT_LANE)))
+        elif item.path.name in WHOLE_MODULE_GROUPS:
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
         if suite == "unit":
             wanted = sorted(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
             if wanted or any(item.get_closest_marker(name) for name in DB_NAMES):
