@@ -40,6 +40,7 @@ streams and the environment are the process's).
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import locale
 import logging
@@ -49,11 +50,11 @@ import sys
 import threading
 import traceback
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["EXE", "CliLeakError", "clean_environment", "run_cli", "run_installed"]
+__all__ = ["EXE", "CliLeakError", "clean_environment", "exit_status", "run_cli", "run_installed"]
 
 #: The installed console script, beside this interpreter.
 EXE = Path(sys.executable).with_name("firefly-orm")
@@ -134,7 +135,7 @@ def run_cli(
         stack.enter_context(_logging_restored())
         stack.enter_context(_fresh_warnings())
         opened = stack.enter_context(_connections_opened())
-        code = _exit_status(main, list(args))
+        code = exit_status(functools.partial(main, list(args)))
         leaked = _close_open(opened)
     stdout.flush()
     stderr.flush()
@@ -153,10 +154,16 @@ def run_cli(
 # --------------------------------------------------------------------------- the call
 
 
-def _exit_status(main: Any, argv: list[str]) -> int:
-    """``main(argv)``'s exit status as the interpreter would make it."""
+def exit_status(call: Callable[[], Any]) -> int:
+    """``call()``'s exit status as the interpreter would make it.
+
+    A returned ``None`` is 0 and an ``int`` is itself; ``SystemExit`` gives its code
+    (a non-integer code is printed on stderr, status 1); another exception prints
+    its traceback on stderr, status 1.  (Also used by ``tests/forked.py``.)
+    """
     try:
-        return int(main(argv))
+        result = call()
+        return 0 if result is None else int(result)
     except SystemExit as exc:
         if exc.code is None:
             return 0

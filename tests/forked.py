@@ -48,10 +48,11 @@ import runpy
 import subprocess
 import sys
 import tempfile
-import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from cli_runner import exit_status
 
 __all__ = ["PRELOAD", "arun", "context", "run"]
 
@@ -108,8 +109,9 @@ def run(
     target = _target(argv)
     with tempfile.TemporaryDirectory(prefix="forked-") as scratch:
         streams = {name: Path(scratch) / name for name in ("stdin", "stdout", "stderr")}
-        for name, path in streams.items():
-            path.write_text(input or "" if name == "stdin" else "", encoding="utf-8")
+        streams["stdin"].write_text(input or "", encoding="utf-8")
+        streams["stdout"].touch()
+        streams["stderr"].touch()
         spec = {
             "target": target,
             "cwd": os.fspath(cwd) if cwd is not None else os.getcwd(),
@@ -125,21 +127,15 @@ def run(
             raise subprocess.TimeoutExpired(argv, timeout)
         out = streams["stdout"].read_text(encoding="utf-8", errors="replace")
         err = streams["stderr"].read_text(encoding="utf-8", errors="replace")
-    code = process.exitcode
-    # Killed by a signal: what subprocess reports (a negative signal number) too.
-    return subprocess.CompletedProcess(argv, code, out, err)
+    # Killed by a signal: a negative signal number, as subprocess reports it.
+    return subprocess.CompletedProcess(argv, process.exitcode, out, err)
 
 
 async def arun(
-    args: Sequence[str | os.PathLike[str]],
-    *,
-    cwd: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    input: str | None = None,
-    timeout: float = TIMEOUT,
+    args: Sequence[str | os.PathLike[str]], **options: Any
 ) -> subprocess.CompletedProcess[str]:
-    """:func:`run` from a coroutine: the wait for the child happens in an executor thread."""
-    call = functools.partial(run, args, cwd=cwd, env=env, input=input, timeout=timeout)
+    """:func:`run` (same keywords) from a coroutine: the wait happens in an executor thread."""
+    call = functools.partial(run, args, **options)
     return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
@@ -211,30 +207,22 @@ def _become(spec: dict[str, Any]) -> None:
 
 def _execute(target: dict[str, Any]) -> int:
     """Run the command; its exit status as the interpreter would give it."""
-    try:
-        kind = target["kind"]
-        if kind == "module":
-            runpy.run_module(target["name"], run_name="__main__", alter_sys=True)
-        elif kind == "path":
-            runpy.run_path(target["path"], run_name="__main__")
-        elif kind == "code":
-            exec(compile(target["code"], "<string>", "exec"), {"__name__": "__main__"})
-        else:
-            module, _, attribute = target["value"].partition(":")
-            entry: Any = importlib.import_module(module)
-            for part in attribute.split("."):
-                entry = getattr(entry, part)
-            result = entry()
-            if result is not None:
-                raise SystemExit(result)
-        return 0
-    except SystemExit as stop:
-        if stop.code is None:
-            return 0
-        if isinstance(stop.code, int):
-            return stop.code
-        print(stop.code, file=sys.stderr)
-        return 1
-    except BaseException:
-        traceback.print_exc()
-        return 1
+    return exit_status(functools.partial(_run_target, target))
+
+
+def _run_target(target: dict[str, Any]) -> object:
+    """Run what ``target`` names (``python -m``, a script, ``-c``, a console script)."""
+    kind = target["kind"]
+    if kind == "module":
+        runpy.run_module(target["name"], run_name="__main__", alter_sys=True)
+    elif kind == "path":
+        runpy.run_path(target["path"], run_name="__main__")
+    elif kind == "code":
+        exec(compile(target["code"], "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        module, _, attribute = target["value"].partition(":")
+        entry: Any = importlib.import_module(module)
+        for part in attribute.split("."):
+            entry = getattr(entry, part)
+        return entry()
+    return None
