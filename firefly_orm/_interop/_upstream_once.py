@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TypedDict, Unpack
 
 from firefly_orm._interop._upstream_plan import (
-    ImportIssue,
     ImportOptions,
     ImportSummary,
     NamespacePlan,
@@ -221,8 +220,7 @@ def _plan_all(source: UpstreamSource, options: ImportOptions) -> Operation[_Plan
                 source.read, (namespace,), what="reading the upstream source"
             )
         except UpstreamReadError as exc:
-            issue = ImportIssue(namespace, exc.where, exc.reason)
-            failed.append(NamespaceResult(namespace, failed=True, issues=(issue,)))
+            failed.append(NamespaceResult.unreadable(namespace, exc))
             continue
         plan = plan_namespace(namespace, records, options, now, taken)
         taken.update((entry.entry_id, namespace) for entry in plan.entries)
@@ -272,14 +270,7 @@ def _import_once(source: UpstreamSource, options: ImportOptions) -> Operation[Im
     summary = ImportSummary(
         description,
         tuple(
-            NamespaceResult(
-                namespace,
-                imported=count,
-                already_present=len(plan.entries) - count,
-                skipped_expired=plan.expired,
-                skipped_invalid=len(plan.issues),
-                issues=plan.issues,
-            )
+            NamespaceResult.written(namespace, plan, count)
             for (namespace, plan), count in zip(planned.plans, written, strict=True)
         ),
     )

@@ -123,6 +123,25 @@ class NamespaceResult:
     failed: bool = False
     issues: tuple[ImportIssue, ...] = ()
 
+    @classmethod
+    def unreadable(cls, namespace: str, error: UpstreamReadError) -> NamespaceResult:
+        """A namespace whose records could not be read: failed, nothing written."""
+        return cls(
+            namespace, failed=True, issues=(ImportIssue(namespace, error.where, error.reason),)
+        )
+
+    @classmethod
+    def written(cls, namespace: str, plan: NamespacePlan, count: int) -> NamespaceResult:
+        """A namespace whose plan was written, ``count`` of its entries new to the store."""
+        return cls(
+            namespace,
+            imported=count,
+            already_present=len(plan.entries) - count,
+            skipped_expired=plan.expired,
+            skipped_invalid=len(plan.issues),
+            issues=plan.issues,
+        )
+
     def describe(self) -> str:
         """One line: the namespace and its counts (or why it failed)."""
         if self.failed:

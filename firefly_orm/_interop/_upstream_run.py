@@ -11,7 +11,6 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from firefly_orm._interop._upstream_plan import (
-    ImportIssue,
     ImportOptions,
     ImportProgress,
     ImportSummary,
@@ -68,9 +67,7 @@ def _import_namespace(
             source.read, (namespace,), what="reading the upstream source"
         )
     except UpstreamReadError as exc:
-        return NamespaceResult(
-            namespace, failed=True, issues=(ImportIssue(namespace, exc.where, exc.reason),)
-        )
+        return NamespaceResult.unreadable(namespace, exc)
     plan = plan_namespace(namespace, records, options, now, taken)
     if plan.issues and not options.skip_invalid:
         return NamespaceResult(
@@ -82,14 +79,7 @@ def _import_namespace(
             Transaction.write(_write_namespace, namespace, plan.entries, options.replace_existing)
         )
     taken.update((entry.entry_id, namespace) for entry in plan.entries)
-    return NamespaceResult(
-        namespace,
-        imported=written,
-        already_present=len(plan.entries) - written,
-        skipped_expired=plan.expired,
-        skipped_invalid=len(plan.issues),
-        issues=plan.issues,
-    )
+    return NamespaceResult.written(namespace, plan, written)
 
 
 def _import(

@@ -70,10 +70,9 @@ from firefly_orm.entry import (
     MAX_SEARCH_TEXT_LENGTH,
     MemoryEntry,
     MemoryScope,
-    derived_entry_id,
     utcnow,
 )
-from firefly_orm.entry._model import FIELD_NAMES, field_values
+from firefly_orm.entry._model import FIELD_NAMES, field_values, keyed_row
 from firefly_orm.errors import StoreCorruptedError
 
 __all__ = [
@@ -377,15 +376,12 @@ def conversation_row(
     search_text: str | None = None,
 ) -> MemoryEntry:
     """A conversation row: scope ``CONVERSATION``, id derived from namespace and key."""
-    return MemoryEntry.from_dict(
-        dict(
-            entry_id=derived_entry_id(namespace, key),
-            namespace=namespace,
-            scope=MemoryScope.CONVERSATION,
-            key=key,
-            content=content,
-            metadata=metadata if metadata is not None else {},
-            user_id=user_id,
-            search_text=search_text,
-        )
+    return keyed_row(
+        namespace,
+        MemoryScope.CONVERSATION,
+        key,
+        content,
+        metadata=metadata if metadata is not None else {},
+        user_id=user_id,
+        search_text=search_text,
     )

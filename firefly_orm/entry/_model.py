@@ -31,7 +31,7 @@ from sqlalchemy.orm import registry
 from sqlmodel import Field, SQLModel
 
 from firefly_orm.entry import _rules
-from firefly_orm.entry._ids import new_entry_id, utcnow
+from firefly_orm.entry._ids import derived_entry_id, new_entry_id, utcnow
 from firefly_orm.entry._json import decode_json_from_jsonb, encode_json_for_jsonb, load_json
 from firefly_orm.entry._rules import (
     _METADATA_ALIAS,
@@ -627,3 +627,21 @@ def validate_entry(entry: Any, namespace: str | None = None) -> MemoryEntry:
 
     _rules._check_fields(field_values(entry))
     return entry
+
+
+def keyed_row(
+    namespace: str, scope: MemoryScope, key: str, content: Any, **fields: Any
+) -> MemoryEntry:
+    """A layer's row at ``key``: its id derived from namespace and key, so writing it
+    again replaces it; ``fields`` are any other :class:`MemoryEntry` fields (trusted
+    values, as :meth:`MemoryEntry.from_dict`)."""
+    return MemoryEntry.from_dict(
+        dict(
+            entry_id=derived_entry_id(namespace, key),
+            namespace=namespace,
+            scope=scope,
+            key=key,
+            content=content,
+            **fields,
+        )
+    )

@@ -35,6 +35,7 @@ from firefly_orm.bridges._steps import (
     sync_method,
 )
 from firefly_orm.entry import MemoryEntry, MemoryScope, derived_entry_id
+from firefly_orm.entry._model import keyed_row
 from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term._embedding import Embedded
@@ -100,25 +101,17 @@ def _line_row(namespace: str, item: MemoryEntry) -> MemoryEntry:
     at = item.created_at.astimezone(UTC)
     key = f"{_LINE}{at.date().isoformat()}:{at.isoformat()}:{item.entry_id}"
     stored = item_from_entry(item)
-    return MemoryEntry.from_dict(
-        dict(
-            entry_id=derived_entry_id(namespace, key),
-            namespace=namespace,
-            scope=MemoryScope.LONG_TERM,
-            key=key,
-            content={
-                "day": at.date().isoformat(),
-                "at": at.isoformat(),
-                "item_id": item.entry_id,
-                "text": stored.text,
-                "kind": stored.kind,
-                "importance": stored.importance,
-                "tags": list(stored.tags),
-                "key": item.key,
-            },
-            user_id=item.user_id,
-        )
-    )
+    content = {
+        "day": at.date().isoformat(),
+        "at": at.isoformat(),
+        "item_id": item.entry_id,
+        "text": stored.text,
+        "kind": stored.kind,
+        "importance": stored.importance,
+        "tags": list(stored.tags),
+        "key": item.key,
+    }
+    return keyed_row(namespace, MemoryScope.LONG_TERM, key, content, user_id=item.user_id)
 
 
 def _day_row(namespace: str, day: date, user_id: str | None) -> MemoryEntry:
