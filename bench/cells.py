@@ -10,7 +10,8 @@ A *cell* is one operation a chat-memory layer is used for:
 
 Each backend and API (sync, async) runs one comparison: the minimal
 hand-written driver code (:mod:`bench.minimal`), the same-work driver code
-(:mod:`bench.raw`), firefly_orm, and every peer (:mod:`bench.peers`) that can do
+(:mod:`bench.raw`), the plain SQLAlchemy ORM code (:mod:`bench.plain_orm`),
+firefly_orm, and every peer (:mod:`bench.peers`) that can do
 the cell, all in this process on the same operation sequence.  Each operation
 is run by every implementation in turn, the order rotating by one each time, so
 disk flushes and other processes hit them alike; only the call is timed.
@@ -59,6 +60,8 @@ WARM_UP = Sizes(
 )
 
 MINIMAL, SAME_WORK, OURS, PEER = "minimal", "same-work", "ours", "peer"
+#: The plain SQLAlchemy ORM code (:mod:`bench.plain_orm`): issue 35's anchor.
+ANCHOR = "anchor"
 _UNCHECKED: Any = object()
 
 

@@ -106,13 +106,28 @@ def _sqlite_conn(path: str, *, autocommit: bool) -> sqlite3.Connection:
     return conn
 
 
-def _durable_sqlite_engine(engine: Any) -> Any:
-    """Give every connection of a SQLAlchemy SQLite engine the bench's pragmas."""
-    from sqlalchemy import event
+def durable_sqlite_engine(path: str, asynchronous: bool) -> Any:
+    """A SQLAlchemy engine on the SQLite file ``path`` (aiosqlite when ``asynchronous``)
+    whose every connection gets the bench's pragmas (WAL, ``synchronous=FULL``)."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import create_async_engine
 
+    if asynchronous:
+        engine: Any = create_async_engine(f"sqlite+aiosqlite:///{path}")
+    else:
+        engine = sa.create_engine(f"sqlite:///{path}")
     sync_engine = getattr(engine, "sync_engine", engine)
-    event.listen(sync_engine, "connect", lambda dbapi, _record: _sqlite_pragmas(dbapi))
+    sa.event.listen(sync_engine, "connect", lambda dbapi, _record: _sqlite_pragmas(dbapi))
     return engine
+
+
+def postgres_engine(url: str, schema: str, asynchronous: bool) -> Any:
+    """A SQLAlchemy engine on PostgreSQL at ``url`` whose connections use ``schema``."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    create = create_async_engine if asynchronous else sa.create_engine
+    return create(url, connect_args={"options": _pg_options(schema)})
 
 
 def _pg_options(schema: str) -> str:
@@ -377,7 +392,6 @@ def _async_only(label: str, cells: frozenset[str]) -> Entry:
 
 def sync_peers(backend: str, place: Place) -> list[Entry]:
     """The sync peers of ``backend`` ("sqlite" or "postgres")."""
-    import sqlalchemy as sa
 
     entries: list[Entry] = []
     if backend == "sqlite":
@@ -385,8 +399,7 @@ def sync_peers(backend: str, place: Place) -> list[Entry]:
         path = place.sqlite_path
 
         def langchain() -> LangChainChat:
-            engine = _durable_sqlite_engine(sa.create_engine(f"sqlite:///{path('langchain')}"))
-            return LangChainChat(engine)
+            return LangChainChat(durable_sqlite_engine(path("langchain"), False))
 
         def saver() -> SaverChat:
             from langgraph.checkpoint.sqlite import SqliteSaver
@@ -408,8 +421,7 @@ def sync_peers(backend: str, place: Place) -> list[Entry]:
         url, conninfo, schema = place.pg_url, place.pg_conninfo, place.pg_schema
 
         def langchain() -> LangChainChat:
-            options = {"options": _pg_options(schema("langchain"))}
-            return LangChainChat(sa.create_engine(url, connect_args=options))
+            return LangChainChat(postgres_engine(url, schema("langchain"), False))
 
         def _pg_conn(label: str) -> Any:
             import psycopg
@@ -444,7 +456,6 @@ def sync_peers(backend: str, place: Place) -> list[Entry]:
 
 def async_peers(backend: str, place: Place) -> list[Entry]:
     """The async peers of ``backend``; each is opened by the comparison."""
-    from sqlalchemy.ext.asyncio import create_async_engine
 
     entries: list[Entry] = []
     if backend == "sqlite":
@@ -458,7 +469,7 @@ def async_peers(backend: str, place: Place) -> list[Entry]:
             return OpenAISessions(lambda cid: SQLiteSession(cid, file), None)
 
         def async_engine(label: str) -> Any:
-            return _durable_sqlite_engine(create_async_engine(f"sqlite+aiosqlite:///{path(label)}"))
+            return durable_sqlite_engine(path(label), True)
 
         async def saver() -> tuple[Any, Any]:
             import aiosqlite
@@ -484,9 +495,7 @@ def async_peers(backend: str, place: Place) -> list[Entry]:
         url, conninfo, schema = place.pg_url, place.pg_conninfo, place.pg_schema
 
         def async_engine(label: str) -> Any:
-            return create_async_engine(
-                url, connect_args={"options": _pg_options(schema(label.replace("-", "_")))}
-            )
+            return postgres_engine(url, schema(label.replace("-", "_")), True)
 
         async def _pg_conn(label: str) -> Any:
             import psycopg

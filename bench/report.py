@@ -8,8 +8,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.cells import ASYNC_TARGET, MINIMAL, OURS, SAME_WORK, TARGETS, CellResult
+from bench.cells import (
+    ANCHOR,
+    ASYNC_TARGET,
+    MINIMAL,
+    OURS,
+    PEER,
+    SAME_WORK,
+    TARGETS,
+    W1,
+    CellResult,
+)
 from bench.common import Row, median
+from bench.peers import OPENAI_SQLITE
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
@@ -168,6 +179,46 @@ def async_table(results: list[CellResult]) -> str:
         ratio = median(mine) / median(sync)
         met = "yes" if ratio <= ASYNC_TARGET else "NO"
         lines.append((cell, backend, f"{ratio:.2f}x", f"<= {ASYNC_TARGET:g}x {met}"))
+    return _render(lines) if len(lines) > 1 else ""
+
+
+#: Issue 35: firefly_orm's cost over the plain SQLAlchemy ORM code's, at most (every cell).
+ANCHOR_TARGET = 1.0
+#: Issue 35: over every peer's on PostgreSQL, at most.
+PEER_TARGET = 1.0
+#: Issue 35: SQLite W1 over OpenAI Agents' ``SQLiteSession`` (bare ``sqlite3``), at most.
+OPENAI_TARGET = 1.25
+
+
+def targets_table(results: list[CellResult]) -> str:
+    """Issue 35's targets, per backend, API and cell: firefly_orm's cost over the plain
+    SQLAlchemy ORM code's, over the slowest-to-beat peer's on PostgreSQL, and over
+    OpenAI's ``SQLiteSession`` on SQLite W1; each ratio's range over the rounds, met when
+    its median is within the target."""
+    lines: list[tuple[str, ...]] = [("cell", "backend", "api", "ours / it", "against", "target")]
+
+    def add(key: tuple[str, str, str], mine: list[float], it: CellResult, limit: float) -> None:
+        ratios = _ratios(mine, it.costs)
+        if ratios:
+            met = "yes" if median(ratios) <= limit else "NO"
+            lines.append((*key, _range(ratios), it.label, f"<= {limit:g}x {met}"))
+
+    for (backend, api, cell), group in cell_groups(results).items():
+        mine = _costs_of(group, OURS)
+        if not mine:
+            continue
+        key = (cell, backend, api)
+        for result in group:
+            if result.role == ANCHOR and result.costs:
+                add(key, mine, result, ANCHOR_TARGET)
+        peers = [r for r in group if r.role == PEER and r.costs]
+        if backend == "postgres" and peers:
+            hardest = max(peers, key=lambda r: median(_ratios(mine, r.costs) or [0.0]))
+            add(key, mine, hardest, PEER_TARGET)
+        if backend == "sqlite" and cell == W1:
+            for result in peers:
+                if result.label == OPENAI_SQLITE:
+                    add(key, mine, result, OPENAI_TARGET)
     return _render(lines) if len(lines) > 1 else ""
 
 

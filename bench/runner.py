@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench import artifacts, cells, minimal, peers, raw, recall, workloads
+from bench import artifacts, cells, minimal, peers, plain_orm, raw, recall, workloads
 from bench.common import (
     FULL,
     QUICK,
@@ -31,7 +31,7 @@ from bench.common import (
     postgres_url,
 )
 from bench.ours import AsyncOurs, Ours
-from bench.report import async_table, cells_table, table, write_json
+from bench.report import async_table, cells_table, table, targets_table, write_json
 
 DURABILITY = (
     "Durability: SQLite in WAL mode with synchronous=FULL on both sides; Postgres with the "
@@ -351,6 +351,7 @@ def sqlite_entries(directory: Path, *, asynchronous: bool) -> list[cells.Entry]:
             lambda: minimal.AsyncMinimalSQLite(path("minimal")),
             lambda: raw.AsyncRawSQLite(path("raw")),
             lambda: AsyncOurs(SQLiteStore(path("ours"))),
+            lambda: plain_orm.AsyncPlainORM(peers.durable_sqlite_engine(path("plain-orm"), True)),
             peers.async_peers("sqlite", place),
             asynchronous=True,
         )
@@ -359,6 +360,7 @@ def sqlite_entries(directory: Path, *, asynchronous: bool) -> list[cells.Entry]:
         lambda: minimal.MinimalSQLite(path("minimal")),
         lambda: raw.RawSQLite(path("raw")),
         lambda: Ours(SQLiteStore(path("ours"))),
+        lambda: plain_orm.PlainORM(peers.durable_sqlite_engine(path("plain-orm"), False)),
         peers.sync_peers("sqlite", place),
     )
 
@@ -388,6 +390,7 @@ def postgres_entries(
             lambda: minimal.AsyncMinimalPostgres(conninfo, named("minimal")),
             lambda: raw.AsyncRawPostgres(conninfo, named("raw")),
             lambda: AsyncOurs(PostgreSQLStore(url, schema_name=named("ours"))),
+            lambda: plain_orm.AsyncPlainORM(peers.postgres_engine(url, named("plain_orm"), True)),
             peers.async_peers("postgres", place),
             asynchronous=True,
         )
@@ -396,6 +399,7 @@ def postgres_entries(
         lambda: minimal.MinimalPostgres(conninfo, named("minimal")),
         lambda: raw.RawPostgres(conninfo, named("raw")),
         lambda: Ours(PostgreSQLStore(url, schema_name=named("ours"))),
+        lambda: plain_orm.PlainORM(peers.postgres_engine(url, named("plain_orm"), False)),
         peers.sync_peers("postgres", place),
     )
 
@@ -405,11 +409,13 @@ def _entries(
     make_minimal: Callable[[], Any],
     make_raw: Callable[[], Any],
     make_ours: Callable[[], Any],
+    make_anchor: Callable[[], Any],
     peer_entries: list[cells.Entry],
     *,
     asynchronous: bool = False,
 ) -> list[cells.Entry]:
-    """The implementations of one comparison: minimal and same-work driver code, ours, peers."""
+    """One comparison's implementations: minimal and same-work driver code, ours, the plain
+    SQLAlchemy ORM code, peers."""
     budget = budget_for_turns(TextPool(0).turn_tokens, cells.LAST_N // 2)
     same = cells.AsyncSameWork if asynchronous else cells.SameWork
     mine = cells.AsyncOursCells if asynchronous else cells.OursCells
@@ -420,6 +426,7 @@ def _entries(
             f"raw same-work ({driver})", cells.SAME_WORK, every, lambda: same(make_raw(), budget)
         ),
         cells.entry("firefly_orm", cells.OURS, every, lambda: mine(make_ours(), budget)),
+        cells.entry(plain_orm.LABEL, cells.ANCHOR, every, make_anchor),
         *peer_entries,
     ]
 
@@ -592,10 +599,10 @@ def main(argv: list[str] | None = None) -> int:
         print(cells_table(runner.cells))
         print()
         print(CELLS_LEGEND.format(rounds=sizes.rounds))
-        speed = async_table(runner.cells)
-        if speed:
-            print()
-            print(speed)
+        for extra in (async_table(runner.cells), targets_table(runner.cells)):
+            if extra:
+                print()
+                print(extra)
         print()
     if runner.rows:
         print(table(runner.rows))

@@ -56,12 +56,13 @@ def _run(entries: list[Any], backend: str, api: str, wm_ops: int = 12) -> tuple[
     return comparison, asyncio.run(run())
 
 
-def _assert_all_ran(comparison: Any, results: list[Any], api: str) -> None:
-    """No failure; each implementation that runs here has a cost on every cell it does."""
+def _assert_all_ran(comparison: Any, results: list[Any], api: str, *, sql: bool = True) -> None:
+    """No failure; each implementation that runs here has a cost on every cell it does
+    (on SQL backends, the plain SQLAlchemy ORM anchor too)."""
     cells = _bench("cells")
     assert comparison.errors == []
     ran = {(r.label, r.cell) for r in results if r.costs}
-    for role in (cells.MINIMAL, cells.SAME_WORK, cells.OURS):
+    for role in (cells.MINIMAL, cells.SAME_WORK, cells.OURS, *([cells.ANCHOR] if sql else [])):
         label = next(r.label for r in results if r.role == role)
         assert {(label, cell) for cell in cells.CELLS} <= ran, role
     for result in results:
@@ -112,7 +113,7 @@ def test_mongo_cells_read_back_what_was_written(mongo_url: str) -> None:
     try:
         entries = _bench("mongo").mongo_entries(mongo_url, f"t_{uuid.uuid4().hex[:10]}", databases)
         comparison, results = _run(entries, "mongo", "sync")
-        _assert_all_ran(comparison, results, "sync")
+        _assert_all_ran(comparison, results, "sync", sql=False)
     finally:
         for name in databases:
             drop_mongo_database(mongo_url, name)
@@ -183,3 +184,32 @@ def test_a_missing_peer_is_reported_not_installed() -> None:
     comparison, results = _run([entry], "memory", "sync")
     assert comparison.errors == []
     assert {r.status for r in results} == {"not installed (nowhere)"}
+
+
+def test_the_targets_table_holds_ours_against_the_anchor_the_hardest_peer_and_openai() -> None:
+    cells, report = _bench("cells"), _bench("report")
+
+    def result(backend: str, api: str, label: str, role: str, *costs: float) -> Any:
+        return cells.CellResult(cells.W1, backend, api, label, role, costs=list(costs))
+
+    ours, anchor, peer = cells.OURS, cells.ANCHOR, cells.PEER
+    openai = report.OPENAI_SQLITE
+    table = report.targets_table(
+        [
+            result("postgres", "sync", "firefly_orm", ours, 2.0, 2.0, 2.0),
+            result("postgres", "sync", "plain SQLAlchemy ORM", anchor, 4.0, 2.5, 3.0),
+            result("postgres", "sync", "slow peer", peer, 8.0, 8.0, 8.0),
+            result("postgres", "sync", "fast peer", peer, 1.6, 1.6, 1.6),
+            result("sqlite", "async", "firefly_orm", ours, 1.0, 1.0, 1.0),
+            result("sqlite", "async", openai, peer, 0.5, 0.6, 0.9),
+            result("sqlite", "async", "other peer", peer, 0.1, 0.1, 0.1),
+        ]
+    )
+    rows = [line.split() for line in table.splitlines()[2:]]
+    assert [row[-3:] for row in rows] == [
+        ["<=", "1x", "yes"],  # 0.50-0.80x the anchor
+        ["<=", "1x", "NO"],  # 1.25x the fast peer, the hardest to beat
+        ["<=", "1.25x", "NO"],  # 1.11-2.00x OpenAI's session: median 1.67
+    ]
+    assert "0.50-0.80x" in table and "1.25x" in table and "1.11-2.00x" in table
+    assert "fast peer" in table and "slow peer" not in table and "other peer" not in table
