@@ -47,13 +47,14 @@ from firefly_orm.conversation._model import check_conversation_id, check_int
 from firefly_orm.conversation._owner import owner_row
 from firefly_orm.conversation._plan import Limits
 from firefly_orm.conversation._reads import read_context_parts, read_recent
-from firefly_orm.conversation._search import TurnSearch, TurnVector, search_turns
+from firefly_orm.conversation._search import TurnSearch, search_turns
 from firefly_orm.entry._rules import check_unit_interval
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term._memory import LongTermMemory
 from firefly_orm.long_term._model import Recalled
 from firefly_orm.long_term._ops import ItemFilter, recall_items
 from firefly_orm.protocols import UnitOfWork
+from firefly_orm.vector._spec import ModelVector
 from firefly_orm.working import format_context, read_facts
 
 if TYPE_CHECKING:
@@ -356,5 +357,5 @@ def with_query_vector(
     if search is None or embedding is None or not (request.query or "").strip():
         return request
     spec, vector = yield from embedding.query(request.query or "")
-    meaning = TurnVector(spec, vector)
+    meaning = ModelVector(spec, vector)
     return replace(request, past_turns=replace(search, mode="hybrid", meaning=meaning))

@@ -60,10 +60,11 @@ from firefly_orm.conversation._rows import (
     turn_from_entry,
     turn_message_count,
 )
-from firefly_orm.conversation._search import TurnVector, save_turn_vector
+from firefly_orm.conversation._search import save_turn_vector
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.errors import ConcurrencyError, EntryValidationError
 from firefly_orm.protocols import UnitOfWork
+from firefly_orm.vector._spec import ModelVector
 
 __all__ = [
     "AppendHints",
@@ -181,7 +182,7 @@ class EncodedTurn:
     fingerprint: str | None = None
     replaces: ConversationTurn | None = None
     base_version: int | None = None
-    vector: TurnVector | None = None
+    vector: ModelVector | None = None
 
 
 @dataclass(frozen=True)

@@ -29,10 +29,11 @@ from firefly_orm.conversation._rows import (
     turn_key,
     turn_message_count,
 )
-from firefly_orm.conversation._search import TurnVector, save_turn_vector
+from firefly_orm.conversation._search import save_turn_vector
 from firefly_orm.entry import MemoryEntry, utcnow
 from firefly_orm.errors import NotFoundError
 from firefly_orm.protocols import UnitOfWork
+from firefly_orm.vector._spec import ModelVector
 
 __all__ = ["KEEP", "TurnEdit", "delete_turn", "erase_user_entries", "update_turn"]
 
@@ -54,7 +55,7 @@ class TurnEdit:
     raw: Any = KEEP
     metadata: dict[str, Any] | None = None
     vector_text: str | None = None
-    vector: TurnVector | None = None
+    vector: ModelVector | None = None
 
 
 def update_turn(

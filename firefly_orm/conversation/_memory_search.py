@@ -23,13 +23,13 @@ from firefly_orm.conversation._search import (
     SearchMode,
     TurnMatch,
     TurnSearch,
-    TurnVector,
     check_mode,
     read_turn_text,
     search_turns,
 )
 from firefly_orm.entry import validate_search_language
 from firefly_orm.errors import EntryValidationError
+from firefly_orm.vector._spec import ModelVector
 
 if TYPE_CHECKING:
     from firefly_orm.long_term._embedding import EmbedderLike, Embedding
@@ -72,13 +72,15 @@ class ConversationSearch(OwnedLayer):
         """The pydantic-ai ``Embedder`` turns are embedded with (``None``: text search only)."""
         return None if self._embedding is None else self._embedding.embedder
 
-    def _embed_turns(self, turns: Sequence[ConversationTurn]) -> Operation[list[TurnVector | None]]:
+    def _embed_turns(
+        self, turns: Sequence[ConversationTurn]
+    ) -> Operation[list[ModelVector | None]]:
         """One vector per turn of ``turns`` (``None``: no embedder, or a turn without text).
 
         A step before the unit of work: the embedder is called in batches, never
         inside a transaction.
         """
-        made: list[TurnVector | None] = [None] * len(turns)
+        made: list[ModelVector | None] = [None] * len(turns)
         if self._embedding is None:
             return made
         texts = [turn_search_text(t.user_prompt, t.assistant_response) for t in turns]
@@ -87,12 +89,12 @@ class ConversationSearch(OwnedLayer):
             return made
         spec, vectors = yield from self._embedding.documents([texts[i] or "" for i in places])
         for place, vector in zip(places, vectors, strict=True):
-            made[place] = TurnVector(spec, vector)
+            made[place] = ModelVector(spec, vector)
         return made
 
     def _edited_vector(
         self, conversation_id: str, turn_id: int, prompt: str | None, answer: str | None
-    ) -> Operation[tuple[str, TurnVector] | None]:
+    ) -> Operation[tuple[str, ModelVector] | None]:
         """The text and vector a turn will have after an edit of its prompt or answer
         (``None``: no embedder, no text edited, or no such live turn).
 
@@ -176,7 +178,7 @@ class ConversationSearch(OwnedLayer):
             return []
         if request.mode != "text" and self._embedding is not None:
             spec, vector = yield from self._embedding.query(query)
-            request = replace(request, meaning=TurnVector(spec, vector))
+            request = replace(request, meaning=ModelVector(spec, vector))
         return (yield from Transaction.read(search_turns, request))
 
     def _search_mode(self, mode: Any) -> SearchMode:

@@ -32,7 +32,7 @@ in-process stores), and so are cosine similarities.  Narrow a search of a
 user with many conversations with ``conversation_ids``.
 
 Vectors: a memory with an embedder embeds each turn's ``search_text`` before
-the unit of work that appends it opens (:class:`TurnVector`), and
+the unit of work that appends it opens (:class:`ModelVector`), and
 :func:`save_turn_vector` stores it through the store's
 :class:`~firefly_orm.protocols.VectorRepository` in that unit of work.  The
 store deletes a turn's vector with the turn (eviction, ``delete_turn``,
@@ -58,7 +58,7 @@ from firefly_orm.entry import derived_entry_id
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.protocols import UnitOfWork, VectorRepository, declares
 from firefly_orm.vector._errors import VectorUnavailableError
-from firefly_orm.vector._spec import EmbeddingSpec, fuse_by
+from firefly_orm.vector._spec import ModelVector, fuse_by
 
 __all__ = [
     "HYBRID_DEPTH",
@@ -67,7 +67,6 @@ __all__ = [
     "SearchMode",
     "TurnMatch",
     "TurnSearch",
-    "TurnVector",
     "check_mode",
     "hybrid_depth",
     "read_turn_text",
@@ -133,14 +132,6 @@ class TurnMatch:
 
 
 @dataclass(frozen=True)
-class TurnVector:
-    """A vector made before a unit of work opens (a turn's, or a query's) and its model."""
-
-    spec: EmbeddingSpec
-    vector: tuple[float, ...]
-
-
-@dataclass(frozen=True)
 class TurnSearch:
     """A checked search over past conversations.
 
@@ -156,7 +147,7 @@ class TurnSearch:
     conversation_ids: tuple[str, ...] | None = None
     exclude: tuple[str, ...] = ()
     language: str | None = None
-    meaning: TurnVector | None = None
+    meaning: ModelVector | None = None
 
 
 def turn_vectors(uow: UnitOfWork) -> VectorRepository:
@@ -187,7 +178,9 @@ def vector_entries(uow: UnitOfWork, instead: str) -> VectorRepository:
     return cast(VectorRepository, entries)
 
 
-def save_turn_vector(uow: UnitOfWork, conversation_id: str, turn_id: int, made: TurnVector) -> None:
+def save_turn_vector(
+    uow: UnitOfWork, conversation_id: str, turn_id: int, made: ModelVector
+) -> None:
     """Store the vector of turn ``turn_id`` of ``conversation_id`` (saved in this unit of work).
 
     Raises:
@@ -273,7 +266,7 @@ def _by_words(
 
 
 def _by_meaning(
-    uow: UnitOfWork, request: TurnSearch, meaning: TurnVector, ids: Sequence[str], limit: int
+    uow: UnitOfWork, request: TurnSearch, meaning: ModelVector, ids: Sequence[str], limit: int
 ) -> builtins.list[TurnMatch]:
     """The ``limit`` turns of ``ids`` nearest the query's vector (per-conversation scans)."""
     vectors = turn_vectors(uow)

@@ -49,12 +49,12 @@ from firefly_orm.long_term._model import (
     parse_import_item,
 )
 from firefly_orm.long_term._recall import (
-    Meaning,
     RecallMode,
     RecallRequest,
     run_recall,
 )
 from firefly_orm.store import InMemoryStore, MemoryStore
+from firefly_orm.vector._spec import ModelVector
 
 if TYPE_CHECKING:
     from firefly_orm.long_term._embedding import EmbedderLike
@@ -442,7 +442,7 @@ class LongTermMemory(DailyLogs, MemoryLayer):
             if limit == 0 or not query.strip():
                 return []
             spec, vector = yield from self._embedding.query(query)
-            request = dataclasses.replace(request, meaning=Meaning(spec, vector))
+            request = dataclasses.replace(request, meaning=ModelVector(spec, vector))
         return (yield from Transaction.read(run_recall, request))
 
     def _mode(self, mode: Any) -> RecallMode:

@@ -38,13 +38,12 @@ from firefly_orm.long_term._embedding import vector_repository
 from firefly_orm.long_term._model import Recalled, item_from_entry
 from firefly_orm.long_term._ops import ItemFilter, recall_items
 from firefly_orm.protocols import UnitOfWork
-from firefly_orm.vector._spec import EmbeddingMismatchError, EmbeddingSpec, fuse_by
+from firefly_orm.vector._spec import EmbeddingMismatchError, ModelVector, fuse_by
 
 __all__ = [
     "HYBRID_DEPTH",
     "HYBRID_MIN_DEPTH",
     "RECALL_MODES",
-    "Meaning",
     "RecallMode",
     "RecallRequest",
     "run_recall",
@@ -54,14 +53,6 @@ __all__ = [
 RecallMode: TypeAlias = SearchMode
 #: The modes of ``recall``.
 RECALL_MODES: tuple[RecallMode, ...] = SEARCH_MODES
-
-
-@dataclass(frozen=True)
-class Meaning:
-    """The query's vector and the spec of the model that made it."""
-
-    spec: EmbeddingSpec
-    vector: tuple[float, ...]
 
 
 @dataclass(frozen=True)
@@ -77,7 +68,7 @@ class RecallRequest:
     where: ItemFilter
     mode: RecallMode = "text"
     #: The query's vector (``"semantic"`` and ``"hybrid"``).
-    meaning: Meaning | None = None
+    meaning: ModelVector | None = None
 
 
 def run_recall(uow: UnitOfWork, request: RecallRequest) -> list[Recalled]:
@@ -112,7 +103,7 @@ def _by_words(uow: UnitOfWork, request: RecallRequest) -> list[Recalled]:
     )
 
 
-def _by_meaning(uow: UnitOfWork, request: RecallRequest, meaning: Meaning) -> list[Recalled]:
+def _by_meaning(uow: UnitOfWork, request: RecallRequest, meaning: ModelVector) -> list[Recalled]:
     """The ``limit`` items nearest the query's vector, filters inside the store's scan."""
     if request.limit == 0:
         return []

@@ -24,13 +24,13 @@ from typing import Literal
 from firefly_orm.bridges._steps import Operation, Transaction
 from firefly_orm.conversation._memory import ConversationMemory
 from firefly_orm.conversation._model import check_conversation_id, check_int
-from firefly_orm.conversation._search import TurnMatch, TurnSearch, TurnVector, search_turns
+from firefly_orm.conversation._search import TurnMatch, TurnSearch, search_turns
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term._memory import LongTermMemory
 from firefly_orm.long_term._model import MemoryItem, Recalled
-from firefly_orm.long_term._recall import Meaning, RecallMode, RecallRequest, run_recall
+from firefly_orm.long_term._recall import RecallMode, RecallRequest, run_recall
 from firefly_orm.protocols import UnitOfWork
-from firefly_orm.vector._spec import fuse_by
+from firefly_orm.vector._spec import ModelVector, fuse_by
 
 __all__ = ["MemoryHit", "recall_with_conversations"]
 
@@ -124,8 +124,8 @@ def recall_with_conversations(
     embedding = long_term._embedding or conversation._embedding
     if checked_mode != "text" and embedding is not None:
         spec, vector = yield from embedding.query(query)
-        items = dataclasses.replace(items, meaning=Meaning(spec, vector))
-        turns = dataclasses.replace(turns, meaning=TurnVector(spec, vector))
+        items = dataclasses.replace(items, meaning=ModelVector(spec, vector))
+        turns = dataclasses.replace(turns, meaning=ModelVector(spec, vector))
     recalled, matches = yield from Transaction.read(_both, items, turns)
     hits = [MemoryHit("long_term", r.score, item=r.item) for r in recalled]
     hits += [MemoryHit("conversation", m.score, turn=m) for m in matches]

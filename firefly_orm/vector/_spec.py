@@ -52,6 +52,7 @@ __all__ = [
     "HNSW_DIMENSIONS",
     "EmbeddingMismatchError",
     "EmbeddingSpec",
+    "ModelVector",
     "VectorRequest",
     "VectorSearchOptions",
     "check_vector",
@@ -144,6 +145,15 @@ class EmbeddingSpec:
 
     def __str__(self) -> str:
         return f"{self.model} ({self.dimensions} dimensions)"
+
+
+@dataclass(frozen=True)
+class ModelVector:
+    """One vector and the spec of the model that made it (a turn's, an item's or a
+    query's), made before a unit of work opens."""
+
+    spec: EmbeddingSpec
+    vector: tuple[float, ...]
 
 
 def check_vector(vector: Any, spec: EmbeddingSpec, field: str = "vector") -> tuple[float, ...]:
