@@ -103,6 +103,16 @@ def _first(target: Target, stmt: Any, params: dict[str, Any]) -> Any:
     return _execute(target, stmt, params).first()
 
 
+def _scalars(target: Target, stmt: Any, params: dict[str, Any]) -> list[Any]:
+    """The first column of every row of ``stmt``: on a Connection through its cached SQL
+    text (:func:`~firefly_orm.sql._driver_sql.execute_scalars`), in a Session as
+    :func:`_execute` runs it."""
+    if isinstance(target, Connection):
+        return execute_scalars(target, stmt, params)
+    values: list[Any] = _execute(target, stmt, params).scalars().all()
+    return values
+
+
 def push_translation(
     session: Session, schema: str | None, vectors: bool = False
 ) -> Callable[[], None] | None:
@@ -237,24 +247,25 @@ def _listing(
     return Listing(namespace, key_prefix, limit, newest_first, user_id)
 
 
-def _run_listing(target: Target, listing: Listing, statement: Callable[..., Any]) -> Any:
-    """The result of ``statement`` (the entries' or only their contents' SELECT) for ``listing``."""
+def _listing_query(listing: Listing, statement: Callable[..., Any]) -> tuple[Any, dict[str, Any]]:
+    """``statement``'s SELECT (the entries' or only their contents') for ``listing``, and
+    its parameters."""
     params: dict[str, Any] = {"ns": listing.namespace, "now": utcnow(), "uid": listing.user_id}
     mode = st.prefix_mode(listing.key_prefix, params)
     by_user = listing.user_id is not None
-    return _execute(target, statement(mode, listing.limit, listing.newest_first, by_user), params)
+    return statement(mode, listing.limit, listing.newest_first, by_user), params
 
 
 def list_entries(target: Target, listing: Listing) -> list[MemoryEntry]:
     """Live entries, ordered and limited as :func:`~firefly_orm.sql._statements.list_statement`."""
-    rows = _run_listing(target, listing, st.list_statement).all()
+    rows = _execute(target, *_listing_query(listing, st.list_statement)).all()
     return [st.row_to_entry(row) for row in rows]
 
 
 def list_contents(target: Target, listing: Listing) -> list[Any]:
-    """Like :func:`list_entries`, but only each entry's ``content`` (a cheaper read)."""
-    contents: list[Any] = _run_listing(target, listing, st.list_contents_statement).scalars().all()
-    return contents
+    """Like :func:`list_entries`, but only each entry's ``content`` (a cheaper read; on a
+    Connection through its cached SQL text)."""
+    return _scalars(target, *_listing_query(listing, st.list_contents_statement))
 
 
 def list_contents_before(
@@ -272,8 +283,7 @@ def list_contents_before(
     # ``before_key`` starts with the prefix, so it is below the prefix's own upper bound.
     params = {"ns": namespace, "now": utcnow(), "lo": key_prefix, "hi": before_key}
     stmt = st.list_contents_statement("range", limit, True, False)
-    contents: list[Any] = _execute(target, stmt, params).scalars().all()
-    return contents
+    return _scalars(target, stmt, params)
 
 
 def search(target: Target, request: SearchRequest) -> list[SearchHit]:

@@ -94,3 +94,29 @@ def test_sqlite_append_runs_cached_text(tmp_path: Path) -> None:
         (1, "sure"),
     ]
     store.close()
+
+
+def test_conversation_reads_run_cached_text(tmp_path: Path) -> None:
+    """The history and last-N reads list the turns' contents as cached SQL text (no
+    compiled Core statement), one statement each, and read back what was written."""
+    from firefly_orm.conversation import ConversationMemory
+    from firefly_orm.sql import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "s.sqlite3")
+    memory = ConversationMemory(store=store)
+    for n in range(3):
+        said = [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+        memory.add_turn("c", f"q{n}", f"a{n}", said)
+    sent: list[Any] = []
+
+    def record(_conn: Any, _cursor: Any, sql: str, _params: Any, context: Any, _many: Any) -> None:
+        sent.append((sql.split()[0], context.compiled is None))
+
+    sa.event.listen(store.engine, "before_cursor_execute", record)
+    history = memory.get_message_history("c")
+    recent = memory.get_recent_messages("c", 2)
+    sa.event.remove(store.engine, "before_cursor_execute", record)
+    assert [s for s in sent if s[0] != "BEGIN"] == [("SELECT", True), ("SELECT", True)], sent
+    assert [m["content"] for m in history] == ["q0", "a0", "q1", "a1", "q2", "a2"]
+    assert recent == history[-2:]
+    store.close()
