@@ -106,7 +106,7 @@ def _sqlite_conn(path: str, *, autocommit: bool) -> sqlite3.Connection:
     return conn
 
 
-def durable_sqlite_engine(path: str, asynchronous: bool) -> Any:
+def durable_sqlite_engine(path: str, *, asynchronous: bool) -> Any:
     """A SQLAlchemy engine on the SQLite file ``path`` (aiosqlite when ``asynchronous``)
     whose every connection gets the bench's pragmas (WAL, ``synchronous=FULL``)."""
     import sqlalchemy as sa
@@ -121,7 +121,7 @@ def durable_sqlite_engine(path: str, asynchronous: bool) -> Any:
     return engine
 
 
-def postgres_engine(url: str, schema: str, asynchronous: bool) -> Any:
+def postgres_engine(url: str, schema: str, *, asynchronous: bool) -> Any:
     """A SQLAlchemy engine on PostgreSQL at ``url`` whose connections use ``schema``."""
     import sqlalchemy as sa
     from sqlalchemy.ext.asyncio import create_async_engine
@@ -392,14 +392,13 @@ def _async_only(label: str, cells: frozenset[str]) -> Entry:
 
 def sync_peers(backend: str, place: Place) -> list[Entry]:
     """The sync peers of ``backend`` ("sqlite" or "postgres")."""
-
     entries: list[Entry] = []
     if backend == "sqlite":
         assert place.sqlite_path is not None
         path = place.sqlite_path
 
         def langchain() -> LangChainChat:
-            return LangChainChat(durable_sqlite_engine(path("langchain"), False))
+            return LangChainChat(durable_sqlite_engine(path("langchain"), asynchronous=False))
 
         def saver() -> SaverChat:
             from langgraph.checkpoint.sqlite import SqliteSaver
@@ -421,7 +420,7 @@ def sync_peers(backend: str, place: Place) -> list[Entry]:
         url, conninfo, schema = place.pg_url, place.pg_conninfo, place.pg_schema
 
         def langchain() -> LangChainChat:
-            return LangChainChat(postgres_engine(url, schema("langchain"), False))
+            return LangChainChat(postgres_engine(url, schema("langchain"), asynchronous=False))
 
         def _pg_conn(label: str) -> Any:
             import psycopg
@@ -456,7 +455,6 @@ def sync_peers(backend: str, place: Place) -> list[Entry]:
 
 def async_peers(backend: str, place: Place) -> list[Entry]:
     """The async peers of ``backend``; each is opened by the comparison."""
-
     entries: list[Entry] = []
     if backend == "sqlite":
         assert place.sqlite_path is not None
@@ -469,7 +467,7 @@ def async_peers(backend: str, place: Place) -> list[Entry]:
             return OpenAISessions(lambda cid: SQLiteSession(cid, file), None)
 
         def async_engine(label: str) -> Any:
-            return durable_sqlite_engine(path(label), True)
+            return durable_sqlite_engine(path(label), asynchronous=True)
 
         async def saver() -> tuple[Any, Any]:
             import aiosqlite
@@ -495,7 +493,7 @@ def async_peers(backend: str, place: Place) -> list[Entry]:
         url, conninfo, schema = place.pg_url, place.pg_conninfo, place.pg_schema
 
         def async_engine(label: str) -> Any:
-            return postgres_engine(url, schema(label.replace("-", "_")), True)
+            return postgres_engine(url, schema(label.replace("-", "_")), asynchronous=True)
 
         async def _pg_conn(label: str) -> Any:
             import psycopg

@@ -351,7 +351,9 @@ def sqlite_entries(directory: Path, *, asynchronous: bool) -> list[cells.Entry]:
             lambda: minimal.AsyncMinimalSQLite(path("minimal")),
             lambda: raw.AsyncRawSQLite(path("raw")),
             lambda: AsyncOurs(SQLiteStore(path("ours"))),
-            lambda: plain_orm.AsyncPlainORM(peers.durable_sqlite_engine(path("plain-orm"), True)),
+            lambda: plain_orm.AsyncPlainORM(
+                peers.durable_sqlite_engine(path("plain-orm"), asynchronous=True)
+            ),
             peers.async_peers("sqlite", place),
             asynchronous=True,
         )
@@ -360,7 +362,9 @@ def sqlite_entries(directory: Path, *, asynchronous: bool) -> list[cells.Entry]:
         lambda: minimal.MinimalSQLite(path("minimal")),
         lambda: raw.RawSQLite(path("raw")),
         lambda: Ours(SQLiteStore(path("ours"))),
-        lambda: plain_orm.PlainORM(peers.durable_sqlite_engine(path("plain-orm"), False)),
+        lambda: plain_orm.PlainORM(
+            peers.durable_sqlite_engine(path("plain-orm"), asynchronous=False)
+        ),
         peers.sync_peers("sqlite", place),
     )
 
@@ -390,7 +394,9 @@ def postgres_entries(
             lambda: minimal.AsyncMinimalPostgres(conninfo, named("minimal")),
             lambda: raw.AsyncRawPostgres(conninfo, named("raw")),
             lambda: AsyncOurs(PostgreSQLStore(url, schema_name=named("ours"))),
-            lambda: plain_orm.AsyncPlainORM(peers.postgres_engine(url, named("plain_orm"), True)),
+            lambda: plain_orm.AsyncPlainORM(
+                peers.postgres_engine(url, named("plain_orm"), asynchronous=True)
+            ),
             peers.async_peers("postgres", place),
             asynchronous=True,
         )
@@ -399,7 +405,9 @@ def postgres_entries(
         lambda: minimal.MinimalPostgres(conninfo, named("minimal")),
         lambda: raw.RawPostgres(conninfo, named("raw")),
         lambda: Ours(PostgreSQLStore(url, schema_name=named("ours"))),
-        lambda: plain_orm.PlainORM(peers.postgres_engine(url, named("plain_orm"), False)),
+        lambda: plain_orm.PlainORM(
+            peers.postgres_engine(url, named("plain_orm"), asynchronous=False)
+        ),
         peers.sync_peers("postgres", place),
     )
 
