@@ -62,6 +62,11 @@ WARM_UP = Sizes(
 MINIMAL, SAME_WORK, OURS, PEER = "minimal", "same-work", "ours", "peer"
 #: The plain SQLAlchemy ORM code (:mod:`bench.plain_orm`): issue 35's anchor.
 ANCHOR = "anchor"
+#: firefly_orm writing turns with ``ConversationMemory(text_search=False)``: the same
+#: work as the anchor (no full-text index), W1 only.
+OURS_UNINDEXED = "ours-unindexed"
+#: Its row's label.
+UNINDEXED_LABEL = "firefly_orm text_search=False"
 _UNCHECKED: Any = object()
 
 

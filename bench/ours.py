@@ -8,17 +8,26 @@ from typing import Any
 from bench.common import UNLIMITED, estimate_tokens
 
 
-def _memory(store: Any, max_tokens: int | None, max_messages: int | None = None) -> Any:
+def _memory(
+    store: Any,
+    max_tokens: int | None,
+    max_messages: int | None = None,
+    *,
+    text_search: bool = True,
+) -> Any:
     from firefly_orm.conversation import ConversationMemory
 
+    # The default (indexed) memory is built as earlier versions take it.
+    options: dict[str, Any] = {} if text_search else {"text_search": False}
     if max_tokens is None:  # never evict, never trim (by tokens)
         return ConversationMemory(
             store=store,
             max_tokens=UNLIMITED,
             summarize_threshold=UNLIMITED,
             max_messages=max_messages,
+            **options,
         )
-    return ConversationMemory(store=store, max_tokens=max_tokens, summarize_threshold=0)
+    return ConversationMemory(store=store, max_tokens=max_tokens, summarize_threshold=0, **options)
 
 
 #: The library's last-N read, when it has one.
@@ -63,7 +72,11 @@ def _library_rows(conversations: list[tuple[str, list[tuple[str, str, Any]]]]) -
                 token_estimate=estimate_tokens(user, assistant),
             )
             encoded = encode_raw_messages(messages)
-            rows.append(entry_values(namespace, turn_entry(namespace, turn, encoded)))
+            try:
+                row = turn_entry(namespace, turn, encoded, text_search=True)
+            except TypeError:  # a version before ConversationMemory(text_search=...)
+                row = turn_entry(namespace, turn, encoded)  # type: ignore[call-arg]
+            rows.append(entry_values(namespace, row))
             total += turn.token_estimate
         head = head_entry(
             cid,
@@ -79,9 +92,13 @@ def _library_rows(conversations: list[tuple[str, list[tuple[str, str, Any]]]]) -
 
 
 class _Base:
-    def __init__(self, store: Any, *, max_tokens: int | None = None) -> None:
+    def __init__(
+        self, store: Any, *, max_tokens: int | None = None, text_search: bool = True
+    ) -> None:
+        """``text_search=False``: the writer is ``ConversationMemory(text_search=False)``
+        (turns outside the full-text index; :data:`bench.cells.OURS_UNINDEXED`)."""
         self.store = store
-        self.writer = _memory(store, max_tokens)
+        self.writer = _memory(store, max_tokens, text_search=text_search)
         self._readers: dict[int | None, Any] = {}
         self._last_readers: dict[int, Any] = {}
         self._working: dict[str, Any] = {}

@@ -351,6 +351,7 @@ def sqlite_entries(directory: Path, *, asynchronous: bool) -> list[cells.Entry]:
             lambda: minimal.AsyncMinimalSQLite(path("minimal")),
             lambda: raw.AsyncRawSQLite(path("raw")),
             lambda: AsyncOurs(SQLiteStore(path("ours"))),
+            lambda: AsyncOurs(SQLiteStore(path("ours-unindexed")), text_search=False),
             lambda: plain_orm.AsyncPlainORM(
                 peers.durable_sqlite_engine(path("plain-orm"), asynchronous=True)
             ),
@@ -362,6 +363,7 @@ def sqlite_entries(directory: Path, *, asynchronous: bool) -> list[cells.Entry]:
         lambda: minimal.MinimalSQLite(path("minimal")),
         lambda: raw.RawSQLite(path("raw")),
         lambda: Ours(SQLiteStore(path("ours"))),
+        lambda: Ours(SQLiteStore(path("ours-unindexed")), text_search=False),
         lambda: plain_orm.PlainORM(
             peers.durable_sqlite_engine(path("plain-orm"), asynchronous=False)
         ),
@@ -394,6 +396,9 @@ def postgres_entries(
             lambda: minimal.AsyncMinimalPostgres(conninfo, named("minimal")),
             lambda: raw.AsyncRawPostgres(conninfo, named("raw")),
             lambda: AsyncOurs(PostgreSQLStore(url, schema_name=named("ours"))),
+            lambda: AsyncOurs(
+                PostgreSQLStore(url, schema_name=named("ours_unindexed")), text_search=False
+            ),
             lambda: plain_orm.AsyncPlainORM(
                 peers.postgres_engine(url, named("plain_orm"), asynchronous=True)
             ),
@@ -405,6 +410,7 @@ def postgres_entries(
         lambda: minimal.MinimalPostgres(conninfo, named("minimal")),
         lambda: raw.RawPostgres(conninfo, named("raw")),
         lambda: Ours(PostgreSQLStore(url, schema_name=named("ours"))),
+        lambda: Ours(PostgreSQLStore(url, schema_name=named("ours_unindexed")), text_search=False),
         lambda: plain_orm.PlainORM(
             peers.postgres_engine(url, named("plain_orm"), asynchronous=False)
         ),
@@ -417,13 +423,14 @@ def _entries(
     make_minimal: Callable[[], Any],
     make_raw: Callable[[], Any],
     make_ours: Callable[[], Any],
+    make_unindexed: Callable[[], Any],
     make_anchor: Callable[[], Any],
     peer_entries: list[cells.Entry],
     *,
     asynchronous: bool = False,
 ) -> list[cells.Entry]:
-    """One comparison's implementations: minimal and same-work driver code, ours, the plain
-    SQLAlchemy ORM code, peers."""
+    """One comparison's implementations: minimal and same-work driver code, ours (also
+    with ``text_search=False``, appends only), the plain SQLAlchemy ORM code, peers."""
     budget = budget_for_turns(TextPool(0).turn_tokens, cells.LAST_N // 2)
     same = cells.AsyncSameWork if asynchronous else cells.SameWork
     mine = cells.AsyncOursCells if asynchronous else cells.OursCells
@@ -434,6 +441,12 @@ def _entries(
             f"raw same-work ({driver})", cells.SAME_WORK, every, lambda: same(make_raw(), budget)
         ),
         cells.entry("firefly_orm", cells.OURS, every, lambda: mine(make_ours(), budget)),
+        cells.entry(
+            cells.UNINDEXED_LABEL,
+            cells.OURS_UNINDEXED,
+            frozenset({cells.W1}),
+            lambda: mine(make_unindexed(), budget),
+        ),
         cells.entry(plain_orm.LABEL, cells.ANCHOR, every, make_anchor),
         *peer_entries,
     ]

@@ -121,6 +121,9 @@ class MemoryManager(ManagerConversations):
             (semantic and hybrid recall and search of past conversations; a
             pydantic-ai ``Embedder``, ``EmbeddingModel`` or model name): each
             added turn is embedded too.
+        conversation_text_search: The ``text_search`` of :attr:`conversation`:
+            ``False`` writes turns without full-text index entries (cheaper
+            appends; text search of past conversations does not find them).
 
     Example:
         >>> mgr = MemoryManager()
@@ -151,6 +154,7 @@ class MemoryManager(ManagerConversations):
         importance_threshold: float | None = None,
         promotion_scorer: Scorer | None = None,
         embedder: EmbedderLike | None = None,
+        conversation_text_search: bool = True,
     ) -> None:
         super().__init__(store if store is not None else InMemoryStore())
         self._user_id = None if user_id is None else validate_user_id(user_id)
@@ -177,6 +181,7 @@ class MemoryManager(ManagerConversations):
             promotion_scorer=promotion_scorer,
             user_id=self._user_id,
             embedder=embedder,
+            text_search=conversation_text_search,
         )
         self._working = WorkingMemory(
             store=self._store, scope_id=working_scope_id, user_id=self._user_id
@@ -559,6 +564,7 @@ class MemoryManager(ManagerConversations):
             checked,
             copy_id,
             self._conversation._estimate,
+            self._conversation.text_search,
         )
         if checked is None:
             yield from retrying(step)
@@ -653,6 +659,7 @@ def _clone_transaction(
     conversation_id: str | None,
     copy_id: str | None,
     estimate: Any,
+    text_search: bool = True,
 ) -> None:
     """:meth:`MemoryManager.clone_for_isolation`'s unit of work: facts, then the conversation."""
     for fact in uow.entries.list(source_scope):
@@ -662,7 +669,7 @@ def _clone_transaction(
                 target_scope, fact.copy_entry(namespace=target_scope, entry_id=entry_id)
             )
     if conversation_id is not None and copy_id is not None:
-        copy_conversation(uow, conversation_id, copy_id, estimate)
+        copy_conversation(uow, conversation_id, copy_id, estimate, text_search=text_search)
 
 
 def _settings_and_summarizer(

@@ -135,7 +135,8 @@ def eviction_caps(limits: Limits) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Policy:
     """What adding a turn obeys: the limits (:class:`~firefly_orm.conversation._plan.Limits`),
-    whether evicted turns are archived, and whether they are promoted to long-term memory.
+    whether evicted turns are archived, whether they are promoted to long-term memory,
+    and whether new turn rows carry their ``search_text`` (``text_search``).
 
     ``hints``: the totals recently written conversations were left with
     (:class:`AppendHints`; a memory's own, not part of what the policy says).
@@ -144,6 +145,7 @@ class Policy:
     limits: Limits
     keep_evicted: bool
     promotion: PromotionPolicy | None = None
+    text_search: bool = True
     hints: AppendHints = field(default_factory=AppendHints, compare=False, repr=False)
 
     @property
@@ -388,7 +390,12 @@ def append_general(
     uow.entries.save(
         namespace,
         turn_entry(
-            namespace, plan.turn, new_turn.encoded_raw, new_turn.message_tokens, user_id=owner
+            namespace,
+            plan.turn,
+            new_turn.encoded_raw,
+            new_turn.message_tokens,
+            user_id=owner,
+            text_search=policy.text_search,
         ),
     )
     if new_turn.vector is not None:

@@ -106,16 +106,24 @@ class BranchLink:
 # =========================================================================== operations
 
 
-def branch(source: str, target: str, at_turn: int) -> Operation[BranchLink]:
+def branch(
+    source: str, target: str, at_turn: int, *, text_search: bool = True
+) -> Operation[BranchLink]:
     """Branch ``source`` at ``at_turn`` into the new conversation ``target`` (one unit of
-    work, retried on a lost race)."""
-    return (yield from retrying(Transaction.write(branch_conversation, source, target, at_turn)))
+    work, retried on a lost race); the copied rows carry ``search_text`` when ``text_search``."""
+    return (
+        yield from retrying(
+            Transaction.write(branch_conversation, source, target, at_turn, text_search=text_search)
+        )
+    )
 
 
 # =========================================================================== transactions
 
 
-def branch_conversation(uow: UnitOfWork, source: str, target: str, at_turn: int) -> BranchLink:
+def branch_conversation(
+    uow: UnitOfWork, source: str, target: str, at_turn: int, *, text_search: bool = True
+) -> BranchLink:
     """Transaction: make ``target`` a branch of ``source`` at ``at_turn`` (see the module).
 
     Raises:
@@ -149,6 +157,7 @@ def branch_conversation(uow: UnitOfWork, source: str, target: str, at_turn: int)
                 stored_message_tokens(row),
                 owner,
                 copy_of=source,
+                text_search=text_search,
             ),
         )
     save_head(

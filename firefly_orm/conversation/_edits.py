@@ -28,6 +28,7 @@ from firefly_orm.conversation._rows import (
     turn_from_entry,
     turn_key,
     turn_message_count,
+    turn_search_text,
 )
 from firefly_orm.conversation._search import save_turn_vector
 from firefly_orm.entry import MemoryEntry, utcnow
@@ -48,6 +49,8 @@ class TurnEdit:
     ``raw`` is the new raw messages already in portable form (``None``: none).
     ``vector``: the vector of the edited turn's text ``vector_text``, made before
     the unit of work (stored when the turn is live and its text is that one).
+    ``text_search``: the rewritten row carries its ``search_text`` (the editing
+    memory's ``text_search``).
     """
 
     user_prompt: str | None = None
@@ -56,6 +59,7 @@ class TurnEdit:
     metadata: dict[str, Any] | None = None
     vector_text: str | None = None
     vector: ModelVector | None = None
+    text_search: bool = True
 
 
 def update_turn(
@@ -98,10 +102,20 @@ def edit_turn(
     encoded = stored_raw(row) if edit.raw is KEEP else edit.raw
     prompt = old.user_prompt if edit.user_prompt is None else edit.user_prompt
     answer = old.assistant_response if edit.assistant_response is None else edit.assistant_response
-    new, saved = rewrite_turn(
-        uow, namespace, row, old, estimator, prompt, answer, encoded, metadata=edit.metadata
+    new = rewrite_turn(
+        uow,
+        namespace,
+        row,
+        old,
+        estimator,
+        prompt,
+        answer,
+        encoded,
+        metadata=edit.metadata,
+        text_search=edit.text_search,
     )
-    if edit.vector is not None and namespace == live and saved.search_text == edit.vector_text:
+    text = turn_search_text(new.user_prompt, new.assistant_response)
+    if edit.vector is not None and namespace == live and text == edit.vector_text:
         save_turn_vector(uow, conversation_id, turn_id, edit.vector)
     if namespace == live and stored_head is not None:
         move_head(
@@ -126,10 +140,12 @@ def rewrite_turn(
     encoded: Any,
     *,
     metadata: dict[str, Any] | None = None,
-) -> tuple[ConversationTurn, MemoryEntry]:
+    text_search: bool,
+) -> ConversationTurn:
     """Save ``row``'s turn ``old`` again with this text and these raw messages (portable
     form; ``metadata=None`` keeps the turn's), its token estimate redone: the new turn
-    (without raw messages) and its row.  An edited copy stays counted in its source only.
+    (without raw messages).  An edited copy stays counted in its source only; the row
+    has ``search_text`` when ``text_search`` (and the turn is live).
     """
     tokens, per_message = estimate_turn(estimator, prompt, answer, encoded)
     new = old.model_copy(
@@ -143,10 +159,16 @@ def rewrite_turn(
         }
     )
     saved = turn_entry(
-        namespace, new, encoded, per_message, user_id=row.user_id, copy_of=copied_from(row)
+        namespace,
+        new,
+        encoded,
+        per_message,
+        user_id=row.user_id,
+        copy_of=copied_from(row),
+        text_search=text_search,
     )
     uow.entries.save(namespace, saved)
-    return new, saved
+    return new
 
 
 def remove_turn(uow: UnitOfWork, conversation_id: str, turn_id: int) -> bool:

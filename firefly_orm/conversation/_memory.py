@@ -77,6 +77,7 @@ _CONFIG_KEYS = (
     "pin_count",
     "recent_count",
     "keep_evicted",
+    "text_search",
 )
 
 
@@ -153,6 +154,16 @@ class ConversationMemory(
             their vectors stored with them, on a store that keeps vectors
             (:mod:`firefly_orm.vector`).  Without one, turns are found by
             their words only.
+        text_search: Index the text of the turns this memory writes (added,
+            imported, copied, branched or edited) for :meth:`search_conversations`
+            in ``"text"`` and ``"hybrid"`` mode (the default).  ``False``: turn
+            rows are written without ``search_text``, so the store spends
+            nothing on its full-text index for them (SQLite's FTS5 tokenizing,
+            PostgreSQL's ``tsvector`` and GIN entries, MongoDB's word list): an
+            append costs about what plain SQLAlchemy code writing the messages
+            costs (see ``bench/README.md``), and text search does not find
+            those turns (vectors, with an ``embedder``, still do).  Rows already
+            stored keep their index entries until they are rewritten.
 
     Token estimates cover what the model sees: the text of a turn's raw
     messages (prompts, answers, tool names, arguments and results) when it has
@@ -196,6 +207,7 @@ class ConversationMemory(
         promotion_scorer: Scorer | None = None,
         user_id: str | None = None,
         embedder: EmbedderLike | None = None,
+        text_search: bool = True,
     ) -> None:
         if estimator is not None and not callable(getattr(estimator, "estimate", None)):
             raise TypeError("estimator must have an estimate(text) -> int method")
@@ -221,8 +233,13 @@ class ConversationMemory(
         self._promotion = _promotion(
             self._store, long_term, auto_promote, importance_threshold, promotion_scorer
         )
+        if not isinstance(text_search, bool):
+            raise TypeError(f"text_search must be a bool, got {type(text_search).__name__}")
         self._policy = ops.Policy(
-            limits=self._limits, keep_evicted=bool(keep_evicted), promotion=self._promotion
+            limits=self._limits,
+            keep_evicted=bool(keep_evicted),
+            promotion=self._promotion,
+            text_search=text_search,
         )
 
     # ------------------------------------------------------------------ settings
@@ -293,6 +310,11 @@ class ConversationMemory(
         return self._policy.keep_evicted
 
     @property
+    def text_search(self) -> bool:
+        """Whether the turn rows this memory writes are in the store's full-text index."""
+        return self._policy.text_search
+
+    @property
     def estimator(self) -> TokenEstimator:
         """The token estimator."""
         return self._estimator
@@ -302,7 +324,8 @@ class ConversationMemory(
             f"ConversationMemory(max_tokens={self.max_tokens}, "
             f"summarize_threshold={self.summarize_threshold}, "
             f"summarizer={'set' if self._summarizer is not None else None}, "
-            f"keep_evicted={self.keep_evicted}, max_messages={self.max_messages}, "
+            f"keep_evicted={self.keep_evicted}, text_search={self.text_search}, "
+            f"max_messages={self.max_messages}, "
             f"pin_count={self.pin_count}, recent_count={self.recent_count}, "
             f"user_id={self._user_id!r}, store={self._store!r})"
         )

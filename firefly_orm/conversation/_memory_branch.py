@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 
 from firefly_orm.bridges._steps import Operation, Transaction
+from firefly_orm.conversation._append import Policy
 from firefly_orm.conversation._branch import BranchLink, read_branches, read_parent
 from firefly_orm.conversation._branch import branch as branch_op
 from firefly_orm.conversation._model import ConversationTurn, check_conversation_id, check_int
@@ -39,6 +40,7 @@ class ConversationBranches(OwnedLayer):
     """
 
     _estimator: TokenEstimator
+    _policy: Policy
 
     def _branch(
         self, conversation_id: str, at_turn: int, *, new_conversation_id: str | None = None
@@ -80,7 +82,8 @@ class ConversationBranches(OwnedLayer):
         )
         if target == conversation_id:
             raise EntryValidationError("new_conversation_id", "must differ from conversation_id")
-        yield from self._as_owner(conversation_id, branch_op(conversation_id, target, at_turn))
+        step = branch_op(conversation_id, target, at_turn, text_search=self._policy.text_search)
+        yield from self._as_owner(conversation_id, step)
         return target
 
     def _branches(self, conversation_id: str) -> Operation[list[BranchLink]]:
@@ -174,5 +177,5 @@ class ConversationBranches(OwnedLayer):
         conversation_id = check_conversation_id(conversation_id)
         if keep is not None and not callable(keep):
             raise TypeError("keep must be callable")
-        op = pop_turn(conversation_id, keep, self._estimator)
+        op = pop_turn(conversation_id, keep, self._estimator, text_search=self._policy.text_search)
         return (yield from self._as_owner(conversation_id, op))

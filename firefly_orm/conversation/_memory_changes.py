@@ -62,6 +62,7 @@ class ConversationChanges(ConversationSearch):
     """
 
     _estimator: TokenEstimator
+    _policy: ops.Policy
 
     def _update_turn(
         self,
@@ -95,6 +96,7 @@ class ConversationChanges(ConversationSearch):
             ),
             raw=KEEP if raw_messages is KEEP else encode_raw_messages(raw_messages),
             metadata=None if metadata is None else check_metadata(metadata),
+            text_search=self._policy.text_search,
         )
         conversation_id = check_conversation_id(conversation_id)
         turn_id = check_int("turn_id", turn_id, 0)
@@ -159,7 +161,13 @@ class ConversationChanges(ConversationSearch):
         )
         if target == conversation_id:
             raise EntryValidationError("new_conversation_id", "must differ from conversation_id")
-        step = Transaction.write(copy_conversation, conversation_id, target, self._estimate)
+        step = Transaction.write(
+            copy_conversation,
+            conversation_id,
+            target,
+            self._estimate,
+            text_search=self._policy.text_search,
+        )
         yield from self._as_owner(conversation_id, retrying(step))
         return target
 
@@ -208,7 +216,9 @@ class ConversationChanges(ConversationSearch):
         unit of work).
         """
         parsed = parse_import(data, conversation_id, self._estimate)
-        (cid,) = yield from import_conversations([parsed], self._user_id, batched=True)
+        (cid,) = yield from import_conversations(
+            [parsed], self._user_id, batched=True, text_search=self._policy.text_search
+        )
         return cid
 
     def _import_conversations(
@@ -233,7 +243,11 @@ class ConversationChanges(ConversationSearch):
             EntryValidationError: An invalid item (named by position and id).
         """
         parsed = parse_imports(list(items), conversation_id, self._estimate)
-        return (yield from import_conversations(parsed, self._user_id))
+        return (
+            yield from import_conversations(
+                parsed, self._user_id, text_search=self._policy.text_search
+            )
+        )
 
     def _verify(self, conversation_id: str) -> Operation[list[Inconsistency]]:
         """Check a conversation's head against its stored turns; write nothing.

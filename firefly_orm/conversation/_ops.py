@@ -258,7 +258,13 @@ def _append_at_once(
             namespace=namespace,
             head_id=derived_entry_id(namespace, HEAD_KEY),
             conversation_id=conversation_id,
-            row=turn_entry(namespace, turn, new_turn.encoded_raw, new_turn.message_tokens),
+            row=turn_entry(
+                namespace,
+                turn,
+                new_turn.encoded_raw,
+                new_turn.message_tokens,
+                text_search=policy.text_search,
+            ),
             tokens=turn.token_estimate,
             messages=turn.message_count,
             token_cap=eviction_caps(limits)[0],
@@ -317,8 +323,13 @@ def replace_conversation(
     turns: Sequence[EncodedTurn],
     summary: str | None,
     owner: str | None = None,
+    *,
+    text_search: bool = True,
 ) -> None:
     """Replace the turns (and archive) of a conversation; keep its summary unless given one.
+
+    ``text_search``: the new turn rows carry their ``search_text``
+    (:func:`~firefly_orm.conversation._rows.turn_entry`).
 
     A branch replaced this way is no longer one (:func:`~firefly_orm.conversation._branch.detach`).
 
@@ -340,7 +351,14 @@ def replace_conversation(
         uow.entries.delete(namespace, [row.entry_id for row in old])
     uow.entries.clear(archive_namespace(conversation_id))
     for item in turns:
-        row = turn_entry(namespace, item.turn, item.encoded_raw, item.message_tokens, owner)
+        row = turn_entry(
+            namespace,
+            item.turn,
+            item.encoded_raw,
+            item.message_tokens,
+            owner,
+            text_search=text_search,
+        )
         uow.entries.save(namespace, row)
     save_head(
         uow,

@@ -76,10 +76,14 @@ def rewind(conversation_id: str, to_turn: int) -> Operation[list[int]]:
 
 
 def pop_turn(
-    conversation_id: str, keep: KeepPart | None, estimator: Estimator
+    conversation_id: str, keep: KeepPart | None, estimator: Estimator, *, text_search: bool = True
 ) -> Operation[ConversationTurn | None]:
     """Pop the newest turn of ``conversation_id`` (see :func:`pop_newest`)."""
-    return (yield from retrying(Transaction.write(pop_newest, conversation_id, keep, estimator)))
+    return (
+        yield from retrying(
+            Transaction.write(pop_newest, conversation_id, keep, estimator, text_search=text_search)
+        )
+    )
 
 
 def purge_rewound(conversation_id: str) -> Operation[int]:
@@ -137,10 +141,17 @@ def rewind_conversation(uow: UnitOfWork, conversation_id: str, to_turn: int) -> 
 
 
 def pop_newest(
-    uow: UnitOfWork, conversation_id: str, keep: KeepPart | None, estimator: Estimator
+    uow: UnitOfWork,
+    conversation_id: str,
+    keep: KeepPart | None,
+    estimator: Estimator,
+    *,
+    text_search: bool = True,
 ) -> ConversationTurn | None:
     """Transaction: remove the newest retained turn (or keep what ``keep`` says of it),
     moving the head's totals by the difference; return the turn as it was.
+
+    A kept part is written with its ``search_text`` when ``text_search``.
 
     ``None`` (nothing written) when the conversation has no retained turn.
     """
@@ -161,7 +172,9 @@ def pop_newest(
     else:
         prompt, answer, raw = remainder
         encoded = encode_raw_messages(raw)
-        new, _row = rewrite_turn(uow, namespace, row, old, estimator, prompt, answer, encoded)
+        new = rewrite_turn(
+            uow, namespace, row, old, estimator, prompt, answer, encoded, text_search=text_search
+        )
         tokens = new.token_estimate - old.token_estimate
         messages, turns = new.message_count - old.message_count, 0
     move_head(uow, conversation_id, stored_head, tokens=tokens, messages=messages, turns=turns)

@@ -24,8 +24,9 @@ Every row is a :class:`~firefly_orm.entry.MemoryEntry` with scope
 
   A turn row of a live conversation has ``search_text`` (:func:`turn_search_text`:
   the prompt, a newline, the answer), so the store's full-text index finds it
-  (:mod:`firefly_orm.conversation._search`); rows written by earlier releases
-  have none and are found by meaning only.
+  (:mod:`firefly_orm.conversation._search`); rows written by earlier releases,
+  or by a memory with ``text_search=False``, have none and are found by
+  meaning only.
 
 * namespace ``conversation-archive:<id>``: evicted turns when ``keep_evicted=True``
   (no ``search_text``: evicted turns are not searched).
@@ -216,8 +217,16 @@ def turn_entry(
     message_tokens: Sequence[int] | None = None,
     user_id: str | None = None,
     copy_of: str | None = None,
+    *,
+    text_search: bool,
 ) -> MemoryEntry:
     """The row of ``turn`` in ``namespace``, its raw messages already encoded.
+
+    ``text_search``: give the row its ``search_text`` (:func:`turn_search_text`)
+    when ``namespace`` is a live conversation's, so the store's full-text
+    index holds it; ``False`` writes it without (the memory's
+    ``text_search=False``: text search does not find the turn, and a store
+    spends nothing on indexing it).
 
     ``copy_of``: the conversation the turn was copied from (a branch, a copy),
     kept in the row's metadata (:data:`~firefly_orm._layout.TURN_COPY_OF`) so
@@ -253,7 +262,7 @@ def turn_entry(
                 "calls": calls,
                 "results": results,
             }
-    searchable = namespace.startswith(CONVERSATION_NAMESPACE_PREFIX)
+    searchable = text_search and namespace.startswith(CONVERSATION_NAMESPACE_PREFIX)
     return conversation_row(
         namespace,
         turn_key(turn.turn_id),
@@ -279,6 +288,7 @@ def archived_turn_entry(namespace: str, stored: MemoryEntry, turn: ConversationT
         stored_message_tokens(stored),
         user_id=stored.user_id,
         copy_of=copied_from(stored),
+        text_search=False,  # an archive is never searched
     )
 
 

@@ -277,7 +277,11 @@ def parse_imports(
 
 
 def import_conversations(
-    conversations: Sequence[ParsedImport], owner: str | None = None, *, batched: bool = False
+    conversations: Sequence[ParsedImport],
+    owner: str | None = None,
+    *,
+    batched: bool = False,
+    text_search: bool = True,
 ) -> Operation[list[str]]:
     """Replace every conversation of ``conversations`` in ONE unit of work; return their ids.
 
@@ -290,16 +294,23 @@ def import_conversations(
     (:func:`import_in_batches`), each its own short unit of work, so no
     transaction outlives a server's limit (MongoDB aborts transactions older
     than 60 seconds).
+
+    ``text_search``: the turn rows carry their ``search_text``
+    (:func:`~firefly_orm.conversation._rows.turn_entry`).
     """
     if batched and len(conversations) == 1 and len(conversations[0][1]) > IMPORT_BATCH_TURNS:
-        yield from import_in_batches(conversations[0], owner)
+        yield from import_in_batches(conversations[0], owner, text_search=text_search)
     else:
-        yield from retrying(Transaction.write(replace_conversations, conversations, owner))
+        yield from retrying(
+            Transaction.write(replace_conversations, conversations, owner, text_search=text_search)
+        )
     yield from refresh_statistics(sum(len(parsed[1]) for parsed in conversations))
     return [parsed[0] for parsed in conversations]
 
 
-def import_in_batches(conversation: ParsedImport, owner: str | None = None) -> Operation[None]:
+def import_in_batches(
+    conversation: ParsedImport, owner: str | None = None, *, text_search: bool = True
+) -> Operation[None]:
     """Replace one conversation's turns in units of work of :data:`IMPORT_BATCH_TURNS` turns.
 
     The first unit of work replaces the conversation with the first batch
@@ -319,14 +330,18 @@ def import_in_batches(conversation: ParsedImport, owner: str | None = None) -> O
     done = yield from Transaction.read(imported_batches, cid, turns, summary, owner)
     if done == 0:
         first = (cid, turns[:size], *conversation[2:])
-        yield from retrying(Transaction.write(_replace_one, first, owner))
+        yield from retrying(Transaction.write(_replace_one, first, owner, text_search))
         done = 1
     else:
         logger.info("resuming the import of conversation %r after %d turns", cid, done * size)
     for start in range(done * size, len(turns), size):
         expected_next = turns[start - 1].turn.turn_id + 1
         batch = turns[start : start + size]
-        yield from retrying(Transaction.write(append_imported, cid, batch, expected_next, owner))
+        yield from retrying(
+            Transaction.write(
+                append_imported, cid, batch, expected_next, owner, text_search=text_search
+            )
+        )
     logger.info(
         "imported conversation %r: %d turns in %d units of work",
         cid,
@@ -368,7 +383,9 @@ def imported_batches(
         return 0
     user_id = stored_head.user_id
     for row, item in zip(rows, turns, strict=False):
-        expected = turn_entry(namespace, item.turn, item.encoded_raw, item.message_tokens, user_id)
+        expected = turn_entry(  # the content is compared, which text_search does not change
+            namespace, item.turn, item.encoded_raw, item.message_tokens, user_id, text_search=True
+        )
         if (row.key, row.content) != (expected.key, _as_stored(expected.content)):
             return 0
     return done
@@ -385,6 +402,8 @@ def append_imported(
     batch: Sequence[EncodedTurn],
     expected_next: int,
     owner: str | None = None,
+    *,
+    text_search: bool = True,
 ) -> None:
     """Transaction: append the next batch of an import (:func:`import_in_batches`).
 
@@ -414,7 +433,14 @@ def append_imported(
     for item in batch:
         uow.entries.save(
             namespace,
-            turn_entry(namespace, item.turn, item.encoded_raw, item.message_tokens, user_id),
+            turn_entry(
+                namespace,
+                item.turn,
+                item.encoded_raw,
+                item.message_tokens,
+                user_id,
+                text_search=text_search,
+            ),
         )
     save_head(
         uow,
@@ -431,18 +457,24 @@ def append_imported(
 
 
 def replace_conversations(
-    uow: UnitOfWork, conversations: Sequence[ParsedImport], owner: str | None = None
+    uow: UnitOfWork,
+    conversations: Sequence[ParsedImport],
+    owner: str | None = None,
+    *,
+    text_search: bool = True,
 ) -> None:
     """Transaction: :func:`~firefly_orm.conversation._ops.replace_conversation` for each
     one (new ones belong to ``owner``; with an ``owner``, existing ones must be theirs)."""
     for parsed in conversations:
-        _replace_one(uow, parsed, owner)
+        _replace_one(uow, parsed, owner, text_search)
 
 
-def _replace_one(uow: UnitOfWork, parsed: ParsedImport, owner: str | None) -> None:
+def _replace_one(
+    uow: UnitOfWork, parsed: ParsedImport, owner: str | None, text_search: bool = True
+) -> None:
     """Transaction: replace one conversation with an import, listing fields and state included."""
     cid, turns, summary, listing, state = parsed
-    replace_conversation(uow, cid, turns, summary, owner)
+    replace_conversation(uow, cid, turns, summary, owner, text_search=text_search)
     _restore_listing(uow, cid, listing)
     if state is not None:  # the rows carry the owner the conversation was left with
         row = owner_row(uow, cid)
@@ -450,7 +482,12 @@ def _replace_one(uow: UnitOfWork, parsed: ParsedImport, owner: str | None) -> No
 
 
 def copy_conversation(
-    uow: UnitOfWork, source: str, target: str, estimate: Callable[[str, str], int]
+    uow: UnitOfWork,
+    source: str,
+    target: str,
+    estimate: Callable[[str, str], int],
+    *,
+    text_search: bool = True,
 ) -> None:
     """Transaction: ``target`` becomes a copy of ``source`` (its retained turns with
     their ids, raw messages, metadata and times, its summary and its own state),
@@ -463,7 +500,7 @@ def copy_conversation(
     if row is None:
         raise ConversationNotFoundError(source)
     _cid, turns, summary, _listing, state = parse_import(read_export(uow, source), target, estimate)
-    replace_conversation(uow, target, turns, summary, row.user_id)
+    replace_conversation(uow, target, turns, summary, row.user_id, text_search=text_search)
     replace_conversation_state(uow, target, state or {}, row.user_id)
     # The copied turns say so (usage totals count the original turns only).
     namespace = conversation_namespace(target)

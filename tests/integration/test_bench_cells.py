@@ -203,13 +203,16 @@ def test_the_targets_table_holds_ours_against_the_anchor_the_hardest_peer_and_op
             result("sqlite", "async", "firefly_orm", ours, 1.0, 1.0, 1.0),
             result("sqlite", "async", openai, peer, 0.5, 0.6, 0.9),
             result("sqlite", "async", "other peer", peer, 0.1, 0.1, 0.1),
+            result("sqlite", "async", "unindexed", cells.OURS_UNINDEXED, 0.5, 0.5, 0.5),
         ]
     )
     rows = [line.split() for line in table.splitlines()[2:]]
-    assert [row[-3:] for row in rows] == [
-        ["<=", "1x", "yes"],  # 0.50-0.80x the anchor
-        ["<=", "1x", "NO"],  # 1.25x the fast peer, the hardest to beat
-        ["<=", "1.25x", "NO"],  # 1.11-2.00x OpenAI's session: median 1.67
+    assert [(row[4], *row[-3:]) for row in rows] == [  # (row[0:2]: "W1 append")
+        ("default", "<=", "1x", "yes"),  # 0.50-0.80x the anchor
+        ("default", "<=", "1x", "NO"),  # 1.25x the fast peer, the hardest to beat
+        ("default", "<=", "1.25x", "NO"),  # 1.11-2.00x OpenAI's session: median 1.67
+        ("unindexed", "<=", "1.25x", "yes"),  # 0.56-1.00x OpenAI's session: median 0.83
     ]
+    assert "0.56-1.00x" in table
     assert "0.50-0.80x" in table and "1.25x" in table and "1.11-2.00x" in table
     assert "fast peer" in table and "slow peer" not in table and "other peer" not in table

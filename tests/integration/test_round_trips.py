@@ -481,7 +481,10 @@ def _request(namespace: str, turn: int) -> Any:
     from firefly_orm.sql._ops import TurnAppend
 
     row = turn_entry(
-        namespace, ConversationTurn(turn_id=turn, user_prompt="q", assistant_response="a"), None
+        namespace,
+        ConversationTurn(turn_id=turn, user_prompt="q", assistant_response="a"),
+        None,
+        text_search=True,
     )
     return TurnAppend(
         namespace=namespace,

@@ -108,7 +108,9 @@ def conversations(draw: st.DrawFn) -> list[tuple[ConversationTurn, Any, list[int
 
 def stored(turn: ConversationTurn, encoded: Any, per_message: list[int] | None) -> Any:
     """A turn row's content as a store hands it back (JSON)."""
-    return json.loads(json.dumps(turn_entry(NAMESPACE, turn, encoded, per_message).content))
+    return json.loads(
+        json.dumps(turn_entry(NAMESPACE, turn, encoded, per_message, text_search=True).content)
+    )
 
 
 limits = st.tuples(st.none() | st.integers(0, 120), st.none() | st.integers(0, 14))
@@ -308,7 +310,7 @@ def test_unsplit_estimates_give_the_same_context_windows(
 def test_estimates_are_stored_only_where_a_window_may_start_inside_the_turn() -> None:
     def row_for(raw: list[dict[str, Any]], per_message: list[int] | None) -> MemoryEntry:
         turn = ConversationTurn(turn_id=1, user_prompt="q", assistant_response="a")
-        return turn_entry(NAMESPACE, turn, encode_raw_messages(raw), per_message)
+        return turn_entry(NAMESPACE, turn, encode_raw_messages(raw), per_message, text_search=True)
 
     plain = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     assert row_for(plain, [3, 4]).content["message_tokens"] == []
