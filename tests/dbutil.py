@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import sqlalchemy as sa
@@ -76,3 +78,19 @@ def describe_plan(nodes: list[dict[str, Any]]) -> str:
         f"[rows={n['Plan Rows']}]"
         for n in nodes
     )
+
+
+@contextlib.contextmanager
+def statements_sent(engine: sa.Engine) -> Iterator[list[tuple[str, bool]]]:
+    """Each statement sent on ``engine`` inside the block: (its first word, sent as
+    cached SQL text, not a compiled Core statement?)."""
+    sent: list[tuple[str, bool]] = []
+
+    def record(_conn: Any, _cursor: Any, sql: str, _params: Any, context: Any, _many: Any) -> None:
+        sent.append((sql.split()[0], context.compiled is None))
+
+    sa.event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", record)

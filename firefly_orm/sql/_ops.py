@@ -391,8 +391,7 @@ def append_turn(target: Target, request: TurnAppend) -> AppendedHead | None:
         row_search_text=values["search_text"],
         row_search_language=values["search_language"],
     )
-    stmt = st.append_turn_statement(request.owner is not None)
-    row = _execute(target, stmt, params).first()
+    row = _first(target, st.append_turn_statement(request.owner is not None), params)
     return None if row is None else AppendedHead(row[0], row[1], row[2])
 
 

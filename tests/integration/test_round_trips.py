@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from dbutil import statements_sent
 from store_backends import OpenedBackend, backend_params, open_backend
 
 from firefly_orm.conversation import ConversationMemory
@@ -317,6 +318,29 @@ def test_a_threshold_below_the_budget_keeps_the_one_statement_append(
 
 
 # ------------------------------------------------------------------ the one-statement append
+
+
+#: What a turn that needs no eviction sends: (first word, as cached SQL text?).
+CACHED_APPEND = {
+    "sqlite": [("UPDATE", True), ("INSERT", True)],  # (after the engine's BEGIN IMMEDIATE)
+    "postgres": [("WITH", True)],
+}
+
+
+def test_the_one_statement_append_runs_as_cached_text(sql_env: OpenedBackend) -> None:
+    """Issue 35: the append's statements go through ``exec_driver_sql`` as cached text
+    (no compiled Core statement: no per-call cache key or schema rendering)."""
+    store = sql_env.store
+    memory = ConversationMemory(store=store)
+    memory.add_turn("c", "hi", "hello")  # a new conversation: the general path
+    with statements_sent(store.engine) as sent:
+        memory.add_turn("c", "again", "sure")
+    assert [s for s in sent if s[0] != "BEGIN"] == CACHED_APPEND[sql_env.name], sent
+    assert [(t.turn_id, t.assistant_response) for t in memory.get_turns("c")] == [
+        (0, "hello"),
+        (1, "sure"),
+    ]
+    _close(store, "sync")
 
 
 def _turns_script(memory: ConversationMemory, cid: str) -> None:

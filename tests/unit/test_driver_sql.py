@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from dbutil import statements_sent
 
 from firefly_orm.sql import _driver_sql as ds
 
@@ -72,21 +71,6 @@ def test_schema_map_rendered_and_expanding_falls_back(tmp_path: Path) -> None:
     engine.dispose()
 
 
-@contextlib.contextmanager
-def _statements_sent(engine: sa.Engine) -> Iterator[list[tuple[str, bool]]]:
-    """Each statement sent inside the block: (its first word, sent as cached text?)."""
-    sent: list[tuple[str, bool]] = []
-
-    def record(_conn: Any, _cursor: Any, sql: str, _params: Any, context: Any, _many: Any) -> None:
-        sent.append((sql.split()[0], context.compiled is None))
-
-    sa.event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", record)
-
-
 def test_sqlite_append_runs_cached_text(tmp_path: Path) -> None:
     """A turn that needs no eviction: the head bump and the insert go as cached SQL text
     (no compiled Core statement, so no per-call cache key), and nothing else runs."""
@@ -96,7 +80,7 @@ def test_sqlite_append_runs_cached_text(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "s.sqlite3")
     memory = ConversationMemory(store=store)
     memory.add_turn("c", "hi", "hello")  # a new conversation: the general path
-    with _statements_sent(store.engine) as sent:
+    with statements_sent(store.engine) as sent:
         memory.add_turn("c", "again", "sure")
     # (BEGIN IMMEDIATE is the engine's begin hook; then two texts, no compiled statement)
     assert [s for s in sent if s[0] != "BEGIN"] == [("UPDATE", True), ("INSERT", True)], sent
@@ -118,7 +102,7 @@ def test_conversation_reads_run_cached_text(tmp_path: Path) -> None:
     for n in range(3):
         said = [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
         memory.add_turn("c", f"q{n}", f"a{n}", said)
-    with _statements_sent(store.engine) as sent:
+    with statements_sent(store.engine) as sent:
         history = memory.get_message_history("c")
         recent = memory.get_recent_messages("c", 2)
     assert [s for s in sent if s[0] != "BEGIN"] == [("SELECT", True), ("SELECT", True)], sent
