@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
@@ -60,6 +61,7 @@ def _library_rows(conversations: list[tuple[str, list[tuple[str, str, Any]]]]) -
     )
     from firefly_orm.sql._statements import entry_values
 
+    has_text_search = "text_search" in inspect.signature(turn_entry).parameters
     rows = []
     for cid, turns in conversations:
         namespace = conversation_namespace(cid)
@@ -72,9 +74,9 @@ def _library_rows(conversations: list[tuple[str, list[tuple[str, str, Any]]]]) -
                 token_estimate=estimate_tokens(user, assistant),
             )
             encoded = encode_raw_messages(messages)
-            try:
+            if has_text_search:
                 row = turn_entry(namespace, turn, encoded, text_search=True)
-            except TypeError:  # a version before ConversationMemory(text_search=...)
+            else:  # a version before ConversationMemory(text_search=...)
                 row = turn_entry(namespace, turn, encoded)  # type: ignore[call-arg]
             rows.append(entry_values(namespace, row))
             total += turn.token_estimate

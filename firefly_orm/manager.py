@@ -659,7 +659,7 @@ def _clone_transaction(
     conversation_id: str | None,
     copy_id: str | None,
     estimate: Any,
-    text_search: bool = True,
+    text_search: bool,
 ) -> None:
     """:meth:`MemoryManager.clone_for_isolation`'s unit of work: facts, then the conversation."""
     for fact in uow.entries.list(source_scope):

@@ -106,9 +106,7 @@ class BranchLink:
 # =========================================================================== operations
 
 
-def branch(
-    source: str, target: str, at_turn: int, *, text_search: bool = True
-) -> Operation[BranchLink]:
+def branch(source: str, target: str, at_turn: int, *, text_search: bool) -> Operation[BranchLink]:
     """Branch ``source`` at ``at_turn`` into the new conversation ``target`` (one unit of
     work, retried on a lost race); the copied rows carry ``search_text`` when ``text_search``."""
     return (
@@ -122,7 +120,7 @@ def branch(
 
 
 def branch_conversation(
-    uow: UnitOfWork, source: str, target: str, at_turn: int, *, text_search: bool = True
+    uow: UnitOfWork, source: str, target: str, at_turn: int, *, text_search: bool
 ) -> BranchLink:
     """Transaction: make ``target`` a branch of ``source`` at ``at_turn`` (see the module).
 

@@ -10,7 +10,7 @@ head's totals count only retained turns, so they do not change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from firefly_orm.bridges._steps import Operation, Transaction, retrying
@@ -59,7 +59,7 @@ class TurnEdit:
     metadata: dict[str, Any] | None = None
     vector_text: str | None = None
     vector: ModelVector | None = None
-    text_search: bool = True
+    text_search: bool = field(kw_only=True)
 
 
 def update_turn(

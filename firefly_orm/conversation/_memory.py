@@ -156,14 +156,17 @@ class ConversationMemory(
             their words only.
         text_search: Index the text of the turns this memory writes (added,
             imported, copied, branched or edited) for :meth:`search_conversations`
-            in ``"text"`` and ``"hybrid"`` mode (the default).  ``False``: turn
-            rows are written without ``search_text``, so the store spends
-            nothing on its full-text index for them (SQLite's FTS5 tokenizing,
-            PostgreSQL's ``tsvector`` and GIN entries, MongoDB's word list): an
-            append costs about what plain SQLAlchemy code writing the messages
-            costs (see ``bench/README.md``), and text search does not find
-            those turns (vectors, with an ``embedder``, still do).  Rows already
-            stored keep their index entries until they are rewritten.
+            (the default).  ``False``: turn rows are written without
+            ``search_text``, so the store spends nothing on its full-text
+            index for them (SQLite's FTS5 tokenizing, PostgreSQL's ``tsvector``
+            and GIN entries, MongoDB's word list): an append costs about what
+            plain SQLAlchemy code writing the messages costs (see
+            ``bench/README.md``), and no search finds those turns.  A turn this
+            memory rewrites (an edit, a pop's remainder) leaves the index, and
+            its vector goes with its ``search_text``, as always.  Turns already
+            stored keep their entries until rewritten.  Not with an
+            ``embedder``: a turn's vector is kept only while its
+            ``search_text`` is, so vectors need indexed turns.
 
     Token estimates cover what the model sees: the text of a turn's raw
     messages (prompts, answers, tool names, arguments and results) when it has
@@ -234,7 +237,13 @@ class ConversationMemory(
             self._store, long_term, auto_promote, importance_threshold, promotion_scorer
         )
         if not isinstance(text_search, bool):
-            raise TypeError(f"text_search must be a bool, got {type(text_search).__name__}")
+            raise EntryValidationError("text_search", f"must be a bool, got {text_search!r}")
+        if not text_search and self._embedding is not None:
+            raise EntryValidationError(
+                "text_search",
+                "cannot be False with an embedder: a turn's vector is kept only while "
+                "its search_text is",
+            )
         self._policy = ops.Policy(
             limits=self._limits,
             keep_evicted=bool(keep_evicted),
@@ -274,8 +283,15 @@ class ConversationMemory(
         return self._limits
 
     def config(self) -> dict[str, Any]:
-        """The configuration as a JSON-ready dict (what :meth:`to_dict` carries)."""
-        return {name: getattr(self, name) for name in _CONFIG_KEYS}
+        """The configuration as a JSON-ready dict (what :meth:`to_dict` carries).
+
+        ``"text_search"`` is there only when it is ``False`` (releases before it
+        refuse the key, so a default memory's dict stays readable by them).
+        """
+        config = {name: getattr(self, name) for name in _CONFIG_KEYS}
+        if config["text_search"]:
+            del config["text_search"]
+        return config
 
     @property
     def user_id(self) -> str | None:

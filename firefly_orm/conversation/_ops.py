@@ -324,7 +324,7 @@ def replace_conversation(
     summary: str | None,
     owner: str | None = None,
     *,
-    text_search: bool = True,
+    text_search: bool,
 ) -> None:
     """Replace the turns (and archive) of a conversation; keep its summary unless given one.
 

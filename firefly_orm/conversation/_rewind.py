@@ -76,7 +76,7 @@ def rewind(conversation_id: str, to_turn: int) -> Operation[list[int]]:
 
 
 def pop_turn(
-    conversation_id: str, keep: KeepPart | None, estimator: Estimator, *, text_search: bool = True
+    conversation_id: str, keep: KeepPart | None, estimator: Estimator, *, text_search: bool
 ) -> Operation[ConversationTurn | None]:
     """Pop the newest turn of ``conversation_id`` (see :func:`pop_newest`)."""
     return (
@@ -146,7 +146,7 @@ def pop_newest(
     keep: KeepPart | None,
     estimator: Estimator,
     *,
-    text_search: bool = True,
+    text_search: bool,
 ) -> ConversationTurn | None:
     """Transaction: remove the newest retained turn (or keep what ``keep`` says of it),
     moving the head's totals by the difference; return the turn as it was.

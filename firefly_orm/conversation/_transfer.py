@@ -281,7 +281,7 @@ def import_conversations(
     owner: str | None = None,
     *,
     batched: bool = False,
-    text_search: bool = True,
+    text_search: bool,
 ) -> Operation[list[str]]:
     """Replace every conversation of ``conversations`` in ONE unit of work; return their ids.
 
@@ -309,7 +309,7 @@ def import_conversations(
 
 
 def import_in_batches(
-    conversation: ParsedImport, owner: str | None = None, *, text_search: bool = True
+    conversation: ParsedImport, owner: str | None = None, *, text_search: bool
 ) -> Operation[None]:
     """Replace one conversation's turns in units of work of :data:`IMPORT_BATCH_TURNS` turns.
 
@@ -403,7 +403,7 @@ def append_imported(
     expected_next: int,
     owner: str | None = None,
     *,
-    text_search: bool = True,
+    text_search: bool,
 ) -> None:
     """Transaction: append the next batch of an import (:func:`import_in_batches`).
 
@@ -461,7 +461,7 @@ def replace_conversations(
     conversations: Sequence[ParsedImport],
     owner: str | None = None,
     *,
-    text_search: bool = True,
+    text_search: bool,
 ) -> None:
     """Transaction: :func:`~firefly_orm.conversation._ops.replace_conversation` for each
     one (new ones belong to ``owner``; with an ``owner``, existing ones must be theirs)."""
@@ -470,7 +470,7 @@ def replace_conversations(
 
 
 def _replace_one(
-    uow: UnitOfWork, parsed: ParsedImport, owner: str | None, text_search: bool = True
+    uow: UnitOfWork, parsed: ParsedImport, owner: str | None, text_search: bool
 ) -> None:
     """Transaction: replace one conversation with an import, listing fields and state included."""
     cid, turns, summary, listing, state = parsed
@@ -487,7 +487,7 @@ def copy_conversation(
     target: str,
     estimate: Callable[[str, str], int],
     *,
-    text_search: bool = True,
+    text_search: bool,
 ) -> None:
     """Transaction: ``target`` becomes a copy of ``source`` (its retained turns with
     their ids, raw messages, metadata and times, its summary and its own state),

@@ -200,6 +200,7 @@ def test_the_targets_table_holds_ours_against_the_anchor_the_hardest_peer_and_op
             result("postgres", "sync", "plain SQLAlchemy ORM", anchor, 4.0, 2.5, 3.0),
             result("postgres", "sync", "slow peer", peer, 8.0, 8.0, 8.0),
             result("postgres", "sync", "fast peer", peer, 1.6, 1.6, 1.6),
+            result("postgres", "sync", "unindexed", cells.OURS_UNINDEXED, 1.0, 1.0, 1.0),
             result("sqlite", "async", "firefly_orm", ours, 1.0, 1.0, 1.0),
             result("sqlite", "async", openai, peer, 0.5, 0.6, 0.9),
             result("sqlite", "async", "other peer", peer, 0.1, 0.1, 0.1),
@@ -210,9 +211,11 @@ def test_the_targets_table_holds_ours_against_the_anchor_the_hardest_peer_and_op
     assert [(row[4], *row[-3:]) for row in rows] == [  # (row[0:2]: "W1 append")
         ("default", "<=", "1x", "yes"),  # 0.50-0.80x the anchor
         ("default", "<=", "1x", "NO"),  # 1.25x the fast peer, the hardest to beat
+        ("unindexed", "<=", "1x", "yes"),  # 0.25-0.40x the anchor
+        ("unindexed", "<=", "1x", "yes"),  # 0.62x the fast peer (the slow one: 0.12x)
         ("default", "<=", "1.25x", "NO"),  # 1.11-2.00x OpenAI's session: median 1.67
         ("unindexed", "<=", "1.25x", "yes"),  # 0.56-1.00x OpenAI's session: median 0.83
     ]
-    assert "0.56-1.00x" in table
+    assert "0.56-1.00x" in table and "0.25-0.40x" in table and "0.62x" in table
     assert "0.50-0.80x" in table and "1.25x" in table and "1.11-2.00x" in table
     assert "fast peer" in table and "slow peer" not in table and "other peer" not in table

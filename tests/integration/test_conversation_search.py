@@ -153,6 +153,27 @@ def test_no_turn_vector_outlives_its_turn(store: Any) -> None:
     assert memory.search_conversations("email", mode="hybrid") == []
 
 
+def test_a_turn_rewritten_without_search_text_loses_its_vector(store: Any) -> None:
+    """``text_search=False`` (no embedder allowed with it): a turn with a vector that such
+    a memory rewrites leaves the text index and its vector with it, so no vector is
+    left beside a row without ``search_text``; the other turns keep theirs."""
+    memory = ConversationMemory(store=store, embedder=ConceptEmbeddingModel(), max_tokens=None)
+    quiet = ConversationMemory(store=store, max_tokens=None, text_search=False)
+    cid = memory.new_conversation()
+    for i in range(3):
+        memory.add_turn(cid, f"question {i} about email", f"answer {i}")
+    with store.unit_of_work() as uow:
+        rows = uow.entries.list(conversation_namespace(cid), key_prefix="turn:")
+    assert _vector_ids(store, cid) == {row.entry_id for row in rows}
+    quiet.update_turn(cid, 1, metadata={"seen": True})
+    quiet.pop_turn(cid, keep=lambda t: (t.user_prompt, "shorter", []))
+    assert _vector_ids(store, cid) == {rows[0].entry_id}
+    found = memory.search_conversations("email", mode="semantic", limit=10)
+    assert [m.turn_id for m in found] == [0]
+    with pytest.raises(EntryValidationError, match="text_search"):
+        ConversationMemory(store=store, embedder=ConceptEmbeddingModel(), text_search=False)
+
+
 @pytest.fixture(params=["memory", "sqlite"])
 def small_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     """A store that keeps vectors, for what the layers above the stores add (every store

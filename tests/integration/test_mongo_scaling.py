@@ -83,11 +83,11 @@ def test_a_failed_batch_leaves_a_prefix_and_a_rerun_completes_it(
     real = transfer.append_imported
     calls = Counter[str]()
 
-    def failing(uow: Any, cid: str, batch: Any, *args: Any) -> None:
+    def failing(uow: Any, cid: str, batch: Any, *args: Any, **kwargs: Any) -> None:
         calls["batch"] += 1
         if calls["batch"] == 2:  # the third unit of work (the first replaces)
             raise StoreError("injected: the server went away")
-        real(uow, cid, batch, *args)
+        real(uow, cid, batch, *args, **kwargs)
 
     monkeypatch.setattr(transfer, "append_imported", failing)
     data = _export(4 * BATCH + 3)
@@ -113,13 +113,13 @@ def _count_batches(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
     written = Counter[str]()
     replace, append = replace_conversation, transfer.append_imported
 
-    def counted_replace(*args: Any) -> None:
+    def counted_replace(*args: Any, **kwargs: Any) -> None:
         written["replace"] += 1
-        replace(*args)
+        replace(*args, **kwargs)
 
-    def counted_append(*args: Any) -> None:
+    def counted_append(*args: Any, **kwargs: Any) -> None:
         written["append"] += 1
-        append(*args)
+        append(*args, **kwargs)
 
     monkeypatch.setattr(transfer, "replace_conversation", counted_replace)
     monkeypatch.setattr(transfer, "append_imported", counted_append)
@@ -133,7 +133,7 @@ def test_an_interrupted_import_is_not_resumed_by_another_one(
     memory = ConversationMemory(store=store, max_tokens=UNLIMITED, summarize_threshold=UNLIMITED)
     real = transfer.append_imported
 
-    def failing(*args: Any) -> None:
+    def failing(*args: Any, **kwargs: Any) -> None:
         raise StoreError("injected")
 
     monkeypatch.setattr(transfer, "append_imported", failing)

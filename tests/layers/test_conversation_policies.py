@@ -342,7 +342,6 @@ async def test_get_recent_and_dict_round_trip_with_configuration(
         "pin_count": 1,
         "recent_count": 2,
         "keep_evicted": False,
-        "text_search": True,
     }
     copy = ConversationMemory.from_dict(data, store=layer_backend.store, conversation_id="copy")
     assert (copy.max_messages, copy.pin_count, copy.recent_count) == (10, 1, 2)

@@ -1,9 +1,10 @@
 """``ConversationMemory(text_search=False)``: turns written without full-text index entries.
 
 On every memory-layer backend (conftest's ``layer_backend``), sync everywhere
-and async on two: every way a memory writes a turn row (an append, the
-one-statement SQL append that follows it, a batch, an import, a copy, a
-branch, an edit, a popped remainder) leaves the row without ``search_text``,
+and async on two: every way a memory writes a turn row (an append: on SQL the
+one-statement append, and the general path an eviction takes; a batch, an
+import, a copy, a branch, an edit, a popped remainder) leaves the row without
+``search_text``,
 so text search finds none of them; a default memory's turns are found beside
 them, and a default memory's edit of an unindexed turn indexes it.  On SQLite
 and PostgreSQL the index itself is read: no FTS5 document and no ``tsvector``
@@ -27,7 +28,9 @@ from firefly_orm.conversation import (
     conversation_namespace,
     turn_key,
 )
+from firefly_orm.errors import EntryValidationError
 from firefly_orm.sql import SQLAlchemyStore
+from firefly_orm.testing.embeddings import ConceptEmbeddingModel
 
 #: A word no turn of these tests holds but those that say it.
 WORD = "zeppelin"
@@ -68,7 +71,7 @@ async def test_no_turn_row_of_an_unindexed_memory_is_in_the_text_index(
     sql = isinstance(store, SQLAlchemyStore)
     cid: str = await call(mode, quiet, "new_conversation")
     before = _indexed_rows(store) if sql else 0  # (a store makes its table on first use)
-    for n in range(4):  # the first append takes the general path, the next the one-statement one
+    for n in range(4):  # (on SQL: the one-statement append)
         await call(mode, quiet, "add_turn", cid, f"{WORD} question {n}", f"{WORD} answer {n}")
     await call(
         mode,
@@ -85,9 +88,15 @@ async def test_no_turn_row_of_an_unindexed_memory_is_in_the_text_index(
     branched: str = await call(mode, quiet, "branch", cid, 2)
     await call(mode, quiet, "update_turn", cid, 1, assistant_response=f"{WORD} edited")
     await call(mode, quiet, "pop_turn", cid, keep=lambda t: (t.user_prompt, f"{WORD} kept", []))
-    assert len({cid, imported, copied, branched}) == 4
+    # An append that evicts: the general path (on SQL too).
+    evicting = ConversationMemory(store=store, max_messages=2, text_search=False)
+    trimmed: str = await call(mode, evicting, "new_conversation")
+    for n in range(2):
+        await call(mode, evicting, "add_turn", trimmed, f"{WORD} evicting {n}", "ok")
+    assert [t.turn_id for t in await call(mode, evicting, "get_turns", trimmed)] == [1]
+    assert len({cid, imported, copied, branched, trimmed}) == 5
     written = {(c, n) for c in (cid, imported, copied) for n in range(5)}
-    written |= {(branched, n) for n in range(3)}
+    written |= {(branched, n) for n in range(3)} | {(trimmed, 1)}
     assert all(_search_text(store, c, n) is None for c, n in written)
     if sql:
         assert _indexed_rows(store) == before
@@ -109,13 +118,23 @@ def test_the_setting_is_checked_shown_and_carried() -> None:
     assert ConversationMemory().text_search is True
     assert "text_search=False" in repr(memory)
     assert memory.config()["text_search"] is False
+    # The default is left out: releases before the setting refuse the key.
+    assert "text_search" not in ConversationMemory().config()
     assert memory.for_user("ada").text_search is False
     cid = memory.new_conversation()
     memory.add_turn(cid, "q", "a")
     restored = ConversationMemory.from_dict(memory.to_dict(cid))
     assert restored.text_search is False
-    with pytest.raises(TypeError, match="text_search must be a bool"):
+    with pytest.raises(EntryValidationError, match=r"text_search.*must be a bool"):
         ConversationMemory(text_search="no")  # type: ignore[arg-type]
+    data = {**memory.to_dict(cid), "config": {"text_search": "no"}}
+    with pytest.raises(EntryValidationError, match="text_search"):
+        ConversationMemory.from_dict(data)
+    # Vectors are kept only beside search_text: no embedder with text_search=False.
+    with pytest.raises(EntryValidationError, match=r"text_search.*embedder"):
+        ConversationMemory(embedder=ConceptEmbeddingModel(), text_search=False)
+    with pytest.raises(EntryValidationError, match=r"text_search.*embedder"):
+        MemoryManager(embedder=ConceptEmbeddingModel(), conversation_text_search=False)
 
 
 @pytest.mark.parametrize("text_search", [True, False])
