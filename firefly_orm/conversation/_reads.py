@@ -223,7 +223,7 @@ def _newest_window(
     :func:`~firefly_orm.conversation._context.place_window`).
     """
     read_older = _older_reader(uow, namespace)
-    batch = _first_batch(max_messages) if first_batch is None else first_batch
+    batch = _first_batch(max_tokens, max_messages) if first_batch is None else first_batch
     rows: list[Any] = []  # newest first
     while True:
         got = read_older(rows, batch)
@@ -260,7 +260,7 @@ def _newest_window(
                 whole_turns=whole_turns,
                 keep_one=keep_one,
             )
-        if not window.reached_oldest or len(got) < batch or len(turns) < len(rows):
+        if batch is None or not window.reached_oldest or len(got) < batch or len(turns) < len(rows):
             if keep_one and window.turn >= len(turns) and turns:  # every turn read: keep one
                 turns = checked_turns(turns, namespace)
                 window = place_window(
@@ -275,12 +275,16 @@ def _newest_window(
         batch = _next_batch(rows, max_tokens=max_tokens, max_messages=max_messages)
 
 
-def _first_batch(max_messages: int | None) -> int:
-    """How many of the newest turns a budgeted read reads first.
+def _first_batch(max_tokens: int | None, max_messages: int | None) -> int | None:
+    """How many of the newest turns a budgeted read reads first (``None``: every one).
 
     Every turn holds at least one message, so ``max_messages + 1`` turns are
-    always enough to find where a window under ``max_messages`` starts.
+    always enough to find where a window under ``max_messages`` starts.  A
+    read with neither limit holds every turn: one statement reads them all,
+    where batches would take a statement per batch.
     """
+    if max_tokens is None and max_messages is None:
+        return None
     first = 4 * FIRST_BATCH
     return first if max_messages is None else min(first, max_messages + 1)
 
@@ -314,8 +318,9 @@ def _row_tokens(row: Any) -> int:
 
 
 #: ``read_older(rows, n)``: the next at most ``n`` turn contents older than ``rows``
-#: (the turns read so far, newest first), newest first.
-OlderReader = Callable[[list[Any], int], list[Any]]
+#: (the turns read so far, newest first), newest first; ``n=None`` (every turn)
+#: only as the first read.
+OlderReader = Callable[[list[Any], int | None], list[Any]]
 
 
 def _older_reader(uow: UnitOfWork, namespace: str) -> OlderReader:
@@ -329,11 +334,13 @@ def _older_reader(uow: UnitOfWork, namespace: str) -> OlderReader:
     optional = optional_operations(uow.entries)
     before = optional.list_contents_before if optional.supports_list_contents_before else None
 
-    def read_older(rows: list[Any], count: int) -> list[Any]:
+    def read_older(rows: list[Any], count: int | None) -> list[Any]:
         if not rows:
             return uow.entries.list_contents(
                 namespace, key_prefix=TURN_KEY_PREFIX, limit=count, newest_first=True
             )
+        if count is None:  # (a read of every turn is one batch: _newest_window)
+            raise ValueError("only the first read of a window reads every turn")
         if before is None:
             more = uow.entries.list_contents(
                 namespace, key_prefix=TURN_KEY_PREFIX, limit=len(rows) + count, newest_first=True

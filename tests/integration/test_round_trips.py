@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from dbutil import statements_sent
 from store_backends import OpenedBackend, backend_params, open_backend
 
-from firefly_orm.conversation import ConversationMemory
+from firefly_orm.conversation import ConversationMemory, ConversationTurn
 from firefly_orm.working import WorkingMemory
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -314,6 +314,34 @@ def test_a_threshold_below_the_budget_keeps_the_one_statement_append(
     assert wire.counts()[0] > EXPECTED[sql_env.name]["add_turn"][0]
     assert [t.turn_id for t in crossing.get_turns("t")] == [2, 3]
     assert crossing.get_total_tokens("t") == 10
+    _close(store, "sync")
+
+
+def test_a_history_read_without_limits_is_one_statement(sql_env: OpenedBackend) -> None:
+    """Issue 35: with neither a token nor a message limit, every turn is read by one
+    statement (batches would take two for 40 turns: 32, then the rest); the messages
+    are those a batched read of the same turns gives."""
+    store = sql_env.store
+    unlimited = ConversationMemory(store=store, max_tokens=None)
+    batched = ConversationMemory(store=store, max_tokens=10**12)  # a limit no turn reaches
+    said = [
+        [{"role": "user", "content": f"q{n}"}, {"role": "assistant", "content": f"a{n}"}]
+        for n in range(40)
+    ]
+    unlimited.add_turns(
+        "c",
+        [
+            ConversationTurn(user_prompt=f"q{n}", assistant_response=f"a{n}", raw_messages=m)
+            for n, m in enumerate(said)
+        ],
+    )
+    with statements_sent(store.engine) as sent:
+        everything = unlimited.get_message_history("c")
+    assert [s for s in sent if s[0] != "BEGIN"] == [("SELECT", True)], sent
+    with statements_sent(store.engine) as sent:
+        assert batched.get_message_history("c") == everything
+    assert len([s for s in sent if s[0] == "SELECT"]) == 2, sent
+    assert everything == [message for pair in said for message in pair]
     _close(store, "sync")
 
 
