@@ -118,6 +118,9 @@ class MemorySettings(BaseSettings):
         search_language: PostgreSQL text-search configuration of long-term
             items (unset: ``simple``).
         auto_promote: Promote evicted conversation turns to long-term memory.
+        conversation_text_search: Index conversation turns for text search
+            (``ConversationMemory(text_search=...)``); ``false``: cheaper appends,
+            turns not found by search (not with ``embedding_model``).
         importance_threshold: The lowest promotion score promoted (0.0-1.0).
         summary_model: pydantic-ai model name for the LLM summarizer; when set,
             ``MemoryManager.from_config()`` builds one with
@@ -171,6 +174,7 @@ class MemorySettings(BaseSettings):
     )
     search_language: str | None = None
     auto_promote: bool = False
+    conversation_text_search: bool = True
     importance_threshold: float = Field(
         default=DEFAULT_IMPORTANCE_THRESHOLD, ge=0.0, le=1.0, allow_inf_nan=False
     )

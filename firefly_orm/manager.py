@@ -263,6 +263,7 @@ class MemoryManager(ManagerConversations):
             auto_promote=settings.auto_promote,
             importance_threshold=settings.importance_threshold,
             embedder=settings.embedding_model,
+            conversation_text_search=settings.conversation_text_search,
         )
 
     # ------------------------------------------------------------------ properties

@@ -22,6 +22,7 @@ from store_backends import OpenedBackend, layer_mode_params
 
 from firefly_orm import MemoryManager
 from firefly_orm._search import PG_SEARCH_VECTOR, SQLITE_FTS_TABLE
+from firefly_orm.config import MemorySettings
 from firefly_orm.conversation import (
     ConversationMemory,
     ConversationTurn,
@@ -135,6 +136,12 @@ def test_the_setting_is_checked_shown_and_carried() -> None:
         ConversationMemory(embedder=ConceptEmbeddingModel(), text_search=False)
     with pytest.raises(EntryValidationError, match=r"text_search.*embedder"):
         MemoryManager(embedder=ConceptEmbeddingModel(), conversation_text_search=False)
+    # From the environment's settings (FIREFLY_AGENTIC_MEMORY_CONVERSATION_TEXT_SEARCH).
+    configured = MemoryManager.from_config(
+        settings=MemorySettings(conversation_text_search=False)
+    )
+    assert configured.conversation.text_search is False
+    assert MemoryManager.from_config(settings=MemorySettings()).conversation.text_search
 
 
 @pytest.mark.parametrize("text_search", [True, False])

@@ -77,6 +77,8 @@ def test_defaults(env: pytest.MonkeyPatch) -> None:
         ("AUTO_PROMOTE", "true", "auto_promote", True),
         ("AUTO_PROMOTE", "0", "auto_promote", False),
         ("IMPORTANCE_THRESHOLD", "0.75", "importance_threshold", 0.75),
+        ("CONVERSATION_TEXT_SEARCH", "false", "conversation_text_search", False),
+        ("CONVERSATION_TEXT_SEARCH", "1", "conversation_text_search", True),
     ],
 )
 def test_each_variable(
