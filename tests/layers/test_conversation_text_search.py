@@ -137,9 +137,7 @@ def test_the_setting_is_checked_shown_and_carried() -> None:
     with pytest.raises(EntryValidationError, match=r"text_search.*embedder"):
         MemoryManager(embedder=ConceptEmbeddingModel(), conversation_text_search=False)
     # From the environment's settings (FIREFLY_AGENTIC_MEMORY_CONVERSATION_TEXT_SEARCH).
-    configured = MemoryManager.from_config(
-        settings=MemorySettings(conversation_text_search=False)
-    )
+    configured = MemoryManager.from_config(settings=MemorySettings(conversation_text_search=False))
     assert configured.conversation.text_search is False
     assert MemoryManager.from_config(settings=MemorySettings()).conversation.text_search
 
