@@ -21,21 +21,14 @@ def _memory(
     # The default (indexed) memory is built as earlier versions take it.
     options: dict[str, Any] = {} if text_search else {"text_search": False}
     if max_tokens is None:  # never evict, never trim (by tokens): no token limit
+        options["max_messages"] = max_messages
         try:
             return ConversationMemory(
-                store=store,
-                max_tokens=None,
-                summarize_threshold=None,
-                max_messages=max_messages,
-                **options,
+                store=store, max_tokens=None, summarize_threshold=None, **options
             )
         except (TypeError, ValueError):  # a version without max_tokens=None: a huge budget
             return ConversationMemory(
-                store=store,
-                max_tokens=UNLIMITED,
-                summarize_threshold=UNLIMITED,
-                max_messages=max_messages,
-                **options,
+                store=store, max_tokens=UNLIMITED, summarize_threshold=UNLIMITED, **options
             )
     return ConversationMemory(store=store, max_tokens=max_tokens, summarize_threshold=0, **options)
 

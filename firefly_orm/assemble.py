@@ -54,7 +54,6 @@ from firefly_orm.long_term._memory import LongTermMemory
 from firefly_orm.long_term._model import Recalled
 from firefly_orm.long_term._ops import ItemFilter, recall_items
 from firefly_orm.protocols import UnitOfWork
-from firefly_orm.vector._spec import ModelVector
 from firefly_orm.working import format_context, read_facts
 
 if TYPE_CHECKING:
@@ -356,6 +355,5 @@ def with_query_vector(
     search, embedding = request.past_turns, conversation._embedding
     if search is None or embedding is None or not (request.query or "").strip():
         return request
-    spec, vector = yield from embedding.query(request.query or "")
-    meaning = ModelVector(spec, vector)
+    meaning = yield from embedding.query(request.query or "")
     return replace(request, past_turns=replace(search, mode="hybrid", meaning=meaning))

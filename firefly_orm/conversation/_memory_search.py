@@ -177,8 +177,7 @@ class ConversationSearch(OwnedLayer):
         if request.limit == 0 or not query.strip():
             return []
         if request.mode != "text" and self._embedding is not None:
-            spec, vector = yield from self._embedding.query(query)
-            request = replace(request, meaning=ModelVector(spec, vector))
+            request = replace(request, meaning=(yield from self._embedding.query(query)))
         return (yield from Transaction.read(search_turns, request))
 
     def _search_mode(self, mode: Any) -> SearchMode:

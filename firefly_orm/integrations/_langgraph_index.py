@@ -80,8 +80,8 @@ class SearchIndex:
     def query(self, text: str) -> Operation[tuple[EmbeddingSpec, Vector]]:
         """The vector of the query ``text`` and its spec."""
         if self.embedding is not None:
-            spec, vector = yield from self.embedding.query(text)
-            return self._checked_spec(spec), vector
+            made = yield from self.embedding.query(text)
+            return self._checked_spec(made.spec), made.vector
         assert self.embeddings is not None
         fn, afn = _methods(self.embeddings, "query")
         made = yield from CallOut(fn, (text,), async_fn=afn, what="the embedder")

@@ -25,7 +25,7 @@ from firefly_orm.bridges._steps import CallOut, Operation
 from firefly_orm.conversation._search import vector_entries
 from firefly_orm.errors import EntryValidationError, MissingExtraError, StoreError
 from firefly_orm.protocols import UnitOfWork, VectorRepository
-from firefly_orm.vector._spec import EmbeddingSpec, check_vector
+from firefly_orm.vector._spec import EmbeddingSpec, ModelVector, check_vector
 
 __all__ = ["DEFAULT_BATCH_SIZE", "Embedded", "Embedding", "as_embedder", "vector_repository"]
 
@@ -142,11 +142,11 @@ class Embedding:
             raise EntryValidationError("texts", "nothing to embed")
         return spec, vectors
 
-    def query(self, text: str) -> Operation[tuple[EmbeddingSpec, tuple[float, ...]]]:
-        """The vector of the query ``text`` and its spec."""
+    def query(self, text: str) -> Operation[ModelVector]:
+        """The vector of the query ``text`` and the spec of the model that made it."""
         result = yield from self._call([text], "query")
         spec = self._spec(result, 1)
-        return spec, check_vector(result.embeddings[0], spec, "embedding")
+        return ModelVector(spec, check_vector(result.embeddings[0], spec, "embedding"))
 
     def entries(self, texts: Sequence[str]) -> Operation[Embedded]:
         """:meth:`documents` of the texts of a write's entries, as :class:`Embedded`."""

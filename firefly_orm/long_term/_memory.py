@@ -54,7 +54,6 @@ from firefly_orm.long_term._recall import (
     run_recall,
 )
 from firefly_orm.store import InMemoryStore, MemoryStore
-from firefly_orm.vector._spec import ModelVector
 
 if TYPE_CHECKING:
     from firefly_orm.long_term._embedding import EmbedderLike
@@ -441,8 +440,8 @@ class LongTermMemory(DailyLogs, MemoryLayer):
         if request.mode != "text" and self._embedding is not None:
             if limit == 0 or not query.strip():
                 return []
-            spec, vector = yield from self._embedding.query(query)
-            request = dataclasses.replace(request, meaning=ModelVector(spec, vector))
+            meaning = yield from self._embedding.query(query)
+            request = dataclasses.replace(request, meaning=meaning)
         return (yield from Transaction.read(run_recall, request))
 
     def _mode(self, mode: Any) -> RecallMode:

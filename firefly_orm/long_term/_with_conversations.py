@@ -30,7 +30,7 @@ from firefly_orm.long_term._memory import LongTermMemory
 from firefly_orm.long_term._model import MemoryItem, Recalled
 from firefly_orm.long_term._recall import RecallMode, RecallRequest, run_recall
 from firefly_orm.protocols import UnitOfWork
-from firefly_orm.vector._spec import ModelVector, fuse_by
+from firefly_orm.vector._spec import fuse_by
 
 __all__ = ["MemoryHit", "recall_with_conversations"]
 
@@ -123,9 +123,9 @@ def recall_with_conversations(
         return []
     embedding = long_term._embedding or conversation._embedding
     if checked_mode != "text" and embedding is not None:
-        spec, vector = yield from embedding.query(query)
-        items = dataclasses.replace(items, meaning=ModelVector(spec, vector))
-        turns = dataclasses.replace(turns, meaning=ModelVector(spec, vector))
+        meaning = yield from embedding.query(query)
+        items = dataclasses.replace(items, meaning=meaning)
+        turns = dataclasses.replace(turns, meaning=meaning)
     recalled, matches = yield from Transaction.read(_both, items, turns)
     hits = [MemoryHit("long_term", r.score, item=r.item) for r in recalled]
     hits += [MemoryHit("conversation", m.score, turn=m) for m in matches]
