@@ -43,23 +43,22 @@ caller's event loop, and sync code would have to drive it from another one.)
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator
-from contextlib import asynccontextmanager
-from typing import Any, Concatenate, Literal, ParamSpec, Self, TypeVar, cast
+from collections.abc import Callable
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import URL, Connection, Dialect, Engine, RootTransaction
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from firefly_orm.bridges._threads import call_blocking, finish_from_sync, pause
+from firefly_orm.bridges._threads import finish_from_sync, pause
 from firefly_orm.entry._json import load_json
 from firefly_orm.errors import MissingEngineError, MissingExtraError, redact_url, url_secrets
+from firefly_orm.sql._held import HeldConnections
+from firefly_orm.sql._threaded import ThreadedConnection, ThreadedEngine
 from firefly_orm.sql._vectors import VECTORS_OPTION, install_vector_hooks, vector_engine_options
 
 __all__ = [
@@ -83,6 +82,14 @@ _WRITE_OPTION = "firefly_orm_write"
 #: On SQLite: run this connection's statements in autocommit (no BEGIN).  Used
 #: only for single-statement operations, which SQLite makes atomic by themselves.
 _NO_BEGIN_OPTION = "firefly_orm_no_begin"
+#: SQLite: the execution options of each mode on a held connection (every
+#: option named, so a mode never keeps the options of the one before it).
+_HELD_OPTIONS: dict[Mode, dict[str, bool]] = {
+    "default": {_WRITE_OPTION: False, _NO_BEGIN_OPTION: False},
+    "read": {_WRITE_OPTION: False, _NO_BEGIN_OPTION: False},
+    "single": {_WRITE_OPTION: False, _NO_BEGIN_OPTION: True},
+    "write": {_WRITE_OPTION: True, _NO_BEGIN_OPTION: False},
+}
 #: PostgreSQL: the execution options of a connection without transactions.
 _AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 #: ``Engines.deferred_write_level`` not worked out yet.
@@ -225,24 +232,6 @@ def _isolation_level(engine: Engine | AsyncEngine) -> str | None:
     return cast(str | None, level)
 
 
-def in_transaction(
-    engine: Engine,
-    fn: Callable[Concatenate[Connection, P], T],
-    /,
-    *args: P.args,
-    **kwargs: P.kwargs,
-) -> T:
-    """``fn(connection, *args, **kwargs)`` on a connection of ``engine``, in its transaction.
-
-    Committed when ``fn`` returns, rolled back when it raises.  On the
-    ``"single"`` variants there is no transaction to end: the statement was
-    its own (a ``COMMIT`` at ``REPEATABLE READ`` and above, which, unlike a
-    ``ROLLBACK``, keeps psycopg's prepared statements).
-    """
-    with engine.begin() as conn:
-        return fn(conn, *args, **kwargs)
-
-
 def _async_url_for(url: URL) -> URL:
     backend, driver = url.get_backend_name(), url.get_driver_name()
     if backend == "sqlite":
@@ -261,160 +250,6 @@ def _no_defaults(url: URL) -> dict[str, Any]:
 async def _dispose(engines: list[AsyncEngine]) -> None:
     for engine in engines:
         await engine.dispose()
-
-
-# --------------------------------------------------------------------------- a sync engine, async
-
-
-class ThreadedEngine:
-    """The async face of a caller's sync :class:`Engine`: its work runs in worker threads.
-
-    A store given only ``engine=`` runs its ``async_*`` methods, async units of
-    work and ``async_initialize`` on this instead of building a second, async
-    connection pool from the engine's URL: each call checks a connection out of
-    *your* pool and runs the same sync work on it in a worker thread
-    (:func:`~firefly_orm.bridges._threads.call_blocking`), so the event loop is
-    never blocked.  It offers the part of :class:`AsyncEngine` the store uses:
-    :meth:`connect` and :meth:`begin`.
-
-    Args:
-        engine: The sync engine (with the store's execution options applied).
-    """
-
-    def __init__(self, engine: Engine) -> None:
-        self.sync_engine = engine
-
-    @property
-    def dialect(self) -> Dialect:
-        """The sync engine's dialect."""
-        return self.sync_engine.dialect
-
-    async def run(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        """``fn(*args, **kwargs)``, sync work on :attr:`sync_engine`, in ONE worker-thread call.
-
-        For work that checks a connection out, runs and ends its transaction
-        itself (:func:`in_transaction`, a whole unit of work): one hand-off to
-        a thread per operation instead of one per step.  Cancelling the
-        awaiting task does not stop the thread: the work finishes (or fails)
-        there, and only its outcome is lost.
-        """
-        return await call_blocking(fn, *args, **kwargs)
-
-    def connect(self) -> ThreadedConnection:
-        """A connection: ``await`` it, or use it with ``async with``."""
-        return ThreadedConnection(self.sync_engine)
-
-    @asynccontextmanager
-    async def begin(self) -> AsyncIterator[ThreadedConnection]:
-        """A connection in a transaction, committed at the end (rolled back on error)."""
-        async with self.connect() as conn:
-            tx = await conn.begin()
-            try:
-                yield conn
-            except BaseException:
-                await tx.rollback()
-                raise
-            await tx.commit()
-
-
-class ThreadedConnection:
-    """A sync :class:`Connection` driven from async code, one worker-thread call at a time.
-
-    ``await engine.connect()`` (or ``async with``) checks the connection out;
-    :meth:`run_sync` runs ``fn(connection, *args)``; :meth:`begin` starts a
-    transaction.  Calls on one connection never overlap, not even after the
-    awaiting task was cancelled (the thread finishes first; the next call waits
-    for it).
-    """
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-        self._conn: Connection | None = None
-        self._busy = threading.Lock()
-        self._abandoned = False
-
-    async def _call(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-        def locked() -> T:
-            with self._busy:
-                return fn(*args, **kwargs)
-
-        return await call_blocking(locked)
-
-    def _checkout(self) -> None:
-        conn = self._engine.connect()
-        with self._busy:
-            if not self._abandoned:
-                self._conn = conn
-                return
-        conn.close()  # its task was cancelled meanwhile: back to the pool
-
-    async def start(self) -> Self:
-        """Check a connection out of the engine's pool (in a worker thread)."""
-        if self._conn is None:
-            try:
-                await call_blocking(self._checkout)
-            except asyncio.CancelledError:
-                with self._busy:  # held only for an instant by the checkout thread
-                    self._abandoned = True
-                await self.close()  # checked out just before the flag was seen
-                raise
-        return self
-
-    def __await__(self) -> Generator[Any, None, Self]:
-        return self.start().__await__()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    def _connection(self) -> Connection:
-        if self._conn is None:
-            raise RuntimeError("this connection is not open (await it or use 'async with')")
-        return self._conn
-
-    async def begin(self) -> ThreadedTransaction:
-        """Begin a transaction on the connection (``BEGIN IMMEDIATE`` waits in the thread)."""
-        conn = self._connection()
-        return ThreadedTransaction(self, await self._call(conn.begin))
-
-    async def run_sync(
-        self, fn: Callable[Concatenate[Connection, P], T], /, *args: P.args, **kwargs: P.kwargs
-    ) -> T:
-        """Run ``fn(connection, *args, **kwargs)`` in a worker thread; return its result."""
-        return await self._call(functools.partial(fn, self._connection(), *args, **kwargs))
-
-    async def close(self) -> None:
-        """Return the connection to the pool (rolling back what is left open)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await self._call(conn.close)
-
-
-class ThreadedTransaction:
-    """The transaction of a :class:`ThreadedConnection` (commit/rollback in its thread calls)."""
-
-    def __init__(self, conn: ThreadedConnection, tx: RootTransaction) -> None:
-        self._conn = conn
-        self._tx = tx
-
-    @property
-    def is_active(self) -> bool:
-        """Whether the transaction is still open."""
-        return self._tx.is_active
-
-    async def commit(self) -> None:
-        """Commit."""
-        await self._conn._call(self._tx.commit)
-
-    async def rollback(self) -> None:
-        """Roll back, unless a commit whose task was cancelled has ended it meanwhile."""
-        await self._conn._call(self._rollback_if_active)
-
-    def _rollback_if_active(self) -> None:
-        if self._tx.is_active:
-            self._tx.rollback()
 
 
 #: What the store's async work runs on: a native async engine, or a caller's sync one.
@@ -464,6 +299,8 @@ class Engines:
         self._deferred_levels: dict[bool, object] = {}
         self._owned: list[Engine | AsyncEngine] = []
         self._lock = threading.RLock()
+        #: A SQLite file engine built here: its connections held per thread.
+        self._held: HeldConnections | None = None
         self.vectors = False
 
     # ------------------------------------------------------------------ what we connect to
@@ -499,6 +336,48 @@ class Engines:
         """The sync engine for ``mode`` (built on first use)."""
         engine = self._cache.get((False, mode))
         return cast(Engine, engine if engine is not None else self._build(False, mode))
+
+    def connect(self, mode: Mode) -> Connection:
+        """A sync connection for ``mode``; give it back with :meth:`release`.
+
+        On a SQLite file engine built here, the thread's held connection
+        (:mod:`firefly_orm.sql._held`) unless it is in use; otherwise one
+        checked out of the mode's engine.
+        """
+        held = self._held
+        if held is not None:
+            conn = held.take(_HELD_OPTIONS[mode])
+            if conn is not None:
+                return conn
+        return self.sync_engine(mode).connect()
+
+    def release(self, conn: Connection) -> None:
+        """Give back a connection from :meth:`connect` (its transaction ended)."""
+        held = self._held
+        if held is None or not held.give_back(conn):
+            conn.close()
+
+    def run(
+        self,
+        mode: Mode,
+        fn: Callable[Concatenate[Connection, P], T],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``fn(connection, *args, **kwargs)`` on a connection for ``mode``, in its transaction.
+
+        Committed when ``fn`` returns, rolled back when it raises.  On the
+        ``"single"`` variants there is no transaction to end: the statement was
+        its own (a ``COMMIT`` at ``REPEATABLE READ`` and above, which, unlike a
+        ``ROLLBACK``, keeps psycopg's prepared statements).
+        """
+        conn = self.connect(mode)
+        try:
+            with conn.begin():
+                return fn(conn, *args, **kwargs)
+        finally:
+            self.release(conn)
 
     def async_target(self, mode: Mode = "default") -> AsyncTarget:
         """What async work for ``mode`` runs on (built on first use).
@@ -583,6 +462,8 @@ class Engines:
                     )
             elif mode == "default":
                 engine, known = self._translated(self._base(is_async)), True
+                if self._holds_connections(is_async):
+                    self._held = HeldConnections(cast(Engine, engine))
             else:
                 default = cast(Engine | AsyncEngine, self._build(is_async, "default"))
                 options = _mode_options(mode, default)
@@ -591,6 +472,12 @@ class Engines:
             if known:
                 self._cache[is_async, mode] = engine
             return engine
+
+    def _holds_connections(self, is_async: bool) -> bool:
+        """Whether the sync engine is a SQLite file one built here (held per thread)."""
+        if is_async or self._given[False] is not None or self.url is None:
+            return False
+        return self.url.get_backend_name() == "sqlite" and not is_memory_sqlite(self.url)
 
     def _base(self, is_async: bool) -> Engine | AsyncEngine:
         given = self._given[is_async]
@@ -658,7 +545,10 @@ class Engines:
         """Forget every cached engine; return the owned ones (to dispose)."""
         with self._lock:
             owned, self._owned = self._owned, []
+            held, self._held = self._held, None
             self._cache.clear()
+        if held is not None:
+            held.close()
         return owned
 
     def close(self) -> None:

@@ -39,7 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from firefly_orm.protocols import UnitOfWork
-from firefly_orm.sql._engines import Engines, ThreadedEngine, in_transaction
+from firefly_orm.sql._engines import Engines, ThreadedEngine
 from firefly_orm.sql._replica import ReadRouter
 from firefly_orm.sql._uow import AsyncSQLUnitOfWork, ErrorMapper, SQLUnitOfWork, run_ours
 
@@ -188,7 +188,7 @@ class EngineRunner(Runner):
         engines = self.engines if write else self._engines_for(True)
         try:
             with self.errors(what, engines):
-                return in_transaction(engines.sync_engine("single"), fn, *args)
+                return engines.run("single", fn, *args)
         finally:
             if write:
                 self.router.wrote()
@@ -200,7 +200,7 @@ class EngineRunner(Runner):
             with self.errors(what, engines):
                 target = engines.async_target("single")
                 if isinstance(target, ThreadedEngine):
-                    return await target.run(in_transaction, target.sync_engine, fn, *args)
+                    return await target.run(engines.run, "single", fn, *args)
                 async with target.begin() as conn:
                     return await conn.run_sync(fn, *args)
         finally:

@@ -410,11 +410,11 @@ class SQLUnitOfWork(_Transaction[Session]):
                 self._deferred = _DeferredBegin(self._conn, level, self._errors, self.engines)
                 self.entries = self._deferred.entries(self._conn)
                 return self
-            self._target = self._conn = self.engines.sync_engine(self._mode).connect()
+            self._target = self._conn = self.engines.connect(self._mode)
             try:
                 self._tx = self._conn.begin()
             except BaseException:
-                self._conn.close()
+                self.engines.release(self._conn)
                 raise
         self.entries = _entries_on(self._target, self._errors, self.engines)
         return self
@@ -442,7 +442,7 @@ class SQLUnitOfWork(_Transaction[Session]):
                 self.rollback()
         finally:
             if self._conn is not None:
-                self._conn.close()
+                self.engines.release(self._conn)
             self._undo_translation()
 
 

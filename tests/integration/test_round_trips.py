@@ -72,7 +72,11 @@ class Wire:
         self.statements.append(statement)
 
     def _ended(self, conn: Any) -> None:
-        if _in_transaction(conn.connection.driver_connection):
+        fairy = conn.connection
+        # A SQLite store's held connection is detached from its pool, which
+        # leaves no driver_connection; its DB-API connection is sqlite3's own.
+        driver = fairy.driver_connection
+        if _in_transaction(driver if driver is not None else fairy.dbapi_connection):
             self.transactions += 1
 
 
