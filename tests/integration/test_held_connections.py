@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
+import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +21,7 @@ import pytest
 import sqlalchemy as sa
 
 from firefly_orm import MemoryEntry
-from firefly_orm.errors import ConcurrencyError
+from firefly_orm.errors import ConcurrencyError, StoreError
 from firefly_orm.sql import SQLAlchemyStore, SQLiteStore
 from firefly_orm.working import WorkingMemory
 
@@ -62,6 +65,19 @@ NS = "held"
 
 def _entry(key: str, value: object = 1) -> MemoryEntry:
     return MemoryEntry(key=key, content={"v": value})
+
+
+def _write_lock_free(path: Path) -> bool:
+    """Whether another connection takes the file's write lock at once."""
+    other = sqlite3.connect(path, timeout=0.5, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        other.close()
 
 
 def test_a_threads_operations_share_one_connection(store: SQLiteStore) -> None:
@@ -134,6 +150,7 @@ def test_an_invalidated_connection_is_replaced(store: SQLiteStore) -> None:
         assert isinstance(conn, sa.Connection)
         conn.invalidate()
     assert events["detach"] == 0
+    assert _write_lock_free(store.path)
     assert store.load_by_key(NS, "a") is not None
     assert events["detach"] == 1  # a new one for the thread
     assert store.load_by_key(NS, "a") is not None
@@ -244,9 +261,14 @@ def test_a_forked_child_does_not_use_its_parents_connection(store: SQLiteStore) 
     if pid == 0:  # the child: its own connections, the parent's left alone
         code = 1
         try:
-            before = events["detach"]
+            detached, checkouts = events["detach"], events["checkout"]
             store.save(NS, _entry("child"))
-            ok = store.load_by_key(NS, "child") is not None and events["detach"] == before
+            ok = (
+                store.load_by_key(NS, "child") is not None
+                and events["detach"] == detached
+                and events["checkout"] == checkouts + 2  # the pool's, not the parent's
+            )
+            store.close()  # leaves the parent's held connection alone
             code = 0 if ok else 2
         finally:
             os.write(write, bytes([code]))
@@ -259,3 +281,95 @@ def test_a_forked_child_does_not_use_its_parents_connection(store: SQLiteStore) 
     assert store.load_by_key(NS, "child") is not None
     store.save(NS, _entry("parent"))
     assert events["detach"] == 0
+    assert events["close_detached"] == 0
+
+
+def test_an_interrupt_after_begin_immediate_leaves_no_lock(store: SQLiteStore) -> None:
+    store.save(NS, _entry("a"))
+
+    def interrupt(conn: sa.Connection) -> None:  # runs after the store's BEGIN IMMEDIATE
+        raise KeyboardInterrupt
+
+    sa.event.listen(store.engine, "begin", interrupt)
+    try:
+        with pytest.raises(KeyboardInterrupt), store.unit_of_work() as uow:
+            uow.entries.save(NS, _entry("never"))
+    finally:
+        sa.event.remove(store.engine, "begin", interrupt)
+    assert _write_lock_free(store.path)
+    store.save(NS, _entry("b"))
+    assert store.load_by_key(NS, "never") is None
+    assert store.load_by_key(NS, "b") is not None
+
+
+def test_a_failed_commit_leaves_no_lock(store: SQLiteStore) -> None:
+    with store.unit_of_work() as uow:
+        target = uow.target
+        assert isinstance(target, sa.Connection)
+        target.exec_driver_sql("CREATE TABLE parent(id INTEGER PRIMARY KEY)")
+        target.exec_driver_sql(
+            "CREATE TABLE child(pid INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+        uow.commit()
+    # On the thread's held connection, outside a transaction (where SQLite takes it).
+    store._engines.run("single", lambda conn: conn.exec_driver_sql("PRAGMA foreign_keys=ON"))
+    events = _events(store)
+    with pytest.raises(StoreError), store.unit_of_work() as uow:
+        target = uow.target
+        assert isinstance(target, sa.Connection)
+        target.exec_driver_sql("INSERT INTO child VALUES (42)")  # checked at COMMIT
+        uow.commit()
+    assert _write_lock_free(store.path)
+    store.save(NS, _entry("after"))
+    assert store.load_by_key(NS, "after") is not None
+    assert events["detach"] <= 1
+
+
+def test_a_connection_its_user_closed_or_changed_is_not_reused(store: SQLiteStore) -> None:
+    store.save(NS, _entry("a"))
+    events = _events(store)
+    with store.unit_of_work(read_only=True) as uow:
+        assert isinstance(uow.target, sa.Connection)
+        uow.target.close()
+    assert store.load_by_key(NS, "a") is not None
+    assert events["detach"] == 1
+    with store.unit_of_work(read_only=True) as uow:
+        assert isinstance(uow.target, sa.Connection)
+        uow.target.execution_options(mine=True)
+    assert store.load_by_key(NS, "a") is not None
+    assert events["detach"] == 2
+    assert store.load_by_key(NS, "a") is not None
+    assert events["detach"] == 2
+
+
+def test_close_while_threads_read_never_hands_out_a_closed_connection(
+    store: SQLiteStore,
+) -> None:
+    store.save(NS, _entry("a"))
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                assert store.load_by_key(NS, "a") is not None
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                return
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        for reader in readers:
+            reader.start()
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not errors:
+            store.close()
+            time.sleep(0.001)
+    finally:
+        sys.setswitchinterval(interval)
+        stop.set()
+        for reader in readers:
+            reader.join()
+    assert errors == []
