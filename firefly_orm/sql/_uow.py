@@ -32,7 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
 from firefly_orm.protocols import AppendedHead, EntryRepository, TurnAppend
-from firefly_orm.sql._engines import Engines, Mode, ThreadedConnection
+from firefly_orm.sql._engines import NO_BEGIN_OPTION, Engines, Mode, ThreadedConnection
 from firefly_orm.sql._ops import SQLEntryRepository, Target, push_translation
 from firefly_orm.uow import RepositoryBase
 
@@ -226,7 +226,11 @@ class _DeferredBegin:
             # SQLAlchemy's autobegin after a statement run in autocommit: nothing
             # is open on the server, and ending it sends nothing.
             self.conn.commit()
-        self.conn.execution_options(isolation_level=self.level)
+        if self.conn.get_execution_options().get(NO_BEGIN_OPTION, False):
+            # A connection of a pool kept in autocommit: BEGIN is sent for it.
+            self.conn.execution_options(**{NO_BEGIN_OPTION: False})
+        else:
+            self.conn.execution_options(isolation_level=self.level)
         self.tx = self.conn.begin()
 
 
