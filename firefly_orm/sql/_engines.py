@@ -53,7 +53,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, cast, get_args
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -91,14 +91,6 @@ _WRITE_OPTION = "firefly_orm_write"
 #: single-statement operations (atomic by themselves) and, on PostgreSQL at
 #: ``READ COMMITTED``, reads (each statement takes its own snapshot anyway).
 NO_BEGIN_OPTION = "firefly_orm_no_begin"
-#: SQLite: the execution options of each mode on a held connection (every
-#: option named, so a mode never keeps the options of the one before it).
-_HELD_OPTIONS: dict[Mode, dict[str, bool]] = {
-    "default": {_WRITE_OPTION: False, NO_BEGIN_OPTION: False},
-    "read": {_WRITE_OPTION: False, NO_BEGIN_OPTION: False},
-    "single": {_WRITE_OPTION: False, NO_BEGIN_OPTION: True},
-    "write": {_WRITE_OPTION: True, NO_BEGIN_OPTION: False},
-}
 #: PostgreSQL: the execution options of a connection without transactions.
 _AUTOCOMMIT = {"isolation_level": "AUTOCOMMIT"}
 #: PostgreSQL, on an engine built here: its pool's connections stay in autocommit
@@ -275,6 +267,21 @@ def is_memory_sqlite(url: URL) -> bool:
     return database in ("", ":memory:") or url.query.get("mode") == "memory"
 
 
+def _sqlite_mode_options(mode: Mode) -> dict[str, Any]:
+    """SQLite's execution options of ``mode`` (``BEGIN IMMEDIATE`` for writes, none alone)."""
+    if mode == "write":
+        return {_WRITE_OPTION: True}
+    return {NO_BEGIN_OPTION: True} if mode == "single" else {}
+
+
+#: SQLite: the execution options of each mode on a held connection, every
+#: option named, so a mode never keeps the options of the one before it.
+_HELD_OPTIONS: dict[Mode, dict[str, Any]] = {
+    mode: {_WRITE_OPTION: False, NO_BEGIN_OPTION: False, **_sqlite_mode_options(mode)}
+    for mode in get_args(Mode)
+}
+
+
 def _mode_options(mode: Mode, engine: Engine | AsyncEngine) -> dict[str, Any] | None:
     """The execution options of ``mode`` over ``engine`` (the default variant).
 
@@ -282,13 +289,11 @@ def _mode_options(mode: Mode, engine: Engine | AsyncEngine) -> dict[str, Any] | 
     (a PostgreSQL engine learns the server's isolation level on its first
     connection; until then the default engine serves, in a transaction).
     """
-    if mode == "write":
-        return {_WRITE_OPTION: True}
     dialect = engine.dialect.name
-    if mode == "default" or dialect not in ("sqlite", "postgresql"):
+    if mode == "write" or dialect == "sqlite":
+        return _sqlite_mode_options(mode)  # the write option is every dialect's
+    if mode == "default" or dialect != "postgresql":
         return {}
-    if dialect == "sqlite":
-        return {NO_BEGIN_OPTION: True} if mode == "single" else {}
     level = _isolation_level(engine)
     if level is None:
         return None
