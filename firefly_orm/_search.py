@@ -102,6 +102,7 @@ __all__ = [
     "SearchRequest",
     "TermIndex",
     "best_hits",
+    "check_min_importance",
     "fts5_query",
     "is_search_index_object",
     "match_entries",
@@ -312,6 +313,19 @@ class SearchHit(NamedTuple):
     score: float
 
 
+def check_min_importance(min_importance: float | None) -> float | None:
+    """The ``min_importance`` filter of a search as a float (``None``: any importance).
+
+    Raises:
+        EntryValidationError: ``min_importance`` is not a number or ``None``.
+    """
+    if min_importance is not None and not is_number(min_importance):
+        raise EntryValidationError(
+            "min_importance", f"must be a number or None, got {min_importance!r}"
+        )
+    return None if min_importance is None else float(min_importance)
+
+
 @dataclass(frozen=True)
 class SearchRequest:
     """A validated search: what every store's ``search`` / ``read_search`` works from."""
@@ -354,10 +368,7 @@ class SearchRequest:
             validate_user_id(user_id)
         if key_prefix is not None and (not isinstance(key_prefix, str) or "\x00" in key_prefix):
             raise EntryValidationError("key_prefix", "must be a string without NUL characters")
-        if min_importance is not None and not is_number(min_importance):
-            raise EntryValidationError(
-                "min_importance", f"must be a number or None, got {min_importance!r}"
-            )
+        floor = check_min_importance(min_importance)
         if language is not None:
             validate_search_language(language, field="language")
         return cls(
@@ -366,7 +377,7 @@ class SearchRequest:
             limit=limit,
             user_id=user_id,
             key_prefix=key_prefix,
-            min_importance=None if min_importance is None else float(min_importance),
+            min_importance=floor,
             language=language or DEFAULT_SEARCH_LANGUAGE,
             spellings=spellings,
         )

@@ -36,6 +36,7 @@ from firefly_orm.errors import StoreCorruptedError, StoreError
 from firefly_orm.file_store import _journal as file_journal
 from firefly_orm.file_store._files import log_path_for, new_id, orphan_temps
 from firefly_orm.file_store._journal import JOURNAL_DIR, Journal, Step
+from firefly_orm.file_store._locks import renewed_after_fork
 from firefly_orm.file_store._log import (
     Edit,
     NamespaceLog,
@@ -136,16 +137,7 @@ class _StateCache:
 
 
 _cache = _StateCache()
-
-
-def _reset_after_fork() -> None:
-    # A forked child must not use states a thread of the parent was changing.
-    global _cache
-    _cache = _StateCache()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_after_fork)
+renewed_after_fork(globals(), "_cache", _StateCache)
 
 
 @dataclass

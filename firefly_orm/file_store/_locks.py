@@ -11,11 +11,28 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from firefly_orm.errors import StoreError
 
-__all__ = ["ThreadLocks", "thread_locks"]
+__all__ = ["ThreadLocks", "renewed_after_fork", "thread_locks"]
+
+
+def renewed_after_fork(namespace: dict[str, Any], name: str, factory: Callable[[], object]) -> None:
+    """Have a forked child set the module global ``name`` of ``namespace`` to a new ``factory()``.
+
+    A forked child must not use a process-wide object a thread of the parent
+    was changing (a cache half updated, a lock held by a thread the child does
+    not have).  ``namespace`` is the module's ``globals()``; nothing is done
+    where the platform cannot fork.
+    """
+
+    def renew() -> None:
+        namespace[name] = factory()
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=renew)
 
 
 class ThreadLocks:
@@ -52,16 +69,7 @@ class ThreadLocks:
 
 
 _thread_locks = ThreadLocks()
-
-
-def _reset_thread_locks_after_fork() -> None:
-    # A forked child must not inherit locks held by threads that do not exist in it.
-    global _thread_locks
-    _thread_locks = ThreadLocks()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reset_thread_locks_after_fork)
+renewed_after_fork(globals(), "_thread_locks", ThreadLocks)
 
 
 def thread_locks() -> ThreadLocks:

@@ -1,8 +1,8 @@
 """The facts of vector search every store shares: the embedding spec, a search request, fusion.
 
-Core floor: this module imports nothing above :mod:`firefly_orm.entry` and
-:mod:`firefly_orm._layout`, so the contracts (:mod:`firefly_orm.protocols`),
-the stores and the layers all use it.
+Core floor: this module imports nothing above :mod:`firefly_orm.entry`,
+:mod:`firefly_orm._layout` and :mod:`firefly_orm._search`, so the contracts
+(:mod:`firefly_orm.protocols`), the stores and the layers all use it.
 
 Stored vectors
     Each vector belongs to one entry (by ``entry_id``) of one namespace and
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from typing import Any, TypedDict, TypeVar
 
 from firefly_orm._layout import ITEM_DEFAULT_KIND, ITEM_KIND_FIELD, ITEM_TAGS_FIELD
+from firefly_orm._search import check_min_importance
 from firefly_orm.entry import MemoryEntry, validate_namespace, validate_user_id
-from firefly_orm.entry._rules import is_number
 from firefly_orm.errors import EntryValidationError, StoreError
 
 __all__ = [
@@ -261,10 +261,7 @@ class VectorRequest:
             )
         if user_id is not None:
             validate_user_id(user_id)
-        if min_importance is not None and not is_number(min_importance):
-            raise EntryValidationError(
-                "min_importance", f"must be a number or None, got {min_importance!r}"
-            )
+        floor = check_min_importance(min_importance)
         if kind is not None and (not isinstance(kind, str) or "\x00" in kind):
             raise EntryValidationError("kind", f"must be a string or None, got {kind!r}")
         if isinstance(tags, str) or not all(isinstance(t, str) and "\x00" not in t for t in tags):
@@ -275,7 +272,7 @@ class VectorRequest:
             spec=spec,
             limit=limit,
             user_id=user_id,
-            min_importance=None if min_importance is None else float(min_importance),
+            min_importance=floor,
             kind=kind,
             tags=tuple(dict.fromkeys(tags)),
         )
