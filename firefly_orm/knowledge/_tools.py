@@ -22,6 +22,7 @@ from firefly_orm.entry import validate_user_id
 from firefly_orm.errors import EntryValidationError, MissingExtraError
 from firefly_orm.knowledge._graph import KnowledgeGraph
 from firefly_orm.knowledge._model import Entity, Fact
+from firefly_orm.long_term._toolset import function_toolset
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers only
     from pydantic_ai.toolsets import FunctionToolset
@@ -115,7 +116,6 @@ def knowledge_toolset(
     """
     try:
         from pydantic_ai import ModelRetry
-        from pydantic_ai.toolsets import FunctionToolset
     except ImportError as exc:
         raise MissingExtraError("knowledge_toolset", "pydantic-ai", "pydantic_ai") from exc
     owner = validate_user_id(user_id)
@@ -143,9 +143,4 @@ def knowledge_toolset(
 
     facts_about.__doc__ = _FACTS_ABOUT_DOC
     related.__doc__ = _RELATED_DOC.format(max_depth=max_depth)
-    toolset: FunctionToolset[Any] = FunctionToolset(
-        docstring_format="google", require_parameter_descriptions=True
-    )
-    toolset.add_function(facts_about, takes_ctx=False)
-    toolset.add_function(related, takes_ctx=False)
-    return toolset
+    return function_toolset(facts_about, related)

@@ -39,7 +39,7 @@ from firefly_orm.entry._model import keyed_row
 from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError
 from firefly_orm.long_term._embedding import Embedded
-from firefly_orm.long_term._model import item_from_entry
+from firefly_orm.long_term._model import item_from_entry, parse_iso
 from firefly_orm.long_term._ops import store_items
 from firefly_orm.protocols import UnitOfWork
 
@@ -152,12 +152,7 @@ def _check_day(name: str, value: Any) -> date:
         return value.astimezone(UTC).date()
     if isinstance(value, date):
         return value
-    if isinstance(value, str):
-        try:
-            return date.fromisoformat(value)
-        except ValueError:
-            pass
-    raise EntryValidationError(name, f"must be a date (or YYYY-MM-DD), got {value!r}")
+    return parse_iso(value, date.fromisoformat, name, "a date (or YYYY-MM-DD)")
 
 
 def _line(row: MemoryEntry) -> DailyLogLine:

@@ -19,10 +19,10 @@ store, and two users' items with the same key never collide.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict
 
@@ -58,6 +58,7 @@ __all__ = [
     "item_from_entry",
     "keyed_entry_id",
     "parse_import_item",
+    "parse_iso",
 ]
 
 #: A fact that holds until it is forgotten or evicted.
@@ -356,15 +357,28 @@ def item_from_entry(entry: MemoryEntry) -> MemoryItem:
 # --------------------------------------------------------------------------- import
 
 
+_Parsed = TypeVar("_Parsed")
+
+
+def parse_iso(value: Any, parse: Callable[[str], _Parsed], field: str, expected: str) -> _Parsed:
+    """``value`` read by ``parse`` (``date.fromisoformat``, ``datetime.fromisoformat``...).
+
+    Raises:
+        EntryValidationError: ``value`` is not a string ``parse`` reads
+            (``field`` "must be <expected>").
+    """
+    if isinstance(value, str):
+        try:
+            return parse(value)
+        except ValueError:
+            pass
+    raise EntryValidationError(field, f"must be {expected}, got {value!r}")
+
+
 def _datetime(value: Any, field: str) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
-    if isinstance(value, str):
-        try:
-            return datetime.fromisoformat(value)
-        except ValueError:
-            pass
-    raise EntryValidationError(field, f"must be an ISO-8601 datetime, got {value!r}")
+    return parse_iso(value, datetime.fromisoformat, field, "an ISO-8601 datetime")
 
 
 def parse_import_item(data: Any, position: int) -> ItemDraft:

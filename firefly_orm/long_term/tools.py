@@ -46,6 +46,7 @@ from firefly_orm.entry._rules import check_bound_user
 from firefly_orm.errors import EntryValidationError, MissingExtraError
 from firefly_orm.long_term._memory import LongTermMemory
 from firefly_orm.long_term._model import Recalled
+from firefly_orm.long_term._toolset import function_toolset
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers only
     from pydantic_ai.toolsets import FunctionToolset
@@ -254,7 +255,6 @@ def long_term_toolset(
     """
     try:
         from pydantic_ai import ModelRetry
-        from pydantic_ai.toolsets import FunctionToolset
     except ImportError as exc:
         raise MissingExtraError("long_term_toolset", "pydantic-ai", "pydantic_ai") from exc
 
@@ -293,14 +293,9 @@ def long_term_toolset(
 
     remember.__doc__ = _REMEMBER_DOC
     recall.__doc__ = _RECALL_DOC.format(max_results=most)
-    toolset: FunctionToolset[Any] = FunctionToolset(
-        docstring_format="google", require_parameter_descriptions=True
-    )
-    toolset.add_function(remember, takes_ctx=False)
-    toolset.add_function(recall, takes_ctx=False)
-    if conversations is not None:
-        toolset.add_function(_search_tool(conversations, owner, most), takes_ctx=False)
-    return toolset
+    if conversations is None:
+        return function_toolset(remember, recall)
+    return function_toolset(remember, recall, _search_tool(conversations, owner, most))
 
 
 def _search_tool(
