@@ -54,7 +54,7 @@ import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -63,11 +63,11 @@ from alembic.util import CommandError
 from firefly_orm import migrate
 from firefly_orm._interop._export_file import EXPORT_FORMAT_VERSION as EXPORT_FORMAT_VERSION
 from firefly_orm.cli._artifacts import _cmd_artifacts_export, _cmd_artifacts_import
-from firefly_orm.cli._knowledge import add_knowledge
+from firefly_orm.cli._knowledge import _cmd_process_pending
 from firefly_orm.cli._maintenance import CONVERSATION_PREFIX as CONVERSATION_PREFIX
 from firefly_orm.cli._maintenance import _cmd_cleanup, _cmd_stats
 from firefly_orm.cli._maintenance import collect_stats as collect_stats
-from firefly_orm.cli._mcp import add_mcp
+from firefly_orm.cli._mcp import _cmd_mcp
 from firefly_orm.cli._migrate import (
     _cmd_check,
     _cmd_current,
@@ -76,8 +76,8 @@ from firefly_orm.cli._migrate import (
     _cmd_migrate,
     _cmd_stamp,
 )
-from firefly_orm.cli._privacy import add_rotate_keys
-from firefly_orm.cli._reembed import add_reembed
+from firefly_orm.cli._privacy import _cmd_rotate_keys
+from firefly_orm.cli._reembed import _cmd_reembed
 from firefly_orm.cli._target import (
     EXIT_ERROR,
     EXIT_NOT_AT_HEAD,
@@ -90,7 +90,9 @@ from firefly_orm.cli._target import CliError as CliError
 from firefly_orm.cli._target import Target as Target
 from firefly_orm.cli._transfer import _cmd_export, _cmd_import, _cmd_import_upstream
 from firefly_orm.cli._transfer import long_term_namespaces as long_term_namespaces
-from firefly_orm.cli._usage import add_usage
+from firefly_orm.cli._usage import _cmd_usage, _moment
+from firefly_orm.conversation._usage import GROUPINGS
+from firefly_orm.envnames import ENV_ENCRYPTION_KEYS
 from firefly_orm.envnames import ENV_POSTGRES_SCHEMA as ENV_POSTGRES_SCHEMA
 from firefly_orm.envnames import ENV_POSTGRES_URL as ENV_POSTGRES_URL
 from firefly_orm.envnames import ENV_SQLITE_PATH as ENV_SQLITE_PATH
@@ -170,6 +172,23 @@ def _add_common(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
     )
 
 
+def _add_command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    name: str,
+    help_: str,
+    func: Callable[[argparse.Namespace], int] | None,
+    aliases: Sequence[str] = (),
+) -> argparse.ArgumentParser:
+    """Register sub-command ``name`` on ``sub``, with ``common``'s options, running ``func``.
+
+    Returns the sub-command's parser, for its own arguments.
+    """
+    p = sub.add_parser(name, help=help_, parents=[common], aliases=list(aliases))
+    p.set_defaults(func=func)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``firefly-orm``."""
     parser = argparse.ArgumentParser(
@@ -182,9 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, help_: str, func: Any, aliases: Sequence[str] = ()) -> Any:
-        p = sub.add_parser(name, help=help_, parents=[common], aliases=list(aliases))
-        p.set_defaults(func=func)
-        return p
+        return _add_command(sub, common, name, help_, func, aliases)
 
     p = add("migrate", "upgrade the schema (default: to head)", _cmd_migrate, ["upgrade"])
     p.add_argument("revision", nargs="?", default="head", help="target revision (default head)")
@@ -263,25 +280,125 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("artifacts", "export or import an artifact workspace (Flyte's directory layout)", None)
     actions = p.add_subparsers(dest="artifacts_command", required=True, metavar="ACTION")
     owner_help = "the workspace's owner (default: a shared workspace)"
-    p = actions.add_parser("export", help="write workspace KEY to directory DIR", parents=[common])
-    p.set_defaults(func=_cmd_artifacts_export)
+    p = _add_command(
+        actions, common, "export", "write workspace KEY to directory DIR", _cmd_artifacts_export
+    )
     p.add_argument("key", metavar="KEY")
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--user", help=owner_help)
     p.add_argument(
         "--force", action="store_true", help="replace DIR when it holds an exported workspace"
     )
-    p = actions.add_parser("import", help="import directory DIR as a workspace", parents=[common])
-    p.set_defaults(func=_cmd_artifacts_import)
+    p = _add_command(
+        actions, common, "import", "import directory DIR as a workspace", _cmd_artifacts_import
+    )
     p.add_argument("directory", metavar="DIR")
     p.add_argument("--key", help="the workspace key (default: the one DIR records, else its name)")
     p.add_argument("--user", help=owner_help)
     p.add_argument("--replace", action="store_true", help="replace the workspace if it exists")
-    add_rotate_keys(sub, common)
-    add_reembed(sub, common)
-    add_usage(sub, common)
-    add_mcp(sub, common)
-    add_knowledge(sub, common)
+    p = add(
+        "rotate-keys",
+        "re-encrypt encrypted rows under the current key (resumable, in batches)",
+        _cmd_rotate_keys,
+    )
+    p.add_argument(
+        "--keys-file",
+        help=f"file of 'kid:base64key' lines, current key first (default: ${ENV_ENCRYPTION_KEYS})",
+    )
+    p.add_argument(
+        "--prefix",
+        dest="prefixes",
+        action="append",
+        metavar="PREFIX",
+        help="namespaces starting with PREFIX are encrypted (repeatable; default: every one)",
+    )
+    p.add_argument(
+        "--searchable",
+        action="append",
+        metavar="PREFIX",
+        help="encrypted namespaces that keep their search text in clear (repeatable)",
+    )
+    p.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        metavar="NAMESPACE",
+        help="rotate only this namespace (repeatable; default: every namespace)",
+    )
+    p.add_argument(
+        "--allow-plaintext",
+        action="store_true",
+        help="encrypt rows of encrypted namespaces that hold plain content (else refused)",
+    )
+    p.add_argument("--batch-size", type=int, default=200, help="rows per transaction")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p = add(
+        "reembed",
+        "re-embed namespaces with another embedding model (resumable, in batches)",
+        _cmd_reembed,
+    )
+    p.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        required=True,
+        metavar="NAMESPACE",
+        help="the namespace to re-embed, e.g. long_term:<user> (repeatable)",
+    )
+    p.add_argument(
+        "--model", help="a pydantic-ai embedding model, e.g. openai:text-embedding-3-small"
+    )
+    p.add_argument(
+        "--embedder-factory",
+        metavar="MODULE:NAME",
+        help="import an EmbeddingModel or Embedder (or a callable returning one) instead",
+    )
+    p.add_argument("--batch-size", type=int, default=64, help="entries per embedding call")
+    p.add_argument("--json", action="store_true", help="print one JSON summary per namespace")
+    p = add(
+        "usage", "the turns' token usage summed per conversation, user, day or month", _cmd_usage
+    )
+    p.add_argument("--user", help="every conversation of this user")
+    p.add_argument("--conversation", help="this conversation (live and archived turns)")
+    p.add_argument("--by", choices=GROUPINGS, help="one row per group (default: one total)")
+    p.add_argument("--since", type=_moment, help="turns stored at or after (ISO; UTC by default)")
+    p.add_argument("--until", type=_moment, help="turns stored before (ISO; UTC by default)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = add("mcp", "serve one user's memory as an MCP server (stdio or streamable HTTP)", _cmd_mcp)
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    p.add_argument("--user-id", help="the user this server serves (required without tokens)")
+    p.add_argument(
+        "--tokens-file",
+        metavar="FILE",
+        help='http: a JSON object {"<bearer token>": "<user id>"}; each client is its user',
+    )
+    p.add_argument("--host", default="127.0.0.1", help="http: the address to listen on")
+    p.add_argument("--port", type=int, default=8000, help="http: the port (default 8000)")
+    p = sub.add_parser("knowledge", help="the knowledge graph's queued extractions")
+    actions = p.add_subparsers(dest="knowledge_command", required=True, metavar="ACTION")
+    p = _add_command(
+        actions,
+        common,
+        "process-pending",
+        "retry the queued extractions with a model (one transaction each)",
+        _cmd_process_pending,
+    )
+    p.add_argument("--model", help="a pydantic-ai model, e.g. openai:gpt-4o-mini")
+    p.add_argument(
+        "--model-factory",
+        metavar="MODULE:NAME",
+        help="import a pydantic-ai Model (or a callable returning one) instead",
+    )
+    p.add_argument("--limit", type=int, default=50, help="extractions per pass (default 50)")
+    p.add_argument("--once", action="store_true", help="one pass only (default: until drained)")
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        help="model calls an extraction gets in all before it is marked failed (default 3)",
+    )
+    p.add_argument("--actor", default="cli", help="who the history names (default cli)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     add("demo", "run the demo (firefly_orm.demo; other arguments go to it)", _cmd_demo)
     return parser
 

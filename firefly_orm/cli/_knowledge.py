@@ -17,7 +17,6 @@ retry and what was given up, then what is left in the queue.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from firefly_orm.cli import _target
@@ -27,9 +26,10 @@ from firefly_orm.cli._target import (
     CliError,
     _model_or_factory,
     _resolve_target,
+    print_summary,
 )
 
-__all__ = ["add_knowledge"]
+__all__: list[str] = []
 
 
 def _model_kinds() -> tuple[type[Any], ...]:
@@ -73,42 +73,11 @@ def _cmd_process_pending(args: argparse.Namespace) -> int:
         "passes": passes,
         "queue": left,
     }
-    if args.json:
-        print(json.dumps(summary, sort_keys=True))
-    else:
-        print(
-            f"{recorded} extraction(s) recorded, {retried} to retry later, {failed} given up "
-            f"({passes} pass(es)); queue: {left.get('pending', 0)} pending, "
-            f"{left.get('failed', 0)} failed"
-        )
+    print_summary(
+        args,
+        summary,
+        f"{recorded} extraction(s) recorded, {retried} to retry later, {failed} given up "
+        f"({passes} pass(es)); queue: {left.get('pending', 0)} pending, "
+        f"{left.get('failed', 0)} failed",
+    )
     return EXIT_OK
-
-
-def add_knowledge(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
-    """Register ``knowledge`` (``process-pending``) on the ``firefly-orm`` parser."""
-    p = sub.add_parser("knowledge", help="the knowledge graph's queued extractions")
-    actions = p.add_subparsers(dest="knowledge_command", required=True, metavar="ACTION")
-    p = actions.add_parser(
-        "process-pending",
-        help="retry the queued extractions with a model (one transaction each)",
-        parents=[common],
-    )
-    p.set_defaults(func=_cmd_process_pending)
-    p.add_argument("--model", help="a pydantic-ai model, e.g. openai:gpt-4o-mini")
-    p.add_argument(
-        "--model-factory",
-        metavar="MODULE:NAME",
-        help="import a pydantic-ai Model (or a callable returning one) instead",
-    )
-    p.add_argument("--limit", type=int, default=50, help="extractions per pass (default 50)")
-    p.add_argument("--once", action="store_true", help="one pass only (default: until drained)")
-    p.add_argument(
-        "--max-attempts",
-        type=int,
-        default=3,
-        help="model calls an extraction gets in all before it is marked failed (default 3)",
-    )
-    p.add_argument("--actor", default="cli", help="who the history names (default cli)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")

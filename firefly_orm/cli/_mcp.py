@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-from typing import Any
 
 from firefly_orm.cli import _target
 from firefly_orm.cli._target import EXIT_OK, EXIT_USAGE, CliError, _resolve_target
 
-__all__ = ["add_mcp"]
+__all__: list[str] = []
 
 logger = logging.getLogger("firefly_orm")
 
@@ -46,24 +45,3 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
         else:
             server.run("streamable-http", host=args.host, port=args.port)
     return EXIT_OK
-
-
-def add_mcp(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
-    """Register ``mcp`` on the ``firefly-orm`` parser's sub-commands."""
-    p: Any = sub.add_parser(
-        "mcp",
-        help="serve one user's memory as an MCP server (stdio or streamable HTTP)",
-        parents=[common],
-    )
-    p.set_defaults(func=_cmd_mcp)
-    p.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    p.add_argument("--user-id", help="the user this server serves (required without tokens)")
-    p.add_argument(
-        "--tokens-file",
-        metavar="FILE",
-        help='http: a JSON object {"<bearer token>": "<user id>"}; each client is its user',
-    )
-    p.add_argument("--host", default="127.0.0.1", help="http: the address to listen on")
-    p.add_argument("--port", type=int, default=8000, help="http: the port (default 8000)")

@@ -12,11 +12,16 @@ interrupted run leaves every row readable, and running it again finishes.
 from __future__ import annotations
 
 import argparse
-import json
 
 from firefly_orm.cli import _target
-from firefly_orm.cli._target import EXIT_OK, EXIT_USAGE, CliError, Progress, _resolve_target
-from firefly_orm.envnames import ENV_ENCRYPTION_KEYS
+from firefly_orm.cli._target import (
+    EXIT_OK,
+    EXIT_USAGE,
+    CliError,
+    Progress,
+    _resolve_target,
+    print_summary,
+)
 from firefly_orm.privacy import (
     Encryption,
     EncryptionConfigError,
@@ -26,7 +31,7 @@ from firefly_orm.privacy import (
     store_namespaces,
 )
 
-__all__ = ["add_rotate_keys"]
+__all__: list[str] = []
 
 
 def _encryption(args: argparse.Namespace) -> Encryption:
@@ -63,64 +68,20 @@ def _cmd_rotate_keys(args: argparse.Namespace) -> int:
             on_batch=on_batch,
         )
         progress.advance(progress.total)
-    if args.json:
-        summary = {
-            "key_id": report.key_id,
-            "namespaces": report.namespaces,
-            "examined": report.examined,
-            "rotated": report.rotated,
-            "encrypted": report.encrypted,
-            "batches": report.batches,
-        }
-        print(json.dumps(summary, sort_keys=True))
-    else:
-        print(
-            f"{report.changed} row(s) now under key {report.key_id!r} "
-            f"({report.rotated} rotated, {report.encrypted} encrypted; "
-            f"{report.examined} examined in {report.namespaces} encrypted namespace(s), "
-            f"{report.batches} batch(es))"
-        )
+    summary = {
+        "key_id": report.key_id,
+        "namespaces": report.namespaces,
+        "examined": report.examined,
+        "rotated": report.rotated,
+        "encrypted": report.encrypted,
+        "batches": report.batches,
+    }
+    print_summary(
+        args,
+        summary,
+        f"{report.changed} row(s) now under key {report.key_id!r} "
+        f"({report.rotated} rotated, {report.encrypted} encrypted; "
+        f"{report.examined} examined in {report.namespaces} encrypted namespace(s), "
+        f"{report.batches} batch(es))",
+    )
     return EXIT_OK
-
-
-def add_rotate_keys(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
-    """Register ``rotate-keys`` on the ``firefly-orm`` parser's sub-commands."""
-    p = sub.add_parser(
-        "rotate-keys",
-        help="re-encrypt encrypted rows under the current key (resumable, in batches)",
-        parents=[common],
-    )
-    p.set_defaults(func=_cmd_rotate_keys)
-    p.add_argument(
-        "--keys-file",
-        help=f"file of 'kid:base64key' lines, current key first (default: ${ENV_ENCRYPTION_KEYS})",
-    )
-    p.add_argument(
-        "--prefix",
-        dest="prefixes",
-        action="append",
-        metavar="PREFIX",
-        help="namespaces starting with PREFIX are encrypted (repeatable; default: every one)",
-    )
-    p.add_argument(
-        "--searchable",
-        action="append",
-        metavar="PREFIX",
-        help="encrypted namespaces that keep their search text in clear (repeatable)",
-    )
-    p.add_argument(
-        "--namespace",
-        dest="namespaces",
-        action="append",
-        metavar="NAMESPACE",
-        help="rotate only this namespace (repeatable; default: every namespace)",
-    )
-    p.add_argument(
-        "--allow-plaintext",
-        action="store_true",
-        help="encrypt rows of encrypted namespaces that hold plain content (else refused)",
-    )
-    p.add_argument("--batch-size", type=int, default=200, help="rows per transaction")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -15,7 +15,6 @@ stderr when it is a terminal (or with ``--progress``).
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -27,12 +26,13 @@ from firefly_orm.cli._target import (
     Progress,
     _model_or_factory,
     _resolve_target,
+    print_summary,
 )
 
 if TYPE_CHECKING:
     from firefly_orm.long_term import ReembedProgress
 
-__all__ = ["add_reembed"]
+__all__: list[str] = []
 
 
 def _embedder_kinds() -> tuple[type[Any], ...]:
@@ -84,51 +84,20 @@ def _cmd_reembed(args: argparse.Namespace) -> int:
                 )
             )
     for report in reports:
-        if args.json:
-            summary = {
-                "namespace": report.namespace,
-                "model": None if report.spec is None else report.spec.model,
-                "dimensions": None if report.spec is None else report.spec.dimensions,
-                "previous_model": None if report.previous is None else report.previous.model,
-                "total": report.total,
-                "embedded": report.embedded,
-                "batches": report.batches,
-            }
-            print(json.dumps(summary, sort_keys=True))
-        else:
-            dropped = "" if report.previous is None else f", vectors of {report.previous} dropped"
-            print(
-                f"{report.namespace}: {report.embedded} vector(s) of {report.spec or 'no model'} "
-                f"stored in {report.batches} batch(es) ({report.total} entries with text{dropped})"
-            )
+        summary = {
+            "namespace": report.namespace,
+            "model": None if report.spec is None else report.spec.model,
+            "dimensions": None if report.spec is None else report.spec.dimensions,
+            "previous_model": None if report.previous is None else report.previous.model,
+            "total": report.total,
+            "embedded": report.embedded,
+            "batches": report.batches,
+        }
+        dropped = "" if report.previous is None else f", vectors of {report.previous} dropped"
+        print_summary(
+            args,
+            summary,
+            f"{report.namespace}: {report.embedded} vector(s) of {report.spec or 'no model'} "
+            f"stored in {report.batches} batch(es) ({report.total} entries with text{dropped})",
+        )
     return EXIT_OK
-
-
-def add_reembed(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
-    """Register ``reembed`` on the ``firefly-orm`` parser's sub-commands."""
-    p = sub.add_parser(
-        "reembed",
-        help="re-embed namespaces with another embedding model (resumable, in batches)",
-        parents=[common],
-    )
-    p.set_defaults(func=_cmd_reembed)
-    p.add_argument(
-        "--namespace",
-        dest="namespaces",
-        action="append",
-        required=True,
-        metavar="NAMESPACE",
-        help="the namespace to re-embed, e.g. long_term:<user> (repeatable)",
-    )
-    p.add_argument(
-        "--model", help="a pydantic-ai embedding model, e.g. openai:text-embedding-3-small"
-    )
-    p.add_argument(
-        "--embedder-factory",
-        metavar="MODULE:NAME",
-        help="import an EmbeddingModel or Embedder (or a callable returning one) instead",
-    )
-    p.add_argument("--batch-size", type=int, default=64, help="entries per embedding call")
-    p.add_argument("--json", action="store_true", help="print one JSON summary per namespace")

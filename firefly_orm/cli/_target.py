@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
@@ -42,6 +43,7 @@ __all__ = [
     "Progress",
     "Target",
     "env_database_variable",
+    "print_summary",
 ]
 
 EXIT_OK = 0
@@ -56,6 +58,14 @@ class CliError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+
+
+# --------------------------------------------------------------------------- output
+
+
+def print_summary(args: argparse.Namespace, summary: Mapping[str, Any], text: str) -> None:
+    """Print a command's outcome: ``summary`` as one JSON line with ``--json``, else ``text``."""
+    print(json.dumps(summary, sort_keys=True) if args.json else text)
 
 
 # --------------------------------------------------------------------------- progress

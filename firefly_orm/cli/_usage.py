@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from firefly_orm.cli import _target
 from firefly_orm.cli._target import EXIT_OK, EXIT_USAGE, CliError, _resolve_target
 from firefly_orm.conversation import ConversationMemory
-from firefly_orm.conversation._usage import GROUPINGS, USAGE_FIELDS
+from firefly_orm.conversation._usage import USAGE_FIELDS
 
-__all__ = ["add_usage"]
+__all__: list[str] = []
 
 
 def _moment(text: str) -> datetime:
@@ -53,21 +53,3 @@ def _cmd_usage(args: argparse.Namespace) -> int:
             )
         )
     return EXIT_OK
-
-
-def add_usage(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
-) -> None:
-    """Register ``usage`` on the ``firefly-orm`` parser's sub-commands."""
-    p = sub.add_parser(
-        "usage",
-        help="the turns' token usage summed per conversation, user, day or month",
-        parents=[common],
-    )
-    p.set_defaults(func=_cmd_usage)
-    p.add_argument("--user", help="every conversation of this user")
-    p.add_argument("--conversation", help="this conversation (live and archived turns)")
-    p.add_argument("--by", choices=GROUPINGS, help="one row per group (default: one total)")
-    p.add_argument("--since", type=_moment, help="turns stored at or after (ISO; UTC by default)")
-    p.add_argument("--until", type=_moment, help="turns stored before (ISO; UTC by default)")
-    p.add_argument("--json", action="store_true", help="print JSON")
