@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from firefly_orm.bridges._relay import each_step
 from firefly_orm.bridges._steps import CallOut, LocksRows, Operation, Sleep, Step, Transaction
 from firefly_orm.protocols import JoinsSession, MemoryStore, declares
 
@@ -169,25 +170,16 @@ def released_before_callouts(op: Operation[T], hold: SessionHold) -> Operation[T
     if not hold.owned:
         return (yield from op)
     written = False
-    value: Any = None
-    error: Exception | None = None
-    try:
-        while True:
-            try:
-                step = op.throw(error) if error is not None else op.send(value)
-            except StopIteration as stop:
-                return cast(T, stop.value)
-            value, error = None, None
-            if isinstance(step, CallOut) and not written:
-                yield from _Release(hold)
-            try:
-                value = yield step
-            except Exception as exc:
-                error = exc
-                continue
-            if isinstance(step, Transaction):
-                written = written or step.commit
-            elif not isinstance(step, _READS):
-                written = True
-    finally:
-        op.close()
+    release = _Release(hold)
+
+    def before(step: Step[Any]) -> Step[None] | None:
+        return release if isinstance(step, CallOut) and not written else None
+
+    def after(step: Step[Any]) -> None:
+        nonlocal written
+        if isinstance(step, Transaction):
+            written = written or step.commit
+        elif not isinstance(step, _READS):
+            written = True
+
+    return (yield from each_step(op, before=before, after=after))

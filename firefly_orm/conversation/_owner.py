@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
+from firefly_orm.bridges._relay import each_step
 from firefly_orm.bridges._steps import (
     HoldingTransaction,
     HoldingWork,
@@ -64,32 +65,6 @@ def guarded(
     the same transaction as the work, such as who owns a conversation.
     """
     return each_step(op, lambda step: _guard(step, check, writes_only))
-
-
-def each_step(
-    op: Operation[T] | Step[T], transform: Callable[[Step[Any]], Step[Any]]
-) -> Operation[T]:
-    """``op`` (an operation or one step), each step it yields replaced by ``transform(step)``.
-
-    What a transformed step returns or raises is sent into ``op`` as the
-    original step's outcome.
-    """
-    gen: Operation[T] = iter(op) if isinstance(op, Step) else op
-    value: Any = None
-    error: Exception | None = None
-    try:
-        while True:
-            try:
-                step = gen.throw(error) if error is not None else gen.send(value)
-            except StopIteration as stop:
-                return cast(T, stop.value)
-            value, error = None, None
-            try:
-                value = yield transform(step)
-            except Exception as exc:
-                error = exc
-    finally:
-        gen.close()
 
 
 def _guard(step: Step[Any], check: Callable[[UnitOfWork], object], writes_only: bool) -> Step[Any]:
