@@ -19,7 +19,7 @@ import json
 import re
 import sys
 from collections.abc import Callable
-from itertools import accumulate
+from itertools import accumulate, repeat
 from typing import Any
 
 from pydantic_core import from_json
@@ -35,6 +35,7 @@ __all__ = [
     "JSONInputError",
     "check_json_structure",
     "decode_json_from_jsonb",
+    "dump_json",
     "encode_json_for_jsonb",
     "is_json_wrapper",
     "load_json",
@@ -272,6 +273,16 @@ def unwrap_stored_json(value: Any) -> Any:
     return value
 
 
+#: The encoder of :func:`dump_json`, built once (``json.dumps`` builds one per call
+#: when given options).
+_TEXT_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
+def dump_json(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)``: a value's JSON text as the SQL stores write it."""
+    return _TEXT_ENCODER.encode(value)
+
+
 def encode_json_for_jsonb(value: Any) -> Any:
     """Make a JSON value storable in JSONB, reversibly.
 
@@ -280,7 +291,7 @@ def encode_json_for_jsonb(value: Any) -> Any:
     the JSON text escapes NUL as the six characters ``\\u0000``, which JSONB
     accepts.
     """
-    text = json.dumps(value, ensure_ascii=False)
+    text = dump_json(value)
     unstorable = "\\u0000" in text or _has_exponent_float(value, text)
     return wrap_json_for_storage(value, text=text, unstorable=unstorable)
 
@@ -324,24 +335,16 @@ def check_json_structure(field: str, value: Any) -> None:
 
     The structural half of :func:`validate_json_value`, for callers that must
     check a value before handing it to ``json.dumps`` (which would recurse).
+    Depth first, so a reference cycle is refused as soon as one path through it
+    passes :data:`MAX_JSON_DEPTH`, however wide it is.
     """
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
+            if not all(map(isinstance, item, _STR)):
+                _check_keys(field, item)
             children: Any = item.values()
-            if not all(isinstance(k, str) for k in item):
-                seen: set[str] = set()
-                for key in item:
-                    text = _json_key_text(key)
-                    if text in seen:
-                        raise EntryValidationError(
-                            field,
-                            f"has dict keys that collide once converted to JSON strings "
-                            f"(several keys become {text!r}, e.g. 1 and '1')",
-                        )
-                    if text is not None:
-                        seen.add(text)
         elif isinstance(item, list | tuple):
             children = item
         else:
@@ -351,7 +354,31 @@ def check_json_structure(field: str, value: Any) -> None:
                 field,
                 f"is nested more than {MAX_JSON_DEPTH} levels deep (or contains a reference cycle)",
             )
-        stack.extend((child, depth + 1) for child in children)
+        below = depth + 1
+        for child in children:
+            if type(child) not in _SCALAR_TYPES:
+                stack.append((child, below))
+
+
+#: ``repeat(str)``, for checking a dict's keys in one C-level ``map``.
+_STR = repeat(str)
+#: Values with nothing inside to check (their exact types; subclasses are looked at).
+_SCALAR_TYPES = frozenset({str, int, float, bool, type(None)})
+
+
+def _check_keys(field: str, item: dict[Any, Any]) -> None:
+    """Refuse a dict with keys that collide once JSON converts them to strings."""
+    seen: set[str] = set()
+    for key in item:
+        text = _json_key_text(key)
+        if text in seen:
+            raise EntryValidationError(
+                field,
+                f"has dict keys that collide once converted to JSON strings "
+                f"(several keys become {text!r}, e.g. 1 and '1')",
+            )
+        if text is not None:
+            seen.add(text)
 
 
 def validate_json_value(field: str, value: Any) -> None:
@@ -373,9 +400,14 @@ def validate_json_value(field: str, value: Any) -> None:
     _check_json(field, value)
 
 
+#: ``json.dumps(value, allow_nan=False, ensure_ascii=False)``, the encoder built once
+#: (``json.dumps`` builds one per call when given options).
+_STRICT_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+
+
 def _check_json(field: str, value: Any) -> None:
     try:
-        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        _STRICT_ENCODER.encode(value).encode("utf-8")
     except UnicodeEncodeError:
         raise EntryValidationError(
             field, "must be valid Unicode (a string contains a lone surrogate)"

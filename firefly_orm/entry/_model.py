@@ -32,7 +32,12 @@ from sqlmodel import Field, SQLModel
 
 from firefly_orm.entry import _rules
 from firefly_orm.entry._ids import derived_entry_id, new_entry_id, utcnow
-from firefly_orm.entry._json import decode_json_from_jsonb, encode_json_for_jsonb, load_json
+from firefly_orm.entry._json import (
+    decode_json_from_jsonb,
+    dump_json,
+    encode_json_for_jsonb,
+    load_json,
+)
 from firefly_orm.entry._rules import (
     _METADATA_ALIAS,
     _METADATA_FIELD,
@@ -127,7 +132,7 @@ class JSONValue(sa.TypeDecorator[Any]):
         if dialect.name == "postgresql":
             return encode_json_for_jsonb(value)
         if dialect.name == "sqlite":
-            return json.dumps(value, ensure_ascii=False)
+            return dump_json(value)
         return value
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:

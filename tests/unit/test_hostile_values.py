@@ -12,11 +12,14 @@ import sys
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from firefly_orm.entry import (
     MAX_ENTRY_VERSION,
     MAX_JSON_DEPTH,
     MemoryEntry,
+    check_json_structure,
     validate_entry,
 )
 from firefly_orm.errors import EntryValidationError
@@ -141,3 +144,69 @@ def _bson_depth(value: Any) -> int:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, level + 1) for child in children)
     return depth
+
+
+# --------------------------------------------------------------------------- the walk, read again
+
+
+class _Dict(dict[Any, Any]):
+    """A dict subclass: the walk looks inside it as inside a dict."""
+
+
+def _verdict_by_recursion(value: Any, depth: int = 1) -> bool:
+    """Whether the structure rules refuse ``value``, read recursively (shallow values only)."""
+    if isinstance(value, dict):
+        texts = [_key_text(k) for k in value]
+        known = [t for t in texts if t is not None]
+        if len(set(known)) < len(known):
+            return True
+        children: Any = value.values()
+    elif isinstance(value, list | tuple):
+        children = value
+    else:
+        return False
+    return depth > MAX_JSON_DEPTH or any(_verdict_by_recursion(c, depth + 1) for c in children)
+
+
+def _key_text(key: Any) -> str | None:
+    if isinstance(key, str):
+        return str.__str__(key)
+    if key is None or isinstance(key, bool | int | float):
+        import json
+
+        return json.dumps(key)
+    return None
+
+
+_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 5), st.floats(-2, 2), st.text(max_size=3)
+)
+_keys = st.one_of(st.text(max_size=2), st.integers(0, 3), st.booleans(), st.none(), st.just(1.5))
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(_keys, inner, max_size=4),
+        st.dictionaries(_keys, inner, max_size=3).map(_Dict),
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_values, wrap=st.integers(0, MAX_JSON_DEPTH + 3), as_dict=st.booleans())
+def test_the_structure_walk_agrees_with_a_recursive_reading(
+    value: Any, wrap: int, as_dict: bool
+) -> None:
+    # Wrapped near the depth limit, so both sides of it are reached.
+    for _ in range(wrap):
+        value = {"k": value} if as_dict else [value]
+    expected = _verdict_by_recursion(value)
+    try:
+        check_json_structure("content", value)
+    except EntryValidationError:
+        refused = True
+    else:
+        refused = False
+    assert refused == expected
