@@ -28,7 +28,9 @@ of its landing below.
      one worker-thread call (``ThreadedEngine.run``), which
      :func:`firefly_orm.uow.arun_in_unit_of_work` prefers when a store has it.
      On a native async driver SQL needs no landing of ours: SQLAlchemy's
-     ``run_sync`` runs the same sync function on the caller's loop;
+     greenlets run the same sync function on the caller's loop (``run_sync``;
+     a store's own operation or unit of work is one ``greenlet_spawn``, the
+     mechanism under ``run_sync``, in :mod:`firefly_orm.sql._runners`);
    * :class:`~firefly_orm.sql._engines.Engines`' ``close()``: disposing async
      engines from sync code (``finish_from_sync``);
    * the SQLite connect hook's wait for a lock before switching the file to WAL

@@ -30,13 +30,16 @@ functions through ``run_sync`` (or runs the sync path in a worker thread).
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
+from sqlalchemy.util import greenlet_spawn
 
 from firefly_orm.protocols import UnitOfWork
 from firefly_orm.sql._engines import Engines, ThreadedEngine
@@ -47,6 +50,45 @@ __all__ = ["EngineRunner", "Runner", "SessionRunner"]
 
 
 T = TypeVar("T")
+
+
+def _in_transaction(
+    opened: list[Connection], engine: Engine, fn: Callable[..., T], *args: Any
+) -> T:
+    """``fn(connection, *args)`` in a transaction of ``engine`` (see :func:`_in_one_greenlet`)."""
+    conn = engine.connect()
+    opened.append(conn)
+    with conn.begin():
+        result = fn(conn, *args)
+    _give_back(opened)
+    return result
+
+
+def _give_back(opened: list[Connection]) -> None:
+    """Close the connections in ``opened`` (emptied first: none is closed twice)."""
+    conns = list(opened)
+    opened.clear()
+    for conn in conns:
+        conn.close()
+
+
+async def _in_one_greenlet(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(opened, *args)``, sync code on a native async engine's sync facade, in one
+    greenlet: its driver calls are awaited as ``AsyncConnection.run_sync`` awaits them,
+    without a greenlet each for the connect, ``BEGIN``, the call, ``COMMIT`` and close.
+
+    ``fn`` adds each connection it opens to ``opened`` and gives them back itself
+    when it succeeds (a connection whose transaction ended has no round trip left to
+    give it back, so nothing there can be interrupted).  When it raises, or its
+    task is cancelled, what is left in ``opened`` is closed here, shielded from
+    cancellation as ``AsyncConnection`` closes itself.
+    """
+    opened: list[Connection] = []
+    try:
+        return await greenlet_spawn(fn, opened, *args)
+    finally:
+        if opened:
+            await asyncio.shield(greenlet_spawn(_give_back, opened))
 
 
 class Runner(ABC):
@@ -201,8 +243,7 @@ class EngineRunner(Runner):
                 target = engines.async_target("single")
                 if isinstance(target, ThreadedEngine):
                     return await target.run(engines.run, "single", fn, *args)
-                async with target.begin() as conn:
-                    return await conn.run_sync(fn, *args)
+                return await _in_one_greenlet(_in_transaction, target.sync_engine, fn, *args)
         finally:
             if write:
                 self.router.wrote()
@@ -215,15 +256,15 @@ class EngineRunner(Runner):
         commit: bool = False,
         what: str = "unit of work",
     ) -> T:
-        """Async form of :meth:`run_in_unit_of_work`: one worker-thread call on a ThreadedEngine."""
+        """Async form of :meth:`run_in_unit_of_work`: one worker-thread call on a
+        ThreadedEngine, one greenlet on a native async engine."""
         engines = self._engines_for(read_only)
         target = engines.async_target("read" if read_only else "write")
-        if not isinstance(target, ThreadedEngine):
-            return await super().arun_in_unit_of_work(
-                work, read_only=read_only, commit=commit, what=what
-            )
         await self.async_ensure()
-        return await target.run(self._unit_on, engines, work, read_only, commit, what)
+        if isinstance(target, ThreadedEngine):
+            return await target.run(self._unit_on, engines, work, read_only, commit, what)
+        with self.errors(what, engines):  # the closing too
+            return await _in_one_greenlet(self._in_unit, engines, work, read_only, commit, what)
 
     def _unit_on(
         self,
@@ -232,9 +273,11 @@ class EngineRunner(Runner):
         read_only: bool,
         commit: bool,
         what: str,
+        opened: list[Connection] | None = None,
     ) -> T:
-        """:meth:`run_in_unit_of_work` on ``engines`` (chosen before the thread hand-off)."""
-        uow = SQLUnitOfWork(engines, self.errors, read_only=read_only)
+        """:meth:`run_in_unit_of_work` on ``engines`` (chosen before the hand-off); with
+        ``opened``, on their native async engines' sync facades (in one greenlet)."""
+        uow = SQLUnitOfWork(engines, self.errors, read_only=read_only, opened=opened)
         try:
             with self.errors(what, engines), uow:
                 result = work(uow)
@@ -244,6 +287,20 @@ class EngineRunner(Runner):
         finally:
             if not read_only:
                 self.router.wrote()
+
+    def _in_unit(
+        self,
+        opened: list[Connection],
+        engines: Engines,
+        work: Callable[[UnitOfWork], T],
+        read_only: bool,
+        commit: bool,
+        what: str,
+    ) -> T:
+        """:meth:`_unit_on` on the native async engines (see :func:`_in_one_greenlet`)."""
+        result = self._unit_on(engines, work, read_only, commit, what, opened)
+        _give_back(opened)
+        return result
 
     def _new_uow(self, read_only: bool, consistent: bool) -> SQLUnitOfWork:
         engines = self._engines_for(read_only, consistent)

@@ -379,7 +379,38 @@ class SQLUnitOfWork(_Transaction[Session]):
     caller's ``session``, it runs inside a SAVEPOINT of it (``begin_nested``):
     :meth:`commit` releases the savepoint and the caller's own commit (or
     rollback) decides the outcome; a failure rolls back only the savepoint.
+
+    ``opened``: the connection comes from the store's native async engine's
+    sync facade (``AsyncEngine.sync_engine``) and is added to ``opened``
+    instead of being closed here: the whole unit of work runs in one greenlet
+    (:meth:`~firefly_orm.sql._runners.EngineRunner.arun_in_unit_of_work`), and
+    the runner gives the connection back (after a failure, shielded from
+    cancellation as ``AsyncConnection`` closes itself).
     """
+
+    def __init__(
+        self,
+        engines: Engines,
+        errors: ErrorMapper,
+        session: Session | None = None,
+        *,
+        read_only: bool = False,
+        opened: list[Connection] | None = None,
+    ) -> None:
+        super().__init__(engines, errors, session, read_only=read_only)
+        self._opened = opened
+
+    def _open(self, mode: Mode, *, held: bool = True) -> Connection:
+        """A connection for ``mode`` (``held``: the thread's held one when there is one)."""
+        if self._opened is None:
+            return self.engines.connect(mode) if held else self.engines.sync_engine(mode).connect()
+        conn = self.engines.async_engine(mode).sync_engine.connect()
+        self._opened.append(conn)
+        return conn
+
+    def _release(self, conn: Connection) -> None:
+        if self._opened is None:  # else the runner closes it
+            self.engines.release(conn)
 
     entries: EntryRepository
     _target: Target
@@ -408,17 +439,21 @@ class SQLUnitOfWork(_Transaction[Session]):
                 self._undo_translation()
                 raise
         else:
-            level = self.engines.deferred_write_level() if self._mode == "write" else None
+            level = (
+                self.engines.deferred_write_level(is_async=self._opened is not None)
+                if self._mode == "write"
+                else None
+            )
             if level is not None:
-                self._target = self._conn = self.engines.sync_engine("single").connect()
+                self._target = self._conn = self._open("single", held=False)
                 self._deferred = _DeferredBegin(self._conn, level, self._errors, self.engines)
                 self.entries = self._deferred.entries(self._conn)
                 return self
-            self._target = self._conn = self.engines.connect(self._mode)
+            self._target = self._conn = self._open(self._mode)
             try:
                 self._tx = self._conn.begin()
             except BaseException:
-                self.engines.release(self._conn)
+                self._release(self._conn)
                 raise
         self.entries = _entries_on(self._target, self._errors, self.engines)
         return self
@@ -446,7 +481,7 @@ class SQLUnitOfWork(_Transaction[Session]):
                 self.rollback()
         finally:
             if self._conn is not None:
-                self.engines.release(self._conn)
+                self._release(self._conn)
             self._undo_translation()
 
 

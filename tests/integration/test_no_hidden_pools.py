@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -27,7 +29,7 @@ from firefly_orm.conversation import ConversationMemory
 from firefly_orm.entry import MemoryEntry
 from firefly_orm.errors import MissingEngineError
 from firefly_orm.protocols import UnitOfWork
-from firefly_orm.sql import SQLAlchemyStore, enable_sqlite_savepoints
+from firefly_orm.sql import PostgreSQLStore, SQLAlchemyStore, enable_sqlite_savepoints
 
 
 def _save_entry(uow: UnitOfWork, key: str) -> None:
@@ -253,3 +255,65 @@ def test_postgres_async_engine_alone_opens_no_sync_pool(
 
     server_side, in_pool = asyncio.run(run())
     assert server_side == in_pool >= 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("engine_of", ["caller", "store"])
+def test_postgres_cancelled_async_calls_return_their_connections(
+    pg_app: dict[str, Any], postgres_admin_engine: sa.Engine, engine_of: str
+) -> None:
+    """On a native async engine (the caller's ``async_engine=``, or the store's own with
+    its autocommit pool), a task cancelled at any point of an async call (one statement,
+    or a unit of work) leaves no connection checked out; the next calls work."""
+
+    async def run() -> tuple[int, bool]:
+        caller: AsyncEngine | None = None
+        if engine_of == "caller":
+            caller = create_async_engine(pg_app["url"], pool_size=3, max_overflow=0)
+            store = SQLAlchemyStore(async_engine=caller, migrate=True)
+        else:
+            store = PostgreSQLStore(
+                pg_app["url"].render_as_string(hide_password=False),
+                schema_name=pg_app["name"],
+                migrate=True,
+                engine_kwargs={"pool_size": 3, "max_overflow": 0},
+            )
+        await store.async_save("ns", MemoryEntry(key="k", content=0))
+
+        async def in_unit_of_work(key: str) -> None:
+            async with store.async_unit_of_work() as uow:
+                await uow.run_sync(_save_entry, key)
+                await uow.commit()
+
+        for yields in range(30):
+            calls = (
+                store.async_save("ns", MemoryEntry(content=yields)),
+                store.async_load_by_key("ns", "k"),
+                in_unit_of_work("k"),
+            )
+            for call in calls:
+                task = asyncio.ensure_future(call)
+                for _ in range(yields):
+                    await asyncio.sleep(0)
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        checked_out = _pool(store.async_engine.sync_engine).checkedout()
+        # Every pooled connection is usable and idle: more calls than the pool holds.
+        for i in range(6):
+            await store.async_save("ns", MemoryEntry(key=f"after{i}", content=i))
+        found = await store.async_load_by_key("ns", "after5") is not None
+        await store.async_close()
+        if caller is not None:
+            await caller.dispose()
+        return checked_out, found
+
+    with warnings.catch_warnings():
+        # SQLAlchemy drops (rather than checks in) a psycopg connection whose task was
+        # cancelled in the middle of a round trip, with a warning when it is collected.
+        warnings.simplefilter("ignore", sa.exc.SAWarning)
+        checked_out, found = asyncio.run(run())
+        gc.collect()
+    assert checked_out == 0
+    assert found
+    assert _backends(postgres_admin_engine, pg_app["name"], expect=0) == 0
