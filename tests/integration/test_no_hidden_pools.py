@@ -16,7 +16,7 @@ import gc
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -106,6 +106,21 @@ def test_sqlite_in_memory_app_engine_is_the_one_database(tmp_path: Path) -> None
     engine.dispose()
 
 
+async def _cancel_at_each_point(
+    points: int, calls: Callable[[int], tuple[Coroutine[Any, Any, Any], ...]]
+) -> None:
+    """Each of ``calls(n)``, cancelled after ``n`` yields to the loop, for every ``n`` below
+    ``points`` (so the cancellation lands at each await of each call, in turn)."""
+    for yields in range(points):
+        for call in calls(yields):
+            task = asyncio.ensure_future(call)
+            for _ in range(yields):
+                await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 def test_cancelled_async_calls_return_their_connections(tmp_path: Path) -> None:
     """A task cancelled at any point of an async call leaves no connection checked out."""
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.sqlite3'}")
@@ -119,14 +134,13 @@ def test_cancelled_async_calls_return_their_connections(tmp_path: Path) -> None:
             await uow.commit()
 
     async def cancel_at_each_point() -> None:
-        for yields in range(40):
-            for call in (store.async_save("ns", MemoryEntry(content=yields)), in_unit_of_work("k")):
-                task = asyncio.ensure_future(call)
-                for _ in range(yields):
-                    await asyncio.sleep(0)
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        await _cancel_at_each_point(
+            40,
+            lambda yields: (
+                store.async_save("ns", MemoryEntry(content=yields)),
+                in_unit_of_work("k"),
+            ),
+        )
 
     asyncio.run(cancel_at_each_point())  # returns once every worker thread is done
     assert _pool(engine).checkedout() == 0, _pool(engine).status()
@@ -285,19 +299,14 @@ def test_postgres_cancelled_async_calls_return_their_connections(
                 await uow.run_sync(_save_entry, key)
                 await uow.commit()
 
-        for yields in range(30):
-            calls = (
+        await _cancel_at_each_point(
+            30,
+            lambda yields: (
                 store.async_save("ns", MemoryEntry(content=yields)),
                 store.async_load_by_key("ns", "k"),
                 in_unit_of_work("k"),
-            )
-            for call in calls:
-                task = asyncio.ensure_future(call)
-                for _ in range(yields):
-                    await asyncio.sleep(0)
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            ),
+        )
         checked_out = _pool(store.async_engine.sync_engine).checkedout()
         # Every pooled connection is usable and idle: more calls than the pool holds.
         for i in range(6):
