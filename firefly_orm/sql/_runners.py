@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
@@ -78,17 +78,35 @@ async def _in_one_greenlet(fn: Callable[..., T], *args: Any) -> T:
     without a greenlet each for the connect, ``BEGIN``, the call, ``COMMIT`` and close.
 
     ``fn`` adds each connection it opens to ``opened`` and gives them back itself
-    when it succeeds (a connection whose transaction ended has no round trip left to
-    give it back, so nothing there can be interrupted).  When it raises, or its
-    task is cancelled, what is left in ``opened`` is closed here, shielded from
-    cancellation as ``AsyncConnection`` closes itself.
+    when it succeeds (on psycopg a connection whose transaction ended has no round
+    trip left to give it back; on a driver whose check-in is one, aiosqlite's
+    rollback, a cancellation landing there makes SQLAlchemy log and replace that
+    connection, and the operation's work stands).  When it raises, or its task is
+    cancelled, what is left in ``opened`` is closed here and run to completion
+    however often the task is cancelled meanwhile, as ``AsyncConnection`` closes
+    itself.
     """
     opened: list[Connection] = []
     try:
         return await greenlet_spawn(fn, opened, *args)
     finally:
         if opened:
-            await asyncio.shield(greenlet_spawn(_give_back, opened))
+            await _to_completion(greenlet_spawn(_give_back, opened))
+
+
+async def _to_completion(work: Coroutine[Any, Any, None]) -> None:
+    """Await ``work`` to its end even if this task is cancelled meanwhile (again and
+    again), then raise the cancellation, or ``work``'s error."""
+    task = asyncio.ensure_future(work)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    task.result()
 
 
 class Runner(ABC):
@@ -258,9 +276,9 @@ class EngineRunner(Runner):
     ) -> T:
         """Async form of :meth:`run_in_unit_of_work`: one worker-thread call on a
         ThreadedEngine, one greenlet on a native async engine."""
+        await self.async_ensure()  # first: initialising marks a write (reads go to the primary)
         engines = self._engines_for(read_only)
         target = engines.async_target("read" if read_only else "write")
-        await self.async_ensure()
         if isinstance(target, ThreadedEngine):
             return await target.run(self._unit_on, engines, work, read_only, commit, what)
         with self.errors(what, engines):  # the closing too

@@ -200,3 +200,35 @@ def test_the_standby_lags_behind_another_processs_write(
         assert [t.user_prompt for t in memory.get_turns(cid)] == fresh
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_a_fresh_stores_first_async_read_only_unit_of_work_runs_on_the_primary(
+    postgres_url: str,
+) -> None:
+    """Initialising counts as a write (a replica may lag behind a new schema), so the
+    first read-only unit of work of a fresh store reads the primary: here the "replica"
+    is a database without the store's schema, which would fail the read."""
+    from dbutil import drop_schema
+
+    schema = "rfirst_" + uuid.uuid4().hex[:10]
+    replica = sa.engine.make_url(postgres_url).set(database="postgres")
+
+    async def run() -> Any:
+        store = PostgreSQLStore(
+            postgres_url,
+            schema_name=schema,
+            migrate=True,
+            replica_url=replica.render_as_string(hide_password=False),
+        )
+        try:
+            return await store.async_run_in_unit_of_work(
+                lambda uow: uow.entries.get_by_key("ns", "k"), read_only=True
+            )
+        finally:
+            await store.async_close()
+
+    try:
+        assert asyncio.run(run()) is None
+    finally:
+        drop_schema(postgres_url, schema)
