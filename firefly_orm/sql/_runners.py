@@ -53,15 +53,13 @@ T = TypeVar("T")
 
 
 def _in_transaction(
-    opened: list[Connection], engine: Engine, fn: Callable[..., T], *args: Any
+    engine: Engine, fn: Callable[..., T], *args: Any, opened: list[Connection]
 ) -> T:
     """``fn(connection, *args)`` in a transaction of ``engine`` (see :func:`_in_one_greenlet`)."""
     conn = engine.connect()
     opened.append(conn)
     with conn.begin():
-        result = fn(conn, *args)
-    _give_back(opened)
-    return result
+        return fn(conn, *args)
 
 
 def _give_back(opened: list[Connection]) -> None:
@@ -73,12 +71,12 @@ def _give_back(opened: list[Connection]) -> None:
 
 
 async def _in_one_greenlet(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(opened, *args)``, sync code on a native async engine's sync facade, in one
+    """``fn(*args, opened=...)``, sync code on a native async engine's sync facade, in one
     greenlet: its driver calls are awaited as ``AsyncConnection.run_sync`` awaits them,
     without a greenlet each for the connect, ``BEGIN``, the call, ``COMMIT`` and close.
 
-    ``fn`` adds each connection it opens to ``opened`` and gives them back itself
-    when it succeeds (on psycopg a connection whose transaction ended has no round
+    ``fn`` adds each connection it opens to ``opened``; they are given back in the
+    greenlet when it succeeds (on psycopg a connection whose transaction ended has no round
     trip left to give it back; on a driver whose check-in is one, aiosqlite's
     rollback, a cancellation landing there makes SQLAlchemy log and replace that
     connection, and the operation's work stands).  When it raises, or its task is
@@ -88,10 +86,17 @@ async def _in_one_greenlet(fn: Callable[..., T], *args: Any) -> T:
     """
     opened: list[Connection] = []
     try:
-        return await greenlet_spawn(fn, opened, *args)
+        return await greenlet_spawn(_then_give_back, fn, opened, *args)
     finally:
         if opened:
             await _to_completion(greenlet_spawn(_give_back, opened))
+
+
+def _then_give_back(fn: Callable[..., T], opened: list[Connection], *args: Any) -> T:
+    """``fn(*args, opened=opened)``, then its connections given back (in the greenlet)."""
+    result = fn(*args, opened=opened)
+    _give_back(opened)
+    return result
 
 
 async def _to_completion(work: Coroutine[Any, Any, None]) -> None:
@@ -282,7 +287,7 @@ class EngineRunner(Runner):
         if isinstance(target, ThreadedEngine):
             return await target.run(self._unit_on, engines, work, read_only, commit, what)
         with self.errors(what, engines):  # the closing too
-            return await _in_one_greenlet(self._in_unit, engines, work, read_only, commit, what)
+            return await _in_one_greenlet(self._unit_on, engines, work, read_only, commit, what)
 
     def _unit_on(
         self,
@@ -305,20 +310,6 @@ class EngineRunner(Runner):
         finally:
             if not read_only:
                 self.router.wrote()
-
-    def _in_unit(
-        self,
-        opened: list[Connection],
-        engines: Engines,
-        work: Callable[[UnitOfWork], T],
-        read_only: bool,
-        commit: bool,
-        what: str,
-    ) -> T:
-        """:meth:`_unit_on` on the native async engines (see :func:`_in_one_greenlet`)."""
-        result = self._unit_on(engines, work, read_only, commit, what, opened)
-        _give_back(opened)
-        return result
 
     def _new_uow(self, read_only: bool, consistent: bool) -> SQLUnitOfWork:
         engines = self._engines_for(read_only, consistent)

@@ -384,8 +384,8 @@ class SQLUnitOfWork(_Transaction[Session]):
     sync facade (``AsyncEngine.sync_engine``) and is added to ``opened``
     instead of being closed here: the whole unit of work runs in one greenlet
     (:meth:`~firefly_orm.sql._runners.EngineRunner.arun_in_unit_of_work`), and
-    the runner gives the connection back (after a failure, shielded from
-    cancellation as ``AsyncConnection`` closes itself).
+    the runner gives the connection back (after a failure, run to completion
+    however often the task is cancelled, as ``AsyncConnection`` closes itself).
     """
 
     def __init__(
