@@ -35,7 +35,10 @@ autocommit variants cost no switch of psycopg's ``autocommit`` per checkout.
 A caller's engine keeps SQLAlchemy's own switching.
 
 Engines built from a URL are the store's and are disposed by
-:meth:`Engines.close`; engines the caller passes in are never disposed.
+:meth:`Engines.close`; engines the caller passes in are never disposed.  Every
+SQLite engine, built or given, gets the listener of
+:mod:`firefly_orm.sql._interrupted` (a cancelled statement's cursor closed
+before its connection).
 
 No hidden pools: an engine is built only from a URL the caller gave (``url``
 or ``async_url``), never from the URL of a caller's engine.  A store given only
@@ -64,6 +67,7 @@ from firefly_orm.bridges._threads import finish_from_sync, pause
 from firefly_orm.entry._json import load_json
 from firefly_orm.errors import MissingEngineError, MissingExtraError, redact_url, url_secrets
 from firefly_orm.sql._held import HeldConnections
+from firefly_orm.sql._interrupted import close_interrupted_cursors
 from firefly_orm.sql._threaded import ThreadedConnection, ThreadedEngine
 from firefly_orm.sql._vectors import VECTORS_OPTION, install_vector_hooks, vector_engine_options
 
@@ -198,6 +202,7 @@ def _install_sqlite_hooks(sync_engine: Engine) -> None:
             cursor.close()
 
     enable_sqlite_savepoints(sync_engine)
+    close_interrupted_cursors(sync_engine)
 
 
 def _install_postgresql_hooks(sync_engine: Engine) -> None:
@@ -377,6 +382,9 @@ class Engines:
         self.async_url = async_url
         self.schema = schema
         self._given: dict[bool, Engine | AsyncEngine | None] = {False: engine, True: async_engine}
+        for given in (engine, async_engine.sync_engine if async_engine is not None else None):
+            if given is not None and given.dialect.name == "sqlite":
+                close_interrupted_cursors(given)  # a caller's engine too: see its module
         self._engine_kwargs = dict(engine_kwargs or {})
         self._defaults = defaults or _no_defaults
         self._cache: dict[tuple[bool, Mode], Engine | AsyncTarget] = {}

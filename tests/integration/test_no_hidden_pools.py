@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import sqlite3
 import time
 import uuid
 import warnings
@@ -147,6 +148,62 @@ def test_cancelled_async_calls_return_their_connections(tmp_path: Path) -> None:
     store.save("ns", MemoryEntry(key="after", content=1))  # the database is not locked
     assert store.load_by_key("ns", "after") is not None
     engine.dispose()
+
+
+@pytest.mark.parametrize("engine_of", ["caller", "store"])
+def test_aiosqlite_cancelled_statements_leave_the_file_unlocked(
+    tmp_path: Path, engine_of: str
+) -> None:
+    """A task cancelled while aiosqlite runs or fetches its statement leaves no lock behind.
+
+    SQLAlchemy closes such a connection without its cursor; a statement with rows left
+    (the store's ``RETURNING``) then kept the write lock until the cursor was garbage-
+    collected, and every other writer waited (with the garbage collector off here, for
+    good: the check below found the file locked).
+    """
+    path = tmp_path / "app.sqlite3"
+    caller_engine = create_async_engine(f"sqlite+aiosqlite:///{path}")
+    if engine_of == "caller":
+        store = SQLAlchemyStore(async_engine=caller_engine, migrate=True)
+    else:
+        store = SQLAlchemyStore(
+            url=f"sqlite:///{path}", async_url=f"sqlite+aiosqlite:///{path}", migrate=True
+        )
+    conv = ConversationMemory(store=store)
+
+    async def in_unit_of_work(key: str) -> None:
+        async with store.async_unit_of_work() as uow:
+            await uow.run_sync(_save_entry, key)
+            await uow.commit()
+
+    async def run() -> None:
+        await store.async_initialize()
+        cid = await conv.async_new_conversation()
+        await _cancel_at_each_point(
+            150,  # the store's own engine runs its pragmas on each new connection first
+            lambda yields: (
+                store.async_save("ns", MemoryEntry(key=f"k{yields % 3}", content=yields)),
+                in_unit_of_work("u"),
+                conv.async_add_turn(cid, f"q{yields}", "a"),
+            ),
+        )
+        await store.async_close()
+        await caller_engine.dispose()
+
+    collecting = gc.isenabled()
+    gc.disable()  # what a zombie connection waits for
+    try:
+        asyncio.run(run())
+        other = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # "database is locked" while a zombie holds it
+            other.execute("ROLLBACK")
+        finally:
+            other.close()
+    finally:
+        if collecting:
+            gc.enable()
+        gc.collect()
 
 
 def test_sqlite_async_engine_alone_refuses_sync_methods(tmp_path: Path) -> None:
