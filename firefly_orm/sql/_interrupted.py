@@ -20,6 +20,7 @@ SQLite engine a store runs on gets it: those it builds and those it is given.
 from __future__ import annotations
 
 import logging
+import sys
 
 from sqlalchemy import event
 from sqlalchemy.engine import Engine, ExceptionContext
@@ -30,10 +31,11 @@ logger = logging.getLogger("firefly_orm")
 
 
 def _close_interrupted_cursor(context: ExceptionContext) -> None:
-    """Close the cursor of a statement an exit exception interrupted (before the
-    connection is closed; errors are ordinary and leave it to SQLAlchemy)."""
-    if isinstance(context.original_exception, Exception):
-        return
+    """Close the cursor of a statement an exit exception interrupted, before SQLAlchemy
+    closes its connection (after an ordinary error SQLAlchemy closes the cursor itself)."""
+    exc = context.original_exception
+    if isinstance(exc, Exception) or _is_greenlet_exit(exc):
+        return  # an error: SQLAlchemy closes its cursor; a greenlet being killed: no waiting
     # The execution context's: ``ExceptionContext.cursor`` is declared, but not
     # set by SQLAlchemy 2.1's implementation.
     cursor = getattr(context.execution_context, "cursor", None)
@@ -45,6 +47,11 @@ def _close_interrupted_cursor(context: ExceptionContext) -> None:
         cursor.close()
     except BaseException:  # the exit exception in flight is the one to raise
         logger.debug("closing the cursor of an interrupted statement failed", exc_info=True)
+
+
+def _is_greenlet_exit(exc: BaseException) -> bool:
+    greenlet = sys.modules.get("greenlet")  # optional: loaded when async code runs
+    return greenlet is not None and isinstance(exc, greenlet.GreenletExit)
 
 
 def close_interrupted_cursors(sync_engine: Engine) -> None:
