@@ -150,16 +150,53 @@ def test_cancelled_async_calls_return_their_connections(tmp_path: Path) -> None:
     engine.dispose()
 
 
+def _unlocked(path: Path) -> None:
+    """A plain ``sqlite3`` connection takes the write lock at once, or this raises
+    ``database is locked``."""
+    other = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+
+
+async def _cancelled_at_returning(
+    sync_engine: sa.Engine, path: Path, call: Coroutine[Any, Any, Any]
+) -> None:
+    """Await ``call``, its task cancelled as its first ``RETURNING`` statement is sent
+    (aiosqlite's thread runs it anyway, and its row stays unread); then the file must be
+    unlocked."""
+    armed = [True]
+
+    def cancel(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        if armed and "RETURNING" in statement:
+            armed.clear()
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+
+    sa.event.listen(sync_engine, "before_cursor_execute", cancel)
+    try:
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+    finally:
+        sa.event.remove(sync_engine, "before_cursor_execute", cancel)
+    assert not armed, "the call sent no RETURNING statement"
+    _unlocked(path)
+
+
 @pytest.mark.parametrize("engine_of", ["caller", "store"])
 def test_aiosqlite_cancelled_statements_leave_the_file_unlocked(
     tmp_path: Path, engine_of: str
 ) -> None:
     """A task cancelled while aiosqlite runs or fetches its statement leaves no lock behind.
 
-    SQLAlchemy closes such a connection without its cursor; a statement with rows left
-    (the store's ``RETURNING``) then kept the write lock until the cursor was garbage-
-    collected, and every other writer waited (with the garbage collector off here, for
-    good: the check below found the file locked).
+    SQLAlchemy closes such a connection without its cursor; a statement not reset (the
+    store's ``RETURNING``, its row unread) then kept the write lock until the cursor was
+    garbage-collected, and every other writer waited (with the garbage collector off
+    here, for good: the checks below found the file locked).  First each kind of call is
+    cancelled inside its ``RETURNING`` statement, then at each of 150 points.
     """
     path = tmp_path / "app.sqlite3"
     caller_engine = create_async_engine(f"sqlite+aiosqlite:///{path}")
@@ -179,6 +216,10 @@ def test_aiosqlite_cancelled_statements_leave_the_file_unlocked(
     async def run() -> None:
         await store.async_initialize()
         cid = await conv.async_new_conversation()
+        sync_engine = store.async_engine.sync_engine
+        await _cancelled_at_returning(sync_engine, path, store.async_save("ns", MemoryEntry()))
+        await _cancelled_at_returning(sync_engine, path, in_unit_of_work("u"))
+        await _cancelled_at_returning(sync_engine, path, conv.async_add_turn(cid, "q", "a"))
         await _cancel_at_each_point(
             150,  # the store's own engine runs its pragmas on each new connection first
             lambda yields: (
@@ -194,16 +235,26 @@ def test_aiosqlite_cancelled_statements_leave_the_file_unlocked(
     gc.disable()  # what a zombie connection waits for
     try:
         asyncio.run(run())
-        other = sqlite3.connect(path, timeout=0.2, isolation_level=None)
-        try:
-            other.execute("BEGIN IMMEDIATE")  # "database is locked" while a zombie holds it
-            other.execute("ROLLBACK")
-        finally:
-            other.close()
+        _unlocked(path)
     finally:
         if collecting:
             gc.enable()
         gc.collect()
+
+
+def test_the_interrupted_cursor_listener_is_installed_once_per_dialect(tmp_path: Path) -> None:
+    """Two stores on one engine, and one on an ``execution_options`` copy of it (the same
+    dialect): one listener, beside the application's own."""
+    from firefly_orm.sql._interrupted import _close_interrupted_cursor
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.sqlite3'}")
+    sa.event.listen(engine, "handle_error", lambda _context: None)  # the app's own
+    for given in (engine, engine, engine.execution_options(isolation_level="SERIALIZABLE")):
+        SQLAlchemyStore(engine=given).close()
+    listeners = list(engine.dialect.dispatch.handle_error)
+    assert listeners.count(_close_interrupted_cursor) == 1
+    assert len(listeners) == 2
+    engine.dispose()
 
 
 def test_sqlite_async_engine_alone_refuses_sync_methods(tmp_path: Path) -> None:
