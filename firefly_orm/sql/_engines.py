@@ -202,7 +202,6 @@ def _install_sqlite_hooks(sync_engine: Engine) -> None:
             cursor.close()
 
     enable_sqlite_savepoints(sync_engine)
-    close_interrupted_cursors(sync_engine)
 
 
 def _install_postgresql_hooks(sync_engine: Engine) -> None:
@@ -382,9 +381,6 @@ class Engines:
         self.async_url = async_url
         self.schema = schema
         self._given: dict[bool, Engine | AsyncEngine | None] = {False: engine, True: async_engine}
-        for given in (engine, async_engine.sync_engine if async_engine is not None else None):
-            if given is not None and given.dialect.name == "sqlite":
-                close_interrupted_cursors(given)  # a caller's engine too: see its module
         self._engine_kwargs = dict(engine_kwargs or {})
         self._defaults = defaults or _no_defaults
         self._cache: dict[tuple[bool, Mode], Engine | AsyncTarget] = {}
@@ -577,8 +573,13 @@ class Engines:
 
     def _base(self, is_async: bool) -> Engine | AsyncEngine:
         given = self._given[is_async]
-        if given is not None:
-            return given
+        base = given if given is not None else self._built(is_async)
+        if base.dialect.name == "sqlite":  # the caller's engine too
+            close_interrupted_cursors(base.sync_engine if isinstance(base, AsyncEngine) else base)
+        return base
+
+    def _built(self, is_async: bool) -> Engine | AsyncEngine:
+        """An engine built from the caller's URL, with the store's hooks."""
         if not is_async and self.url is None:
             raise MissingEngineError(
                 "this store was given only an async engine (async_engine=), so it has no sync "

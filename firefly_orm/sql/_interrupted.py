@@ -49,11 +49,9 @@ def _close_interrupted_cursor(context: ExceptionContext) -> None:
         # the connection's own close, and awaited: the task ends when the statement the
         # thread is running does, however often it is cancelled meanwhile.
         cursor.close()
-    except GeneratorExit:
-        raise  # the coroutine is being closed: it must not go on to another await
-    except BaseException as exc:  # the exception in flight is the one to raise
-        if _is_greenlet_exit(exc):
-            raise
+    except BaseException as exc:  # the exception in flight is the one to raise, unless
+        if isinstance(exc, GeneratorExit) or _is_greenlet_exit(exc):
+            raise  # the coroutine or greenlet is being closed: no other await may follow
         logger.debug("closing the cursor of an interrupted statement failed", exc_info=True)
 
 

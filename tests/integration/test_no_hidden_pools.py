@@ -250,7 +250,9 @@ def test_the_interrupted_cursor_listener_is_installed_once_per_dialect(tmp_path:
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'app.sqlite3'}")
     sa.event.listen(engine, "handle_error", lambda _context: None)  # the app's own
     for given in (engine, engine, engine.execution_options(isolation_level="SERIALIZABLE")):
-        SQLAlchemyStore(engine=given).close()
+        store = SQLAlchemyStore(engine=given, migrate=True)
+        store.save("ns", MemoryEntry(content=1))
+        store.close()
     listeners = list(engine.dialect.dispatch.handle_error)
     assert listeners.count(_close_interrupted_cursor) == 1
     assert len(listeners) == 2
